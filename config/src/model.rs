@@ -1,0 +1,840 @@
+//! The serde form of the YAML file: one struct per section, mirroring the contract in
+//! `gateway.example.yaml`. These types are strict about unknown keys and permissive about
+//! defaults; cross-references (upstream names, certificates, plugins, WAF policies) are checked
+//! later by [`crate::validate`], which turns this form into the runtime [`crate::Config`].
+
+use std::path::PathBuf;
+
+use indexmap::IndexMap;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::units::{ByteSize, Duration};
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Process-wide settings (drain timeout, worker threads).
+    #[serde(default)]
+    pub server: ServerSettings,
+    /// The admin API; off when absent.
+    pub admin: Option<AdminConfig>,
+    /// Traces and access logs.
+    pub telemetry: Option<TelemetryConfig>,
+    /// Named certificate/key pairs.
+    #[serde(default)]
+    pub certificates: IndexMap<String, CertificateConfig>,
+    /// HTTP listeners.
+    #[serde(default)]
+    pub listeners: Vec<ListenerConfig>,
+    /// Named upstream pools.
+    #[serde(default)]
+    pub upstreams: IndexMap<String, UpstreamConfig>,
+    /// Named proxy-wasm plugins.
+    #[serde(default)]
+    pub plugins: IndexMap<String, PluginConfig>,
+    /// Named WAF policies.
+    #[serde(default)]
+    pub waf: IndexMap<String, WafPolicyConfig>,
+    /// HTTP routes, first match wins.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// L4 TCP/UDP streams.
+    #[serde(default)]
+    pub streams: Vec<StreamConfig>,
+}
+
+/// `server:` process-wide settings (an extension of the contract).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// How long a shutdown or reload waits for in-flight work before closing connections.
+    pub drain_timeout: Duration,
+    /// Runtime worker threads; 0 means one per core.
+    pub worker_threads: usize,
+    /// Value of the `Server` response header; empty means none is sent.
+    pub server_header: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+            worker_threads: 0,
+            server_header: "gateway".into(),
+        }
+    }
+}
+
+/// `admin:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin listener.
+    pub bind: String,
+}
+
+/// `telemetry:`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// `service.name` resource attribute.
+    pub service_name: Option<String>,
+    /// OTLP trace export.
+    pub traces: Option<TracesConfig>,
+    /// Access log.
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// `telemetry.traces`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracesConfig {
+    /// Collector endpoint; a URL ending in `/v1/traces` means OTLP/HTTP protobuf, else OTLP/gRPC.
+    pub otlp_endpoint: String,
+    /// Parent-based sampling ratio for new traces.
+    #[serde(default = "one")]
+    pub sample_ratio: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// `telemetry.access_log`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogConfig {
+    /// `stdout`, `stderr` or a file path.
+    #[serde(default = "stdout")]
+    pub path: String,
+    /// Line format.
+    #[serde(default)]
+    pub format: AccessLogFormat,
+}
+
+fn stdout() -> String {
+    "stdout".into()
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// The Apache/nginx combined format.
+    Combined,
+}
+
+/// A named certificate: PEM files.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1; RSA, ECDSA or Ed25519).
+    pub key: PathBuf,
+}
+
+/// An HTTP protocol a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpProtocol {
+    /// HTTP/1.1 (and 1.0).
+    Http1,
+    /// HTTP/2: ALPN `h2` over TLS, prior-knowledge h2c in cleartext.
+    Http2,
+    /// HTTP/3 over QUIC (TLS required).
+    Http3,
+}
+
+/// One entry of `listeners:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Unique name, referenced by routes.
+    pub name: String,
+    /// `ip:port`.
+    pub bind: String,
+    /// Protocols served; default `[http1, http2]`.
+    #[serde(default = "default_protocols")]
+    pub protocols: Vec<HttpProtocol>,
+    /// TLS; cleartext when absent.
+    pub tls: Option<ListenerTlsConfig>,
+    /// Largest request head (request line plus headers) accepted; beyond it, 431.
+    #[serde(default = "default_max_header_size")]
+    pub max_header_size: ByteSize,
+    /// Longest URI accepted; beyond it, 414.
+    #[serde(default = "default_max_uri_length")]
+    pub max_uri_length: ByteSize,
+    /// Largest request body accepted on this listener (413 beyond it); 0 means unlimited.
+    #[serde(default)]
+    pub max_body_size: ByteSize,
+    /// Time allowed for a request head to arrive once its first byte has been read.
+    #[serde(default = "default_header_read_timeout")]
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and no traffic for this long is closed.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: Duration,
+    /// Cap on concurrent connections; 0 means unlimited.
+    #[serde(default)]
+    pub max_connections: usize,
+    /// Expect a PROXY protocol v1/v2 header from a front load balancer.
+    #[serde(default)]
+    pub accept_proxy_protocol: bool,
+    /// HTTP/2 and HTTP/3 settings.
+    #[serde(default)]
+    pub http2: Http2Settings,
+}
+
+fn default_protocols() -> Vec<HttpProtocol> {
+    vec![HttpProtocol::Http1, HttpProtocol::Http2]
+}
+fn default_max_header_size() -> ByteSize {
+    ByteSize::kib(64)
+}
+fn default_max_uri_length() -> ByteSize {
+    ByteSize::kib(8)
+}
+fn default_header_read_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// Per-listener HTTP/2 settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2Settings {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_concurrent_streams: u32,
+    /// Initial stream flow-control window.
+    pub initial_stream_window: ByteSize,
+    /// Initial connection flow-control window.
+    pub initial_connection_window: ByteSize,
+}
+
+impl Default for Http2Settings {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 256,
+            initial_stream_window: ByteSize::kib(1024),
+            initial_connection_window: ByteSize::mib(4),
+        }
+    }
+}
+
+/// `listeners[].tls`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTlsConfig {
+    /// Names from `certificates:`; SNI picks among them.
+    pub certificates: Vec<String>,
+    /// Lowest TLS version accepted: `1.2` (default) or `1.3`.
+    #[serde(default)]
+    pub min_version: TlsVersion,
+    /// PEM CA bundle: when set, clients must present a certificate signed by it (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A TLS protocol version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum TlsVersion {
+    /// TLS 1.2.
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    /// TLS 1.3.
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+/// One entry of `upstreams:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Target addresses, each `host:port` or `{address, weight}`.
+    pub targets: Vec<TargetConfig>,
+    /// Balancing algorithm.
+    #[serde(default)]
+    pub balance: Balance,
+    /// Key for `consistent_hash`.
+    pub hash_on: Option<String>,
+    /// Protocol spoken to the targets.
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+    /// TLS to the targets.
+    pub tls: Option<UpstreamTlsConfig>,
+    /// Time allowed to connect (and handshake).
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Duration,
+    /// Time allowed for the whole response.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout: Duration,
+    /// Extra attempts on another target for idempotent requests.
+    #[serde(default)]
+    pub retries: u32,
+    /// Health checking; passive checks always run.
+    #[serde(default)]
+    pub health_check: HealthCheckConfig,
+    /// Connection pool settings.
+    #[serde(default)]
+    pub pool: PoolConfig,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_upstream_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// A target written as a plain address or with a weight.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TargetConfig {
+    /// `127.0.0.1:9001`.
+    Address(String),
+    /// `{ address: 127.0.0.1:9003, weight: 3 }`.
+    Weighted {
+        /// `host:port`.
+        address: String,
+        /// Relative weight (default 1).
+        #[serde(default = "one_u32")]
+        weight: u32,
+    },
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// Balancing algorithm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Smooth weighted round robin.
+    #[default]
+    RoundRobin,
+    /// Fewest requests in flight.
+    LeastRequests,
+    /// Power of two random choices.
+    Random,
+    /// Consistent hashing on `hash_on`.
+    ConsistentHash,
+}
+
+/// Protocol spoken to an upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (over TLS when `tls` is set).
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (ALPN h2).
+    Http2,
+    /// Cleartext HTTP/2 with prior knowledge.
+    H2c,
+}
+
+/// `upstreams.*.tls`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsConfig {
+    /// SNI and the name verified in the target's certificate.
+    pub server_name: Option<String>,
+    /// PEM CA bundle to verify targets with; the system's web roots when absent.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS.
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM) for mutual TLS.
+    pub key: Option<PathBuf>,
+    /// Skip verification (testing only).
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// `upstreams.*.health_check`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthCheckConfig {
+    /// Path for active checks; no active checks when absent.
+    pub path: Option<String>,
+    /// Time between active checks.
+    pub interval: Duration,
+    /// Time allowed for one active check.
+    pub timeout: Duration,
+    /// Consecutive failures before a target is ejected.
+    pub unhealthy_after: u32,
+    /// Consecutive successes (active) before an ejected target returns.
+    pub healthy_after: u32,
+    /// How long a passively ejected target stays out before it is tried again.
+    pub eject_for: Duration,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            unhealthy_after: 2,
+            healthy_after: 2,
+            eject_for: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `upstreams.*.pool`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// Idle keep-alive connections kept per target.
+    pub max_idle_per_target: usize,
+    /// Idle connections are closed after this long.
+    pub idle_timeout: Duration,
+    /// Cap on connections per target; 0 means unlimited. Requests wait for a free one.
+    pub max_connections_per_target: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            max_idle_per_target: 256,
+            idle_timeout: Duration::from_secs(90),
+            max_connections_per_target: 0,
+        }
+    }
+}
+
+/// One entry of `plugins:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Path of the .wasm module.
+    pub wasm: PathBuf,
+    /// Handed to the plugin as JSON at configure time.
+    pub config: Option<serde_yaml::Value>,
+    /// Handed to the plugin as VM configuration at start.
+    pub vm_config: Option<serde_yaml::Value>,
+    /// Per-call limits.
+    #[serde(default)]
+    pub limits: PluginLimits,
+}
+
+/// `plugins.*.limits`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginLimits {
+    /// Linear memory cap per VM.
+    pub memory: ByteSize,
+    /// CPU time per guest call.
+    pub time: Duration,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            memory: ByteSize::mib(64),
+            time: Duration::from_millis(100),
+        }
+    }
+}
+
+/// One entry of `waf:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WafPolicyConfig {
+    /// `block` or `detect`.
+    #[serde(default)]
+    pub mode: WafMode,
+    /// Built-in detectors.
+    #[serde(default)]
+    pub detect: Vec<WafDetector>,
+    /// Largest inspected request body; larger ones get 413.
+    #[serde(default = "default_waf_max_body")]
+    pub max_body: ByteSize,
+    /// Custom rules.
+    #[serde(default)]
+    pub rules: Vec<WafRuleConfig>,
+    /// Client networks that bypass the policy.
+    #[serde(default)]
+    pub allow: Vec<IpNet>,
+    /// Client networks always refused.
+    #[serde(default)]
+    pub deny: Vec<IpNet>,
+}
+
+fn default_waf_max_body() -> ByteSize {
+    ByteSize::mib(1)
+}
+
+/// WAF mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WafMode {
+    /// Matches are answered with 403.
+    #[default]
+    Block,
+    /// Matches are logged and counted only.
+    Detect,
+}
+
+/// A built-in WAF detector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WafDetector {
+    /// SQL injection.
+    Sqli,
+    /// Cross-site scripting.
+    Xss,
+    /// `../` and friends.
+    PathTraversal,
+    /// Known scanner user agents.
+    Scanner,
+    /// Protocol anomalies.
+    Protocol,
+    /// Shell command injection.
+    CommandInjection,
+}
+
+/// A custom WAF rule.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WafRuleConfig {
+    /// Rule id, reported on a match.
+    pub id: u32,
+    /// Where to look: method, path, query, arg:NAME, header:NAME, cookie:NAME, body, client_ip.
+    #[serde(rename = "where")]
+    pub location: String,
+    /// Regular expression.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// What to do on a match.
+    #[serde(default)]
+    pub action: WafAction,
+}
+
+/// A WAF rule's action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WafAction {
+    /// Refuse the request (in block mode).
+    #[default]
+    Block,
+    /// Only log the match.
+    Log,
+}
+
+/// One entry of `routes:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Name reported in logs, metrics and traces.
+    pub name: Option<String>,
+    /// Listener names; all HTTP listeners when absent.
+    pub listeners: Option<Vec<String>>,
+    /// Match conditions; all must hold.
+    #[serde(rename = "match", default)]
+    pub matcher: RouteMatchConfig,
+    /// Filters, in order (each a single-key map such as `- waf: strict`).
+    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    pub filters: Vec<FilterConfig>,
+    /// Terminal: reverse proxy.
+    pub proxy: Option<ProxyConfig>,
+    /// Terminal: synthetic response.
+    pub respond: Option<RespondConfig>,
+    /// Terminal: static files.
+    #[serde(rename = "static")]
+    pub static_files: Option<StaticConfig>,
+}
+
+/// `routes[].match`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteMatchConfig {
+    /// Exact host or `*.example.com`.
+    pub host: Option<String>,
+    /// Exact path.
+    pub path: Option<String>,
+    /// Path prefix, on segment boundaries as written.
+    pub path_prefix: Option<String>,
+    /// Regular expression on the path.
+    pub path_regex: Option<String>,
+    /// Allowed methods.
+    pub methods: Option<Vec<String>>,
+    /// Required header values (exact).
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+}
+
+/// An entry of `routes[].filters`: a single-key map naming the filter.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum FilterConfig {
+    /// A WAF policy by name.
+    Waf(String),
+    /// Token-bucket rate limit.
+    RateLimit(RateLimitConfig),
+    /// A proxy-wasm plugin by name.
+    Plugin(String),
+    /// Header edits.
+    Headers(HeadersFilterConfig),
+}
+
+/// `rate_limit:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Requests allowed per `per`.
+    pub requests: u64,
+    /// The window the rate is expressed in.
+    pub per: Duration,
+    /// Extra requests allowed in a burst.
+    #[serde(default)]
+    pub burst: u64,
+    /// `client_ip` or `header:NAME`.
+    #[serde(default = "client_ip")]
+    pub key: String,
+}
+
+fn client_ip() -> String {
+    "client_ip".into()
+}
+
+/// `headers:` filter settings.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadersFilterConfig {
+    /// Request headers set (replacing any value).
+    #[serde(default)]
+    pub request_set: IndexMap<String, String>,
+    /// Request headers appended.
+    #[serde(default)]
+    pub request_add: IndexMap<String, String>,
+    /// Request headers removed.
+    #[serde(default)]
+    pub request_remove: Vec<String>,
+    /// Response headers set.
+    #[serde(default)]
+    pub response_set: IndexMap<String, String>,
+    /// Response headers appended.
+    #[serde(default)]
+    pub response_add: IndexMap<String, String>,
+    /// Response headers removed.
+    #[serde(default)]
+    pub response_remove: Vec<String>,
+}
+
+/// `routes[].proxy`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Upstream name.
+    pub upstream: String,
+    /// Prefix removed from the path before forwarding.
+    pub strip_prefix: Option<String>,
+    /// Forward the client's Host header (default) or the target's address.
+    #[serde(default = "yes")]
+    pub preserve_host: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `routes[].respond`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RespondConfig {
+    /// Status code (default 200).
+    #[serde(default = "ok_status")]
+    pub status: u16,
+    /// Body text.
+    #[serde(default)]
+    pub body: String,
+    /// Response headers.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+}
+
+fn ok_status() -> u16 {
+    200
+}
+
+/// `routes[].static`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticConfig {
+    /// Directory served.
+    pub root: PathBuf,
+    /// Index file names tried for a directory.
+    #[serde(default = "default_index")]
+    pub index: Vec<String>,
+    /// Precompressed siblings looked for (`file.br`, `file.gz`, `file.zst`).
+    #[serde(default)]
+    pub precompressed: Vec<ContentEncoding>,
+    /// Encodings applied on the fly to compressible types without a sibling.
+    #[serde(default = "default_compress")]
+    pub compress: Vec<ContentEncoding>,
+    /// Files smaller than this are not compressed on the fly.
+    #[serde(default = "default_compress_min_size")]
+    pub compress_min_size: ByteSize,
+    /// In-memory cache of small files.
+    #[serde(default)]
+    pub cache: StaticCacheConfig,
+    /// `Cache-Control` header value sent with files.
+    pub cache_control: Option<String>,
+}
+
+fn default_index() -> Vec<String> {
+    vec!["index.html".into()]
+}
+fn default_compress() -> Vec<ContentEncoding> {
+    vec![
+        ContentEncoding::Zstd,
+        ContentEncoding::Br,
+        ContentEncoding::Gzip,
+    ]
+}
+fn default_compress_min_size() -> ByteSize {
+    ByteSize(256)
+}
+
+/// `routes[].static.cache`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaticCacheConfig {
+    /// Files up to this size are cached in memory.
+    pub max_file_size: ByteSize,
+    /// Total bytes the cache may hold.
+    pub max_total_size: ByteSize,
+    /// How long a cached entry is trusted before its mtime and size are checked again.
+    pub revalidate_after: Duration,
+}
+
+impl Default for StaticCacheConfig {
+    fn default() -> Self {
+        Self {
+            max_file_size: ByteSize::kib(256),
+            max_total_size: ByteSize::mib(64),
+            revalidate_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A content coding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentEncoding {
+    /// Brotli (`.br`).
+    Br,
+    /// gzip (`.gz`).
+    Gzip,
+    /// Zstandard (`.zst`).
+    Zstd,
+}
+
+/// One entry of `streams:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Unique name.
+    pub name: String,
+    /// `ip:port`.
+    pub bind: String,
+    /// `tcp` or `udp`.
+    pub protocol: StreamProtocol,
+    /// Upstream (the fallback when `sni_routes` are set).
+    pub upstream: Option<String>,
+    /// Server name → upstream, from the TLS ClientHello.
+    #[serde(default)]
+    pub sni_routes: IndexMap<String, String>,
+    /// What to do when no SNI route matches and there is no `upstream`, or the stream is not TLS.
+    #[serde(default)]
+    pub sni_fallback: SniFallback,
+    /// PROXY protocol header sent to the upstream.
+    #[serde(default)]
+    pub proxy_protocol: ProxyProtocolVersion,
+    /// Expect a PROXY protocol header from the client side.
+    #[serde(default)]
+    pub accept_proxy_protocol: bool,
+    /// Connection (TCP) or session (UDP) idle timeout.
+    #[serde(default = "default_stream_idle")]
+    pub idle_timeout: Duration,
+    /// Cap on concurrent connections (TCP) or sessions (UDP); 0 means unlimited.
+    #[serde(default)]
+    pub max_connections: usize,
+    /// Stream filters, in order (each a single-key map such as `- allow: [...]`).
+    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    pub filters: Vec<StreamFilterConfig>,
+}
+
+fn default_stream_idle() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// L4 protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamProtocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// Behaviour when SNI routing finds nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SniFallback {
+    /// Use `upstream`, or close when there is none.
+    #[default]
+    Upstream,
+    /// Close the connection.
+    Close,
+}
+
+/// PROXY protocol version sent upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocolVersion {
+    /// No header.
+    #[default]
+    None,
+    /// Text header.
+    V1,
+    /// Binary header.
+    V2,
+}
+
+/// An entry of `streams[].filters`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum StreamFilterConfig {
+    /// Only these client networks are accepted.
+    Allow(Vec<IpNet>),
+    /// These client networks are refused.
+    Deny(Vec<IpNet>),
+    /// A proxy-wasm network filter by name.
+    Plugin(String),
+    /// New connections per client address.
+    ConnectionRate(ConnectionRateConfig),
+}
+
+/// `connection_rate:` stream filter.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionRateConfig {
+    /// Connections allowed per `per` and client address.
+    pub connections: u64,
+    /// Window.
+    pub per: Duration,
+    /// Extra connections allowed in a burst.
+    #[serde(default)]
+    pub burst: u64,
+}

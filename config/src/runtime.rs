@@ -1,0 +1,286 @@
+//! The validated, runtime form of a configuration. Everything here has been checked: addresses
+//! parsed, references resolved to names that exist, regular expressions compiled, paths made
+//! absolute. The gateway builds its router, pools and filters from this form.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::Location;
+use crate::locate::SourceMap;
+use crate::model::*;
+
+/// A whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from (`<inline>` for strings).
+    pub file: String,
+    /// Directory relative paths were resolved against.
+    pub base_dir: PathBuf,
+    /// The YAML text, kept so later stages can locate their own errors.
+    pub source: Arc<str>,
+    /// Line/column index of `source`.
+    pub source_map: Arc<SourceMap>,
+    /// The parsed file with paths made absolute (shown by the admin API, secrets redacted).
+    pub raw: RawConfig,
+    /// Process settings.
+    pub server: ServerSettings,
+    /// Admin listener address.
+    pub admin: Option<SocketAddr>,
+    /// Telemetry settings.
+    pub telemetry: TelemetryConfig,
+    /// Certificates, paths absolute.
+    pub certificates: IndexMap<String, CertificateConfig>,
+    /// HTTP listeners.
+    pub listeners: Vec<Listener>,
+    /// Upstream pools.
+    pub upstreams: IndexMap<String, Upstream>,
+    /// Plugins, paths absolute.
+    pub plugins: IndexMap<String, Plugin>,
+    /// WAF policies.
+    pub waf: IndexMap<String, WafPolicy>,
+    /// Routes in match order.
+    pub routes: Vec<Route>,
+    /// L4 streams.
+    pub streams: Vec<Stream>,
+}
+
+impl Config {
+    /// The location of a key path, for errors found after validation (e.g. an unreadable
+    /// certificate found when the gateway loads it).
+    pub fn locate(&self, key: &str) -> Location {
+        let (line, column) = self.source_map.find(key);
+        Location {
+            file: self.file.clone(),
+            line,
+            column,
+        }
+    }
+
+    /// Builds a located error for `key`.
+    pub fn error(&self, key: impl Into<String>, message: impl Into<String>) -> crate::ConfigError {
+        let key = key.into();
+        crate::ConfigError::Invalid {
+            location: self.locate(&key),
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+/// A validated HTTP listener.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// Name.
+    pub name: String,
+    /// Bound address (port 0 means "any free port").
+    pub addr: SocketAddr,
+    /// Serves HTTP/1.x.
+    pub http1: bool,
+    /// Serves HTTP/2.
+    pub http2: bool,
+    /// Serves HTTP/3 (TLS is then present).
+    pub http3: bool,
+    /// TLS settings.
+    pub tls: Option<ListenerTlsConfig>,
+    /// Everything else, as written.
+    pub settings: ListenerConfig,
+}
+
+/// A validated upstream pool.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Name.
+    pub name: String,
+    /// Targets.
+    pub targets: Vec<Target>,
+    /// Consistent-hash key.
+    pub hash_on: Option<HashKey>,
+    /// Everything else, as written (paths absolute).
+    pub settings: UpstreamConfig,
+}
+
+/// One upstream target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// As written (`host:port`), used as the authority and in metrics.
+    pub authority: String,
+    /// Resolved at load.
+    pub addr: SocketAddr,
+    /// Relative weight, at least 1.
+    pub weight: u32,
+}
+
+/// What a consistent hash is computed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client's IP address.
+    ClientIp,
+    /// The request path.
+    Path,
+    /// A request header (lowercase name).
+    Header(String),
+    /// A cookie by name.
+    Cookie(String),
+}
+
+/// A validated plugin.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    /// Name.
+    pub name: String,
+    /// Absolute path of the module.
+    pub wasm: PathBuf,
+    /// Plugin configuration as JSON bytes (empty when none).
+    pub config_json: Vec<u8>,
+    /// VM configuration as JSON bytes (empty when none).
+    pub vm_config_json: Vec<u8>,
+    /// Per-call limits.
+    pub limits: PluginLimits,
+}
+
+/// A validated WAF policy.
+#[derive(Debug, Clone)]
+pub struct WafPolicy {
+    /// Name.
+    pub name: String,
+    /// Custom rules with parsed locations (patterns known to compile).
+    pub rules: Vec<WafRule>,
+    /// Everything else, as written.
+    pub settings: WafPolicyConfig,
+}
+
+/// A custom WAF rule.
+#[derive(Debug, Clone)]
+pub struct WafRule {
+    /// Id.
+    pub id: u32,
+    /// Where to look.
+    pub target: WafTarget,
+    /// The pattern (compiles).
+    pub pattern: String,
+    /// What to do.
+    pub action: WafAction,
+}
+
+/// The part of a request a WAF rule inspects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WafTarget {
+    /// The method.
+    Method,
+    /// The decoded path.
+    Path,
+    /// The decoded query string.
+    Query,
+    /// A query or form argument.
+    Arg(String),
+    /// A header (lowercase).
+    Header(String),
+    /// A cookie.
+    Cookie(String),
+    /// The body.
+    Body,
+    /// The client address.
+    ClientIp,
+}
+
+/// A validated route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Name (`route-N` when not given).
+    pub name: String,
+    /// Indices into [`Config::listeners`].
+    pub listeners: Vec<usize>,
+    /// Host condition.
+    pub host: HostMatch,
+    /// Path condition.
+    pub path: PathMatch,
+    /// Allowed methods, uppercase; empty means any.
+    pub methods: Vec<String>,
+    /// Required headers (lowercase name, exact value).
+    pub headers: Vec<(String, String)>,
+    /// Filters in order.
+    pub filters: Vec<Filter>,
+    /// Terminal action.
+    pub action: RouteAction,
+}
+
+/// Host condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// Any host.
+    Any,
+    /// Exactly this host (lowercase, no port).
+    Exact(String),
+    /// Any host ending in this suffix, which starts with a dot (`*.example.com` → `.example.com`).
+    Suffix(String),
+}
+
+/// Path condition.
+#[derive(Debug, Clone)]
+pub enum PathMatch {
+    /// Any path.
+    Any,
+    /// Exactly this path.
+    Exact(String),
+    /// Paths starting with this prefix.
+    Prefix(String),
+    /// Paths the expression matches.
+    Regex(regex::Regex),
+}
+
+/// A validated route filter.
+#[derive(Debug, Clone)]
+pub enum Filter {
+    /// WAF policy by name (exists).
+    Waf(String),
+    /// Rate limit.
+    RateLimit {
+        /// Settings.
+        settings: RateLimitConfig,
+        /// Parsed key.
+        key: RateLimitKey,
+    },
+    /// Plugin by name (exists).
+    Plugin(String),
+    /// Header edits (names and values valid).
+    Headers(HeadersFilterConfig),
+}
+
+/// What a rate limit counts by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateLimitKey {
+    /// Client IP.
+    ClientIp,
+    /// A header value (lowercase name).
+    Header(String),
+}
+
+/// A route's terminal.
+#[derive(Debug, Clone)]
+pub enum RouteAction {
+    /// Reverse proxy.
+    Proxy(ProxyConfig),
+    /// Synthetic response.
+    Respond(RespondConfig),
+    /// Static files (root absolute and a directory).
+    Static(StaticConfig),
+}
+
+/// A validated L4 stream.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    /// Name.
+    pub name: String,
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Filters.
+    pub filters: Vec<StreamFilterConfig>,
+    /// Everything else, as written (references checked).
+    pub settings: StreamConfig,
+}
+
+/// Re-exported so users of the runtime form need not name the model module.
+pub use crate::model::{StreamFilterConfig as StreamFilter, TlsVersion as MinTlsVersion};

@@ -1,0 +1,822 @@
+//! Checks that go beyond the shape of the YAML, turning a [`RawConfig`] into a [`Config`]:
+//! names unique, references resolved, binds parsed and not duplicated, expressions compiled,
+//! relative paths resolved against the config file's directory.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::error::{ConfigError, Location};
+use crate::locate::SourceMap;
+use crate::model::*;
+use crate::runtime::*;
+
+/// Collects the located errors of one validation pass; the first one is reported.
+struct Checker<'a> {
+    file: &'a str,
+    map: &'a SourceMap,
+    base_dir: &'a Path,
+}
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+impl Checker<'_> {
+    fn err<T>(&self, key: impl Into<String>, message: impl Into<String>) -> Result<T> {
+        let key = key.into();
+        let (line, column) = self.map.find(&key);
+        Err(ConfigError::Invalid {
+            location: Location {
+                file: self.file.to_owned(),
+                line,
+                column,
+            },
+            key,
+            message: message.into(),
+        })
+    }
+
+    fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    fn bind(&self, key: &str, text: &str) -> Result<SocketAddr> {
+        text.parse::<SocketAddr>().or_else(|_| {
+            self.err(
+                key,
+                format!("`{text}` is not an ip:port address (e.g. 0.0.0.0:8080 or [::]:8443)"),
+            )
+        })
+    }
+
+    fn file_exists(&self, key: &str, path: &Path) -> Result<()> {
+        if path.is_file() {
+            Ok(())
+        } else {
+            self.err(key, format!("file {} does not exist", path.display()))
+        }
+    }
+
+    fn reference<V>(
+        &self,
+        key: &str,
+        kind: &str,
+        name: &str,
+        defined: &IndexMap<String, V>,
+    ) -> Result<()> {
+        if defined.contains_key(name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = defined.keys().map(String::as_str).collect();
+        let known = if known.is_empty() {
+            "none are defined".to_owned()
+        } else {
+            format!("defined: {}", known.join(", "))
+        };
+        self.err(key, format!("unknown {kind} `{name}` ({known})"))
+    }
+}
+
+/// Validates `raw` (read from `file`, relative paths against `base_dir`).
+pub(crate) fn validate(
+    mut raw: RawConfig,
+    file: &str,
+    base_dir: &Path,
+    source: Arc<str>,
+    map: Arc<SourceMap>,
+) -> Result<Config> {
+    let c = Checker {
+        file,
+        map: &map,
+        base_dir,
+    };
+
+    let admin = match &raw.admin {
+        Some(a) => Some(c.bind("admin.bind", &a.bind)?),
+        None => None,
+    };
+    let telemetry = raw.telemetry.clone().unwrap_or_default();
+    if let Some(t) = &telemetry.traces {
+        if !(0.0..=1.0).contains(&t.sample_ratio) {
+            return c.err(
+                "telemetry.traces.sample_ratio",
+                "must be between 0.0 and 1.0",
+            );
+        }
+        if !(t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://")) {
+            return c.err(
+                "telemetry.traces.otlp_endpoint",
+                "must be an http:// or https:// URL",
+            );
+        }
+    }
+
+    for (name, cert) in raw.certificates.iter_mut() {
+        cert.cert = c.path(&cert.cert);
+        cert.key = c.path(&cert.key);
+        c.file_exists(&format!("certificates.{name}.cert"), &cert.cert)?;
+        c.file_exists(&format!("certificates.{name}.key"), &cert.key)?;
+    }
+
+    let mut binds: HashMap<(SocketAddr, &'static str), String> = HashMap::new();
+    let mut claim = |c: &Checker<'_>, key: String, addr: SocketAddr, transport: &'static str| {
+        if addr.port() == 0 {
+            return Ok(());
+        }
+        if let Some(first) = binds.insert((addr, transport), key.clone()) {
+            return c.err(
+                key,
+                format!("{transport} address {addr} is already bound by {first}"),
+            );
+        }
+        Ok(())
+    };
+
+    let listeners = validate_listeners(&c, &mut raw, &mut claim)?;
+    let upstreams = validate_upstreams(&c, &mut raw)?;
+    let plugins = validate_plugins(&c, &mut raw)?;
+    let waf = validate_waf(&c, &raw)?;
+    let routes = validate_routes(&c, &mut raw, &listeners, &upstreams, &plugins, &waf)?;
+    let streams = validate_streams(&c, &raw, &upstreams, &plugins, &mut claim)?;
+    if let Some(addr) = admin {
+        claim(&c, "admin.bind".into(), addr, "tcp")?;
+    }
+
+    Ok(Config {
+        file: file.to_owned(),
+        base_dir: base_dir.to_owned(),
+        source,
+        source_map: map.clone(),
+        server: raw.server.clone(),
+        admin,
+        telemetry,
+        certificates: raw.certificates.clone(),
+        listeners,
+        upstreams,
+        plugins,
+        waf,
+        routes,
+        streams,
+        raw,
+    })
+}
+
+type Claim<'f> = dyn FnMut(&Checker<'_>, String, SocketAddr, &'static str) -> Result<()> + 'f;
+
+fn validate_listeners(
+    c: &Checker<'_>,
+    raw: &mut RawConfig,
+    claim: &mut Claim<'_>,
+) -> Result<Vec<Listener>> {
+    let mut names = HashSet::new();
+    let mut out = Vec::new();
+    for (i, l) in raw.listeners.iter_mut().enumerate() {
+        let key = format!("listeners[{i}]");
+        if !names.insert(l.name.clone()) {
+            return c.err(
+                format!("{key}.name"),
+                format!("duplicate listener name `{}`", l.name),
+            );
+        }
+        let addr = c.bind(&format!("{key}.bind"), &l.bind)?;
+        if l.protocols.is_empty() {
+            return c.err(
+                format!("{key}.protocols"),
+                "at least one protocol is required",
+            );
+        }
+        let has = |p| l.protocols.contains(&p);
+        let (http1, http2, http3) = (
+            has(HttpProtocol::Http1),
+            has(HttpProtocol::Http2),
+            has(HttpProtocol::Http3),
+        );
+        if http3 && l.tls.is_none() {
+            return c.err(format!("{key}.protocols"), "http3 requires `tls`");
+        }
+        if http3 && !(http1 || http2) {
+            // Alt-Svc needs a TCP listener to be advertised from; QUIC-only is allowed but rare.
+        }
+        if let Some(tls) = &mut l.tls {
+            if tls.certificates.is_empty() {
+                return c.err(
+                    format!("{key}.tls.certificates"),
+                    "at least one certificate is required",
+                );
+            }
+            for (j, name) in tls.certificates.iter().enumerate() {
+                c.reference(
+                    &format!("{key}.tls.certificates[{j}]"),
+                    "certificate",
+                    name,
+                    &raw.certificates,
+                )?;
+            }
+            if let Some(ca) = &mut tls.client_ca {
+                *ca = c.path(ca);
+                c.file_exists(&format!("{key}.tls.client_ca"), ca)?;
+            }
+        }
+        if http1 || http2 {
+            claim(c, format!("{key}.bind"), addr, "tcp")?;
+        }
+        if http3 {
+            claim(c, format!("{key}.bind"), addr, "udp")?;
+        }
+        if l.max_header_size.bytes() < 1024 {
+            return c.err(format!("{key}.max_header_size"), "must be at least 1KiB");
+        }
+        out.push(Listener {
+            name: l.name.clone(),
+            addr,
+            http1,
+            http2,
+            http3,
+            tls: l.tls.clone(),
+            settings: l.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn resolve_target(c: &Checker<'_>, key: &str, authority: &str) -> Result<SocketAddr> {
+    if let Ok(a) = authority.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match authority.to_socket_addrs() {
+        Ok(mut addrs) => match addrs.next() {
+            Some(a) => Ok(a),
+            None => c.err(key, format!("`{authority}` resolves to no address")),
+        },
+        Err(e) => c.err(
+            key,
+            format!("`{authority}` is not a host:port that resolves: {e}"),
+        ),
+    }
+}
+
+fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Upstream>> {
+    let mut out = IndexMap::new();
+    for (name, u) in raw.upstreams.iter_mut() {
+        let key = format!("upstreams.{name}");
+        if u.targets.is_empty() {
+            return c.err(format!("{key}.targets"), "at least one target is required");
+        }
+        let mut targets = Vec::new();
+        for (i, t) in u.targets.iter().enumerate() {
+            let tkey = format!("{key}.targets[{i}]");
+            let (authority, weight) = match t {
+                TargetConfig::Address(a) => (a.clone(), 1),
+                TargetConfig::Weighted { address, weight } => (address.clone(), *weight),
+            };
+            if weight == 0 {
+                return c.err(format!("{tkey}.weight"), "must be at least 1");
+            }
+            let addr = resolve_target(c, &tkey, &authority)?;
+            targets.push(Target {
+                authority,
+                addr,
+                weight,
+            });
+        }
+        let hash_on = match &u.hash_on {
+            None => None,
+            Some(h) => {
+                Some(match h.as_str() {
+                    "client_ip" => HashKey::ClientIp,
+                    "path" => HashKey::Path,
+                    other => match other.split_once(':') {
+                        Some(("header", n)) if valid_header_name(n) => {
+                            HashKey::Header(n.to_ascii_lowercase())
+                        }
+                        Some(("cookie", n)) if !n.is_empty() => HashKey::Cookie(n.to_owned()),
+                        _ => {
+                            return c.err(
+                            format!("{key}.hash_on"),
+                            format!("`{other}` is not one of client_ip, path, header:NAME, cookie:NAME"),
+                        );
+                        }
+                    },
+                })
+            }
+        };
+        if u.balance == Balance::ConsistentHash && hash_on.is_none() {
+            return c.err(format!("{key}.balance"), "consistent_hash needs `hash_on`");
+        }
+        if let Some(path) = &u.health_check.path {
+            if !path.starts_with('/') {
+                return c.err(format!("{key}.health_check.path"), "must start with /");
+            }
+            if u.health_check.interval.get().is_zero() {
+                return c.err(
+                    format!("{key}.health_check.interval"),
+                    "must be greater than 0",
+                );
+            }
+        }
+        if u.health_check.unhealthy_after == 0 || u.health_check.healthy_after == 0 {
+            return c.err(
+                format!("{key}.health_check"),
+                "unhealthy_after and healthy_after must be at least 1",
+            );
+        }
+        if let Some(tls) = &mut u.tls {
+            for (field, p) in [
+                ("ca", &mut tls.ca),
+                ("cert", &mut tls.cert),
+                ("key", &mut tls.key),
+            ] {
+                if let Some(p) = p {
+                    *p = c.path(p);
+                    c.file_exists(&format!("{key}.tls.{field}"), p)?;
+                }
+            }
+            if tls.cert.is_some() != tls.key.is_some() {
+                return c.err(format!("{key}.tls"), "`cert` and `key` go together");
+            }
+        }
+        out.insert(
+            name.clone(),
+            Upstream {
+                name: name.clone(),
+                targets,
+                hash_on,
+                settings: u.clone(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
+    let mut out = IndexMap::new();
+    for (name, p) in raw.plugins.iter_mut() {
+        let key = format!("plugins.{name}");
+        p.wasm = c.path(&p.wasm);
+        c.file_exists(&format!("{key}.wasm"), &p.wasm)?;
+        let json = |v: &Option<serde_yaml::Value>, field: &str| -> Result<Vec<u8>> {
+            match v {
+                None => Ok(Vec::new()),
+                Some(v) => serde_json::to_vec(v).or_else(|e| {
+                    c.err(
+                        format!("{key}.{field}"),
+                        format!("cannot be expressed as JSON: {e}"),
+                    )
+                }),
+            }
+        };
+        out.insert(
+            name.clone(),
+            Plugin {
+                name: name.clone(),
+                wasm: p.wasm.clone(),
+                config_json: json(&p.config, "config")?,
+                vm_config_json: json(&p.vm_config, "vm_config")?,
+                limits: p.limits.clone(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn validate_waf(c: &Checker<'_>, raw: &RawConfig) -> Result<IndexMap<String, WafPolicy>> {
+    let mut out = IndexMap::new();
+    for (name, w) in &raw.waf {
+        let key = format!("waf.{name}");
+        let mut ids = HashSet::new();
+        let mut rules = Vec::new();
+        for (i, r) in w.rules.iter().enumerate() {
+            let rkey = format!("{key}.rules[{i}]");
+            if !ids.insert(r.id) {
+                return c.err(format!("{rkey}.id"), format!("duplicate rule id {}", r.id));
+            }
+            let target = match r.location.as_str() {
+                "method" => WafTarget::Method,
+                "path" => WafTarget::Path,
+                "query" => WafTarget::Query,
+                "body" => WafTarget::Body,
+                "client_ip" => WafTarget::ClientIp,
+                other => match other.split_once(':') {
+                    Some(("arg", n)) if !n.is_empty() => WafTarget::Arg(n.to_owned()),
+                    Some(("header", n)) if valid_header_name(n) => {
+                        WafTarget::Header(n.to_ascii_lowercase())
+                    }
+                    Some(("cookie", n)) if !n.is_empty() => WafTarget::Cookie(n.to_owned()),
+                    _ => {
+                        return c.err(
+                            format!("{rkey}.where"),
+                            format!("`{other}` is not one of method, path, query, arg:NAME, header:NAME, cookie:NAME, body, client_ip"),
+                        );
+                    }
+                },
+            };
+            if let Err(e) = regex::Regex::new(&r.pattern) {
+                return c.err(
+                    format!("{rkey}.match"),
+                    format!("invalid regular expression: {e}"),
+                );
+            }
+            rules.push(WafRule {
+                id: r.id,
+                target,
+                pattern: r.pattern.clone(),
+                action: r.action,
+            });
+        }
+        out.insert(
+            name.clone(),
+            WafPolicy {
+                name: name.clone(),
+                rules,
+                settings: w.clone(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// RFC 9110 token characters.
+pub(crate) fn valid_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn valid_header_value(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
+}
+
+fn check_headers<'m>(
+    c: &Checker<'_>,
+    key: &str,
+    pairs: impl IntoIterator<Item = (&'m String, Option<&'m String>)>,
+) -> Result<()> {
+    for (name, value) in pairs {
+        if !valid_header_name(name) {
+            return c.err(
+                format!("{key}.{name}"),
+                format!("`{name}` is not a valid header name"),
+            );
+        }
+        if let Some(v) = value {
+            if !valid_header_value(v) {
+                return c.err(
+                    format!("{key}.{name}"),
+                    "header values cannot contain control characters",
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_routes(
+    c: &Checker<'_>,
+    raw: &mut RawConfig,
+    listeners: &[Listener],
+    upstreams: &IndexMap<String, Upstream>,
+    plugins: &IndexMap<String, Plugin>,
+    waf: &IndexMap<String, WafPolicy>,
+) -> Result<Vec<Route>> {
+    let mut out = Vec::new();
+    let mut names = HashSet::new();
+    let listener_index: IndexMap<String, usize> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.name.clone(), i))
+        .collect();
+    for (i, r) in raw.routes.iter_mut().enumerate() {
+        let key = format!("routes[{i}]");
+        let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
+        if !names.insert(name.clone()) {
+            return c.err(
+                format!("{key}.name"),
+                format!("duplicate route name `{name}`"),
+            );
+        }
+        let route_listeners = match &r.listeners {
+            None => (0..listeners.len()).collect(),
+            Some(names) => {
+                let mut v = Vec::new();
+                for (j, n) in names.iter().enumerate() {
+                    c.reference(
+                        &format!("{key}.listeners[{j}]"),
+                        "listener",
+                        n,
+                        &listener_index,
+                    )?;
+                    v.push(listener_index[n]);
+                }
+                v
+            }
+        };
+        let m = &r.matcher;
+        let host = match &m.host {
+            None => HostMatch::Any,
+            Some(h) if h.starts_with("*.") && h.len() > 2 => {
+                HostMatch::Suffix(h[1..].to_ascii_lowercase())
+            }
+            Some(h) if h.contains('*') => {
+                return c.err(
+                    format!("{key}.match.host"),
+                    "a wildcard is only allowed as a leading `*.`",
+                );
+            }
+            Some(h) => HostMatch::Exact(h.to_ascii_lowercase()),
+        };
+        let path_conditions = [
+            m.path.is_some(),
+            m.path_prefix.is_some(),
+            m.path_regex.is_some(),
+        ];
+        if path_conditions.iter().filter(|x| **x).count() > 1 {
+            return c.err(
+                format!("{key}.match"),
+                "use only one of `path`, `path_prefix`, `path_regex`",
+            );
+        }
+        let path = if let Some(p) = &m.path {
+            if !p.starts_with('/') {
+                return c.err(format!("{key}.match.path"), "must start with /");
+            }
+            PathMatch::Exact(p.clone())
+        } else if let Some(p) = &m.path_prefix {
+            if !p.starts_with('/') {
+                return c.err(format!("{key}.match.path_prefix"), "must start with /");
+            }
+            if p == "/" {
+                PathMatch::Any
+            } else {
+                PathMatch::Prefix(p.clone())
+            }
+        } else if let Some(p) = &m.path_regex {
+            match regex::Regex::new(p) {
+                Ok(re) => PathMatch::Regex(re),
+                Err(e) => {
+                    return c.err(
+                        format!("{key}.match.path_regex"),
+                        format!("invalid regular expression: {e}"),
+                    );
+                }
+            }
+        } else {
+            PathMatch::Any
+        };
+        let mut methods = Vec::new();
+        for (j, meth) in m.methods.iter().flatten().enumerate() {
+            if !valid_header_name(meth) {
+                return c.err(
+                    format!("{key}.match.methods[{j}]"),
+                    format!("`{meth}` is not a method"),
+                );
+            }
+            methods.push(meth.to_ascii_uppercase());
+        }
+        check_headers(
+            c,
+            &format!("{key}.match.headers"),
+            m.headers.iter().map(|(k, v)| (k, Some(v))),
+        )?;
+        let headers = m
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect();
+
+        let mut filters = Vec::new();
+        for (j, f) in r.filters.iter().enumerate() {
+            let fkey = format!("{key}.filters[{j}]");
+            filters.push(match f {
+                FilterConfig::Waf(name) => {
+                    c.reference(&format!("{fkey}.waf"), "WAF policy", name, waf)?;
+                    Filter::Waf(name.clone())
+                }
+                FilterConfig::Plugin(name) => {
+                    c.reference(&format!("{fkey}.plugin"), "plugin", name, plugins)?;
+                    Filter::Plugin(name.clone())
+                }
+                FilterConfig::RateLimit(rl) => {
+                    if rl.requests == 0 || rl.per.get().is_zero() {
+                        return c.err(
+                            format!("{fkey}.rate_limit"),
+                            "`requests` and `per` must be greater than 0",
+                        );
+                    }
+                    let key = match rl.key.as_str() {
+                        "client_ip" => RateLimitKey::ClientIp,
+                        other => match other.split_once(':') {
+                            Some(("header", n)) if valid_header_name(n) => {
+                                RateLimitKey::Header(n.to_ascii_lowercase())
+                            }
+                            _ => {
+                                return c.err(
+                                    format!("{fkey}.rate_limit.key"),
+                                    format!("`{other}` is not client_ip or header:NAME"),
+                                );
+                            }
+                        },
+                    };
+                    Filter::RateLimit {
+                        settings: rl.clone(),
+                        key,
+                    }
+                }
+                FilterConfig::Headers(h) => {
+                    let hkey = format!("{fkey}.headers");
+                    check_headers(
+                        c,
+                        &format!("{hkey}.request_set"),
+                        h.request_set.iter().map(|(k, v)| (k, Some(v))),
+                    )?;
+                    check_headers(
+                        c,
+                        &format!("{hkey}.request_add"),
+                        h.request_add.iter().map(|(k, v)| (k, Some(v))),
+                    )?;
+                    check_headers(
+                        c,
+                        &format!("{hkey}.response_set"),
+                        h.response_set.iter().map(|(k, v)| (k, Some(v))),
+                    )?;
+                    check_headers(
+                        c,
+                        &format!("{hkey}.response_add"),
+                        h.response_add.iter().map(|(k, v)| (k, Some(v))),
+                    )?;
+                    check_headers(
+                        c,
+                        &format!("{hkey}.request_remove"),
+                        h.request_remove.iter().map(|k| (k, None)),
+                    )?;
+                    check_headers(
+                        c,
+                        &format!("{hkey}.response_remove"),
+                        h.response_remove.iter().map(|k| (k, None)),
+                    )?;
+                    Filter::Headers(h.clone())
+                }
+            });
+        }
+
+        let terminals = [
+            r.proxy.is_some(),
+            r.respond.is_some(),
+            r.static_files.is_some(),
+        ];
+        let action = match terminals.iter().filter(|x| **x).count() {
+            0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
+            1 => {
+                if let Some(p) = &r.proxy {
+                    c.reference(
+                        &format!("{key}.proxy.upstream"),
+                        "upstream",
+                        &p.upstream,
+                        upstreams,
+                    )?;
+                    if let Some(sp) = &p.strip_prefix {
+                        if !sp.starts_with('/') {
+                            return c.err(format!("{key}.proxy.strip_prefix"), "must start with /");
+                        }
+                    }
+                    RouteAction::Proxy(p.clone())
+                } else if let Some(resp) = &r.respond {
+                    if !(100..=999).contains(&resp.status) {
+                        return c.err(
+                            format!("{key}.respond.status"),
+                            "must be between 100 and 999",
+                        );
+                    }
+                    check_headers(
+                        c,
+                        &format!("{key}.respond.headers"),
+                        resp.headers.iter().map(|(k, v)| (k, Some(v))),
+                    )?;
+                    RouteAction::Respond(resp.clone())
+                } else {
+                    let s = r.static_files.as_mut().expect("counted above");
+                    s.root = c.path(&s.root);
+                    if !s.root.is_dir() {
+                        return c.err(
+                            format!("{key}.static.root"),
+                            format!("directory {} does not exist", s.root.display()),
+                        );
+                    }
+                    for (j, idx) in s.index.iter().enumerate() {
+                        if idx.is_empty() || idx.contains('/') || idx.contains('\\') || idx == ".."
+                        {
+                            return c.err(
+                                format!("{key}.static.index[{j}]"),
+                                "must be a plain file name",
+                            );
+                        }
+                    }
+                    RouteAction::Static(s.clone())
+                }
+            }
+            _ => {
+                return c.err(
+                    &key,
+                    "a route has exactly one of `proxy`, `respond` or `static`",
+                );
+            }
+        };
+        out.push(Route {
+            name,
+            listeners: route_listeners,
+            host,
+            path,
+            methods,
+            headers,
+            filters,
+            action,
+        });
+    }
+    Ok(out)
+}
+
+fn validate_streams(
+    c: &Checker<'_>,
+    raw: &RawConfig,
+    upstreams: &IndexMap<String, Upstream>,
+    plugins: &IndexMap<String, Plugin>,
+    claim: &mut Claim<'_>,
+) -> Result<Vec<Stream>> {
+    let mut out = Vec::new();
+    let mut names = HashSet::new();
+    for (i, s) in raw.streams.iter().enumerate() {
+        let key = format!("streams[{i}]");
+        if !names.insert(s.name.clone()) {
+            return c.err(
+                format!("{key}.name"),
+                format!("duplicate stream name `{}`", s.name),
+            );
+        }
+        let addr = c.bind(&format!("{key}.bind"), &s.bind)?;
+        let transport = match s.protocol {
+            StreamProtocol::Tcp => "tcp",
+            StreamProtocol::Udp => "udp",
+        };
+        claim(c, format!("{key}.bind"), addr, transport)?;
+        if let Some(u) = &s.upstream {
+            c.reference(&format!("{key}.upstream"), "upstream", u, upstreams)?;
+        }
+        if s.protocol == StreamProtocol::Udp && !s.sni_routes.is_empty() {
+            return c.err(
+                format!("{key}.sni_routes"),
+                "SNI routing needs protocol: tcp",
+            );
+        }
+        for (host, u) in &s.sni_routes {
+            if host.contains('*')
+                && !(host.starts_with("*.") && host.len() > 2 && !host[1..].contains('*'))
+            {
+                return c.err(
+                    format!("{key}.sni_routes.{host}"),
+                    "a wildcard is only allowed as a leading `*.`",
+                );
+            }
+            c.reference(
+                &format!("{key}.sni_routes.{host}"),
+                "upstream",
+                u,
+                upstreams,
+            )?;
+        }
+        if s.upstream.is_none() && s.sni_routes.is_empty() {
+            return c.err(&key, "a stream needs `upstream` or `sni_routes`");
+        }
+        for (j, f) in s.filters.iter().enumerate() {
+            let fkey = format!("{key}.filters[{j}]");
+            match f {
+                StreamFilterConfig::Plugin(name) => {
+                    c.reference(&format!("{fkey}.plugin"), "plugin", name, plugins)?
+                }
+                StreamFilterConfig::ConnectionRate(r)
+                    if r.connections == 0 || r.per.get().is_zero() =>
+                {
+                    return c.err(
+                        format!("{fkey}.connection_rate"),
+                        "`connections` and `per` must be greater than 0",
+                    );
+                }
+                _ => {}
+            }
+        }
+        out.push(Stream {
+            name: s.name.clone(),
+            addr,
+            filters: s.filters.clone(),
+            settings: s.clone(),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,1 @@
+//! Test harness: gateway, clients, backends, certificates.
