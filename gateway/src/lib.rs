@@ -1,1 +1,33 @@
-//! gateway
+//! The gateway: HTTP/1.1 and HTTP/2 listeners (cleartext and TLS), a router compiled once per
+//! config generation, a filter chain with native filters, and the `respond`, `static` and
+//! `proxy` terminals. `main.rs` is only the command line; everything else is here so tests and
+//! benchmarks drive the real thing in-process.
+
+pub mod body;
+pub mod context;
+pub mod error;
+pub mod filter;
+pub mod generation;
+pub mod proxy;
+pub mod router;
+pub mod server;
+pub mod service;
+pub mod static_files;
+pub mod terminal;
+
+pub use body::Body;
+pub use error::GatewayError;
+pub use server::Gateway;
+
+/// The gateway's version, as printed by `gateway version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Installs the process's log output (stderr), honouring `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,1 +1,95 @@
-fn main() {}
+//! The `gateway` command line: `run`, `validate`, `version`. Everything else lives in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "gateway",
+    about = "An HTTP, HTTP/3 and TCP/UDP gateway configured by one YAML file"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve with a config file until SIGINT or SIGTERM, then drain.
+    Run {
+        /// The YAML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a config file: prints "ok", or the located error and exits 1.
+    Validate {
+        /// The YAML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print the version.
+    Version,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("gateway {}", gateway::VERSION);
+            ExitCode::SUCCESS
+        }
+        Command::Validate { config } => match validate(&config) {
+            Ok(()) => {
+                println!("ok");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run { config } => {
+            gateway::init_logging();
+            let loaded = match gateway_config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let mut rt = tokio::runtime::Builder::new_multi_thread();
+            if loaded.server.worker_threads > 0 {
+                rt.worker_threads(loaded.server.worker_threads);
+            }
+            let rt = match rt.enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            rt.block_on(async move {
+                match gateway::Gateway::start(loaded).await {
+                    Ok(gw) => {
+                        gw.run_until_signal().await;
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+    }
+}
+
+/// Everything `run` would build, without binding sockets.
+fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
+    let config = std::sync::Arc::new(gateway_config::load(path)?);
+    gateway::generation::Generation::build(config.clone())?;
+    gateway::server::tls::load_certificates(&config)?;
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! The gateway's error type. Errors never reach hyper: each one is turned into a response
+//! (status and a short plain-text reason) in exactly one place, [`GatewayError::into_response`].
+
+use std::time::Duration;
+
+use http::{Response, StatusCode, header};
+
+use crate::body::{Body, BoxError};
+
+/// What went wrong while serving a request or building a generation.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The configuration is invalid (located).
+    #[error(transparent)]
+    Config(#[from] gateway_config::ConfigError),
+    /// A socket could not be bound.
+    #[error("cannot bind {what} {addr}: {source}")]
+    Bind {
+        /// Listener or stream name.
+        what: String,
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No route matched.
+    #[error("no route for {host}{path}")]
+    NoRoute {
+        /// Host.
+        host: String,
+        /// Path.
+        path: String,
+    },
+    /// The request body exceeded a limit.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(u64),
+    /// Reading the request body failed.
+    #[error("reading the request body failed")]
+    RequestBody(#[source] BoxError),
+    /// Connecting to an upstream failed.
+    #[error("connect to upstream {addr} failed")]
+    UpstreamConnect {
+        /// Target.
+        addr: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The upstream did not answer in time.
+    #[error("upstream timed out after {0:?}")]
+    UpstreamTimeout(Duration),
+    /// The upstream answered with something unusable or reset.
+    #[error("upstream {addr} failed")]
+    UpstreamFailed {
+        /// Target.
+        addr: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// No healthy target is left.
+    #[error("no healthy target in upstream `{0}`")]
+    NoHealthyTarget(String),
+    /// A filter failed.
+    #[error("filter `{filter}` failed")]
+    Filter {
+        /// Filter name.
+        filter: &'static str,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// Anything else internal.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// The status a client sees for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NoRoute { .. } => StatusCode::NOT_FOUND,
+            Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestBody(_) => StatusCode::BAD_REQUEST,
+            Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::NoHealthyTarget(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Config(_) | Self::Bind { .. } | Self::Filter { .. } | Self::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+
+    /// Whether another upstream target may be tried for this failure.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } | Self::UpstreamTimeout(_)
+        )
+    }
+
+    /// The response for this error: its status and the status's reason as text.
+    pub fn into_response(self) -> Response<Body> {
+        error_response(self.status())
+    }
+}
+
+/// A minimal plain-text response for `status`.
+pub fn error_response(status: StatusCode) -> Response<Body> {
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let mut res = Response::new(Body::from(format!("{} {reason}\n", status.as_u16())));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}

@@ -1,0 +1,103 @@
+//! The HTTP filter chain's contract. A route holds filter *factories* built once per config
+//! generation; each request gets fresh filter *instances* that own their per-request state.
+//! Every hook is async (awaiting is how a filter pauses) and returns a [`Flow`]: continue, or
+//! end the request with a response of the filter's own (a local reply).
+//!
+//! Phase order is drawn in `docs/phases.md`: request headers → request body → terminal →
+//! response headers (reverse order) → response body (reverse order) → log.
+
+mod chain;
+mod headers;
+
+use bytes::Bytes;
+use http::{Response, request, response};
+
+pub use chain::Chain;
+pub use headers::HeadersFilterFactory;
+
+use crate::body::{Body, BoxError};
+use crate::context::RequestCx;
+
+/// What a hook decided.
+#[must_use]
+pub enum Flow {
+    /// Pass the request (or response) on.
+    Continue,
+    /// End the request with this response. From a response phase, the response replaces the
+    /// upstream's when headers have not been sent yet.
+    Respond(Response<Body>),
+}
+
+/// How much of the request body a filter needs to see before the terminal starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BodyAccess {
+    /// The filter has no request-body hook.
+    None,
+    /// Chunks are passed through the hook as the terminal reads them.
+    Stream,
+    /// The whole body (up to the limit, 413 beyond) is read and passed through the hook, with
+    /// `eos = true`, before the terminal starts.
+    Buffer(u64),
+}
+
+/// Builds one filter instance per request; created once per config generation.
+pub trait FilterFactory: Send + Sync + 'static {
+    /// Name used in logs and errors.
+    fn name(&self) -> &'static str;
+    /// A fresh instance for one request.
+    fn create(&self) -> Box<dyn HttpFilter>;
+    /// The request-body access the instances need.
+    fn request_body(&self) -> BodyAccess {
+        BodyAccess::None
+    }
+    /// Whether instances have a response-body hook.
+    fn response_body(&self) -> bool {
+        false
+    }
+}
+
+/// One filter's view of one request.
+#[async_trait::async_trait]
+pub trait HttpFilter: Send {
+    /// The request head arrived.
+    async fn on_request_headers(
+        &mut self,
+        _req: &mut request::Parts,
+        _cx: &mut RequestCx,
+    ) -> Result<Flow, BoxError> {
+        Ok(Flow::Continue)
+    }
+
+    /// A request body chunk (`eos` on the last call). The filter may replace, take (to buffer
+    /// and emit later) or append to the chunk.
+    async fn on_request_body(
+        &mut self,
+        _chunk: &mut Option<Bytes>,
+        _eos: bool,
+        _cx: &mut RequestCx,
+    ) -> Result<Flow, BoxError> {
+        Ok(Flow::Continue)
+    }
+
+    /// The response head is about to be sent.
+    async fn on_response_headers(
+        &mut self,
+        _res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Result<Flow, BoxError> {
+        Ok(Flow::Continue)
+    }
+
+    /// A response body chunk (`eos` on the last call, whose chunk may start as `None`).
+    async fn on_response_body(
+        &mut self,
+        _chunk: &mut Option<Bytes>,
+        _eos: bool,
+        _cx: &mut RequestCx,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// The exchange is over (completed, failed or abandoned by the client).
+    async fn on_log(&mut self, _cx: &RequestCx, _status: http::StatusCode) {}
+}

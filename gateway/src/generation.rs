@@ -1,0 +1,91 @@
+//! A config generation: everything built from one validated config (router, terminals, filter
+//! factories, TLS settings). Built whole before it is used; requests hold an `Arc` to the
+//! generation they started on, so a reload never changes a request midway.
+
+use std::sync::Arc;
+
+use gateway_config::{Config, Filter, RouteAction};
+
+use crate::error::GatewayError;
+use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
+use crate::router::{Matcher, Router};
+use crate::terminal::{Respond, Terminal};
+
+/// One route, compiled.
+pub struct CompiledRoute {
+    /// Route name (for logs, metrics, traces).
+    pub name: Arc<str>,
+    /// Filters.
+    pub chain: Chain,
+    /// Terminal.
+    pub terminal: Terminal,
+}
+
+/// Everything a request needs, built from one config.
+pub struct Generation {
+    /// The validated config it was built from.
+    pub config: Arc<Config>,
+    /// Routes per listener.
+    pub router: Router<CompiledRoute>,
+    /// `Server` header value, if any.
+    pub server_header: Option<http::HeaderValue>,
+}
+
+impl Generation {
+    /// Builds a generation; any failure is located in the config file.
+    pub fn build(config: Arc<Config>) -> Result<Self, GatewayError> {
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for (i, route) in config.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            let matcher =
+                Matcher::new(route).map_err(|m| config.error(format!("{key}.match"), m))?;
+            let mut factories: Vec<Arc<dyn FilterFactory>> = Vec::new();
+            for (j, filter) in route.filters.iter().enumerate() {
+                let fkey = format!("{key}.filters[{j}]");
+                match filter {
+                    Filter::Headers(h) => {
+                        factories.push(Arc::new(
+                            HeadersFilterFactory::new(h).map_err(|m| config.error(fkey, m))?,
+                        ));
+                    }
+                    Filter::Waf(_) | Filter::RateLimit { .. } | Filter::Plugin(_) => {
+                        return Err(config
+                            .error(fkey, "this filter is not available in this build yet")
+                            .into());
+                    }
+                }
+            }
+            let terminal = match &route.action {
+                RouteAction::Respond(r) => Terminal::Respond(
+                    Respond::new(r).map_err(|m| config.error(format!("{key}.respond"), m))?,
+                ),
+                RouteAction::Static(s) => Terminal::Static(Arc::new(
+                    crate::static_files::StaticFiles::new(s)
+                        .map_err(|m| config.error(format!("{key}.static"), m))?,
+                )),
+                RouteAction::Proxy(_) => Terminal::Proxy(Arc::new(crate::proxy::ProxyRoute)),
+            };
+            routes.push((
+                matcher,
+                route.listeners.clone(),
+                CompiledRoute {
+                    name: Arc::from(route.name.as_str()),
+                    chain: Chain::new(factories),
+                    terminal,
+                },
+            ));
+        }
+        let server_header = match config.server.server_header.as_str() {
+            "" => None,
+            v => Some(
+                http::HeaderValue::from_str(v)
+                    .map_err(|e| config.error("server.server_header", e.to_string()))?,
+            ),
+        };
+        Ok(Self {
+            router: Router::new(config.listeners.len(), routes),
+            config,
+            server_header,
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Serving one accepted connection: TLS handshake and ALPN, the hyper connection (HTTP/1.1,
+//! HTTP/2, or either by preface sniffing on cleartext), the idle and header-read watchdog, and
+//! graceful shutdown when the gateway drains.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ConnInfo;
+use crate::generation::Generation;
+use crate::server::idle::{Activity, TrackedIo, Verdict};
+use crate::service::ConnService;
+
+/// Per-listener settings every connection uses, built when the listener starts.
+pub struct ListenerRuntime {
+    /// Listener name.
+    pub name: Arc<str>,
+    /// Index in the generation's config.
+    pub index: usize,
+    /// TLS, if any.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Serves HTTP/1.
+    pub http1: bool,
+    /// Serves HTTP/2.
+    pub http2: bool,
+    /// hyper settings.
+    pub builder: auto::Builder<TokioExecutor>,
+    /// Idle timeout.
+    pub idle_timeout: Duration,
+    /// Header read timeout (also bounds the TLS handshake).
+    pub header_timeout: Duration,
+    /// Longest URI accepted.
+    pub max_uri: usize,
+    /// Live generation.
+    pub generation: Arc<ArcSwap<Generation>>,
+}
+
+impl ListenerRuntime {
+    /// Builds the hyper connection builder from listener settings.
+    pub fn hyper_builder(
+        settings: &gateway_config::model::ListenerConfig,
+    ) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        let max_head = settings.max_header_size.as_usize().max(8192);
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            // hyper answers 431 when a request head does not fit the read buffer.
+            .max_buf_size(max_head)
+            .max_headers(128)
+            .keep_alive(true);
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(settings.http2.max_concurrent_streams)
+            .initial_stream_window_size(
+                settings
+                    .http2
+                    .initial_stream_window
+                    .bytes()
+                    .min(u32::MAX as u64) as u32,
+            )
+            .initial_connection_window_size(
+                settings
+                    .http2
+                    .initial_connection_window
+                    .bytes()
+                    .min(u32::MAX as u64) as u32,
+            )
+            .max_header_list_size(max_head as u32)
+            .enable_connect_protocol();
+        b
+    }
+}
+
+/// Serves one TCP connection until it ends, idles out or the gateway drains.
+pub async fn serve(
+    rt: Arc<ListenerRuntime>,
+    stream: TcpStream,
+    client: SocketAddr,
+    local: SocketAddr,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    match &rt.tls {
+        None => {
+            let info = ConnInfo {
+                client,
+                local,
+                listener: rt.name.clone(),
+                tls: false,
+                sni: None,
+            };
+            let (h1, h2) = (rt.http1, rt.http2);
+            serve_http(rt, stream, info, h1, h2, shutdown).await;
+        }
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(rt.header_timeout, acceptor.accept(stream));
+            let tls = match handshake.await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%client, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%client, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let (alpn_h2, sni) = {
+                let (_, session) = tls.get_ref();
+                (
+                    session.alpn_protocol() == Some(b"h2"),
+                    session.server_name().map(Arc::from),
+                )
+            };
+            let info = ConnInfo {
+                client,
+                local,
+                listener: rt.name.clone(),
+                tls: true,
+                sni,
+            };
+            // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
+            let (h1, h2) = if alpn_h2 {
+                (false, true)
+            } else {
+                (rt.http1, !rt.http1 && rt.http2)
+            };
+            serve_http(rt, tls, info, h1, h2, shutdown).await;
+        }
+    }
+}
+
+async fn serve_http<IO>(
+    rt: Arc<ListenerRuntime>,
+    io: IO,
+    info: ConnInfo,
+    h1: bool,
+    h2: bool,
+    shutdown: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Activity::new(!h2 || h1);
+    let svc = Arc::new(ConnService {
+        generation: rt.generation.clone(),
+        listener: rt.index,
+        conn: Arc::new(info),
+        activity: activity.clone(),
+        max_uri: rt.max_uri,
+    });
+    let service = hyper::service::service_fn(move |req| svc.clone().call(req));
+    let io = TokioIo::new(TrackedIo::new(io, activity.clone()));
+    let builder = match (h1, h2) {
+        (true, false) => rt.builder.clone().http1_only(),
+        (false, true) => rt.builder.clone().http2_only(),
+        _ => rt.builder.clone(),
+    };
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(conn);
+    let mut draining = false;
+    loop {
+        let wait = match activity.check(rt.idle_timeout, rt.header_timeout) {
+            Verdict::Wait(d) => d,
+            Verdict::Idle => {
+                if !draining {
+                    draining = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                rt.header_timeout
+            }
+            Verdict::SlowHead => {
+                tracing::debug!(listener = %rt.name, "request head not received in time; closing");
+                return;
+            }
+        };
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+            _ = shutdown.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}

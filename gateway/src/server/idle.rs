@@ -1,0 +1,200 @@
+//! Connection activity tracking for the idle and header-read timeouts.
+//!
+//! hyper's own HTTP/1 header timer also runs while a kept-alive connection waits for its next
+//! request, which would make the idle timeout and the slow-header timeout one setting. Instead,
+//! the IO wrapper stamps the time of the last byte moved and of the first byte of a new request
+//! head, the service marks requests in flight, and one watchdog per connection decides.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+fn epoch() -> std::time::Instant {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+/// Milliseconds since process start (never 0, so 0 can mean "unset").
+fn now_ms() -> u64 {
+    epoch().elapsed().as_millis() as u64 + 1
+}
+
+/// Shared between the IO wrapper, the service and the watchdog.
+#[derive(Debug, Default)]
+pub struct Activity {
+    last: AtomicU64,
+    head_started: AtomicU64,
+    in_flight: AtomicUsize,
+    track_heads: AtomicBool,
+}
+
+/// What the watchdog decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Check again after this long.
+    Wait(Duration),
+    /// Nothing in flight and no traffic for the idle timeout: close gracefully.
+    Idle,
+    /// A request head has been arriving for longer than the header timeout.
+    SlowHead,
+}
+
+impl Activity {
+    /// `track_heads` enables the HTTP/1 header-read deadline.
+    pub fn new(track_heads: bool) -> Arc<Self> {
+        let a = Self {
+            track_heads: AtomicBool::new(track_heads),
+            ..Self::default()
+        };
+        a.last.store(now_ms(), Ordering::Relaxed);
+        Arc::new(a)
+    }
+
+    fn on_read(&self) {
+        let now = now_ms();
+        self.last.store(now, Ordering::Relaxed);
+        if self.track_heads.load(Ordering::Relaxed)
+            && self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_started.load(Ordering::Relaxed) == 0
+        {
+            self.head_started.store(now, Ordering::Relaxed);
+        }
+    }
+
+    fn on_write(&self) {
+        self.last.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// A request head was parsed: it is in flight until [`Activity::request_done`]. HTTP/2
+    /// multiplexes and pings, so head deadlines apply to HTTP/1 only.
+    pub fn request_started(&self, http2: bool) {
+        if http2 {
+            self.track_heads.store(false, Ordering::Relaxed);
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head_started.store(0, Ordering::Relaxed);
+    }
+
+    /// The service answered a request.
+    pub fn request_done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.last.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Decides whether the connection should be closed.
+    pub fn check(&self, idle: Duration, header: Duration) -> Verdict {
+        let now = now_ms();
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Verdict::Wait(idle.min(header));
+        }
+        let head = self.head_started.load(Ordering::Relaxed);
+        if head != 0 {
+            let waited = Duration::from_millis(now.saturating_sub(head));
+            return if waited >= header {
+                Verdict::SlowHead
+            } else {
+                Verdict::Wait(header - waited)
+            };
+        }
+        let quiet = Duration::from_millis(now.saturating_sub(self.last.load(Ordering::Relaxed)));
+        if quiet >= idle {
+            Verdict::Idle
+        } else {
+            Verdict::Wait(idle - quiet)
+        }
+    }
+}
+
+/// An IO stream that reports its activity.
+pub struct TrackedIo<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> TrackedIo<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: T, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TrackedIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.on_read();
+        }
+        res
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.on_write();
+        }
+        res
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.on_write();
+        }
+        res
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_and_slow_head_verdicts() {
+        let a = Activity::new(true);
+        let long = Duration::from_secs(60);
+        assert!(matches!(a.check(long, long), Verdict::Wait(_)));
+        assert_eq!(a.check(Duration::ZERO, long), Verdict::Idle);
+        a.on_read();
+        assert_eq!(a.check(long, Duration::ZERO), Verdict::SlowHead);
+        a.request_started(false);
+        assert!(matches!(
+            a.check(Duration::ZERO, Duration::ZERO),
+            Verdict::Wait(_)
+        ));
+        a.request_done();
+        assert_eq!(a.check(Duration::ZERO, long), Verdict::Idle);
+    }
+}

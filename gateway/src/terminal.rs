@@ -1,0 +1,78 @@
+//! Terminals produce a route's response: a synthetic `respond`, static files, or the reverse
+//! proxy. Dispatch is a plain `match` (no boxing per request).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+
+use crate::body::Body;
+use crate::context::RequestCx;
+
+/// A route's terminal.
+pub enum Terminal {
+    /// A fixed response.
+    Respond(Respond),
+    /// Files from a root directory.
+    Static(Arc<crate::static_files::StaticFiles>),
+    /// The reverse proxy.
+    Proxy(Arc<crate::proxy::ProxyRoute>),
+}
+
+impl Terminal {
+    /// Produces the response.
+    pub async fn handle(&self, req: Request<Body>, cx: &RequestCx) -> Response<Body> {
+        match self {
+            Self::Respond(r) => r.response(req.method()),
+            Self::Static(s) => s.serve(req).await,
+            Self::Proxy(p) => p.forward(req, cx).await,
+        }
+    }
+}
+
+/// A synthetic response, built once: per request only the header map is cloned.
+pub struct Respond {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Respond {
+    /// Compiles the configured response.
+    pub fn new(cfg: &gateway_config::model::RespondConfig) -> Result<Self, String> {
+        let status = StatusCode::from_u16(cfg.status).map_err(|e| e.to_string())?;
+        let mut headers = HeaderMap::with_capacity(cfg.headers.len());
+        for (k, v) in &cfg.headers {
+            headers.append(
+                HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?,
+                HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?,
+            );
+        }
+        Ok(Self {
+            status,
+            headers,
+            body: Bytes::from(cfg.body.clone()),
+        })
+    }
+
+    fn response(&self, method: &Method) -> Response<Body> {
+        let body = if method == Method::HEAD {
+            Body::empty()
+        } else {
+            Body::full(self.body.clone())
+        };
+        let mut res = Response::new(body);
+        *res.status_mut() = self.status;
+        if !self.headers.is_empty() {
+            *res.headers_mut() = self.headers.clone();
+        }
+        if method == Method::HEAD {
+            res.headers_mut().insert(
+                http::header::CONTENT_LENGTH,
+                HeaderValue::from(self.body.len()),
+            );
+        }
+        res
+    }
+}
