@@ -1,0 +1,165 @@
+//! Health and bookkeeping through the public `Targets` API (the balancers' own distributions are
+//! tested next to each balancer). Time is paused so ejection windows are exact.
+
+use std::time::Duration;
+
+use super::*;
+
+fn set(n: u16, balance: Balance) -> Targets {
+    let specs = (0..n)
+        .map(|i| {
+            let a = format!("127.0.0.1:{}", 9000 + i);
+            TargetSpec::new(&a, a.parse().unwrap(), 1)
+        })
+        .collect();
+    Targets::new(
+        specs,
+        balance,
+        HealthPolicy {
+            unhealthy_after: 2,
+            healthy_after: 2,
+            eject_for: Duration::from_secs(10),
+        },
+    )
+}
+
+fn picks(t: &Targets, n: usize) -> Vec<usize> {
+    let mut counts = vec![0; t.len()];
+    for _ in 0..n {
+        counts[t.select(0, &[]).unwrap().index()] += 1;
+    }
+    counts
+}
+
+#[tokio::test(start_paused = true)]
+async fn passive_ejection_lasts_eject_for_then_one_failure_ejects_again() {
+    let t = set(3, Balance::RoundRobin);
+    t.report_failure(1);
+    assert_eq!(
+        t.health(1),
+        Some(Health::Healthy),
+        "one failure is not enough"
+    );
+    t.report_failure(1);
+    assert_eq!(t.health(1), Some(Health::Ejected));
+    assert_eq!(picks(&t, 100), [50, 0, 50]);
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        t.health(1),
+        Some(Health::Healthy),
+        "the window is over: probe again"
+    );
+    t.report_failure(1);
+    assert_eq!(
+        t.health(1),
+        Some(Health::Ejected),
+        "still failing: out again at once"
+    );
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    t.report_success(1);
+    t.report_failure(1);
+    assert_eq!(
+        t.health(1),
+        Some(Health::Healthy),
+        "a success resets the count"
+    );
+
+    let s = &t.snapshot()[1];
+    assert_eq!((s.failures, s.ejections, s.recoveries), (4, 2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_inside_the_window_does_not_end_an_ejection() {
+    let t = set(2, Balance::RoundRobin);
+    t.report_failure(0);
+    t.report_failure(0);
+    t.report_success(0); // a request that started before the ejection
+    assert_eq!(t.health(0), Some(Health::Ejected));
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_down_selects_nothing_and_exclusion_is_honoured() {
+    let t = set(2, Balance::LeastRequests);
+    assert_eq!(t.select(0, &[0]).unwrap().index(), 1);
+    assert!(t.select(0, &[0, 1]).is_none());
+    for i in 0..2 {
+        t.report_failure(i);
+        t.report_failure(i);
+    }
+    assert!(t.select(0, &[]).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn active_checks_mark_down_and_bring_back() {
+    let t = set(2, Balance::Random);
+    t.report_check(0, false);
+    assert_eq!(t.health(0), Some(Health::Healthy));
+    t.report_check(0, false);
+    assert_eq!(t.health(0), Some(Health::Down));
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert_eq!(
+        t.health(0),
+        Some(Health::Down),
+        "no time limit on an active verdict"
+    );
+    assert_eq!(picks(&t, 50), [0, 50]);
+    t.report_check(0, true);
+    assert_eq!(t.health(0), Some(Health::Down));
+    t.report_check(0, true);
+    assert_eq!(t.health(0), Some(Health::Healthy));
+    let s = &t.snapshot()[0];
+    assert_eq!((s.check_failures, s.ejections, s.recoveries), (2, 1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn passing_checks_end_a_passive_ejection_early() {
+    let t = set(2, Balance::RoundRobin);
+    t.report_check(0, true);
+    t.report_check(0, true);
+    t.report_failure(0);
+    t.report_failure(0);
+    assert_eq!(t.health(0), Some(Health::Ejected));
+    t.report_check(0, true);
+    assert_eq!(
+        t.health(0),
+        Some(Health::Ejected),
+        "passes from before the ejection do not count"
+    );
+    t.report_check(0, true);
+    assert_eq!(t.health(0), Some(Health::Healthy));
+}
+
+#[tokio::test]
+async fn selections_count_in_flight_until_dropped() {
+    let t = set(3, Balance::LeastRequests);
+    let held: Vec<Selection> = (0..6).map(|_| t.select(0, &[]).unwrap()).collect();
+    assert!(
+        t.snapshot()
+            .iter()
+            .all(|s| s.in_flight == 2 && s.attempts == 2)
+    );
+    drop(held);
+    assert!(t.snapshot().iter().all(|s| s.in_flight == 0));
+}
+
+#[tokio::test]
+async fn least_requests_avoids_a_busy_target() {
+    let t = set(3, Balance::LeastRequests);
+    let busy: Vec<Selection> = (0..30).map(|_| t.select(0, &[1, 2]).unwrap()).collect();
+    assert_eq!(picks(&t, 100), [0, 50, 50]);
+    drop(busy);
+}
+
+#[tokio::test]
+async fn consistent_hash_is_sticky_through_targets() {
+    let t = set(4, Balance::ConsistentHash);
+    let key = hash_bytes(b"user-7");
+    let first = t.select(key, &[]).unwrap().index();
+    for _ in 0..20 {
+        assert_eq!(t.select(key, &[]).unwrap().index(), first);
+    }
+    let retry = t.select(key, &[first]).unwrap().index();
+    assert_ne!(retry, first);
+}
