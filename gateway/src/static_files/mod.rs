@@ -1,25 +1,249 @@
-//! Terminal `static`: files from a root directory. (Being filled in: see the static files work.)
+//! Terminal `static`: files from a root directory, with nginx `root` semantics (the whole
+//! request path names a file under the root). Small files are served from memory with every
+//! header precomputed; large ones stream from disk in large chunks. See docs/static-files.md.
+//!
+//! The modules: `path` (safe request-path normalisation), `resolve` (file-system lookup under
+//! the root, index files, precompressed siblings), `cache` (the in-memory cache), `conditional`
+//! (validators, preconditions, ranges), `encoding` (Accept-Encoding and compression), `mime`
+//! (content types), `stream` (the file body) and `response` (header assembly).
 
-use http::{Request, Response};
+mod cache;
+mod conditional;
+mod encoding;
+mod mime;
+mod path;
+mod resolve;
+mod response;
+mod stream;
 
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyDataStream;
+use tokio::time::Instant;
+use tokio_util::io::StreamReader;
+
+use self::cache::{Cache, Entry};
+use self::conditional::{Plan, Validators};
+use self::encoding::{Accept, Encoding};
+use self::resolve::{Found, Settings, Streamed, Want};
+use self::response::Head;
+use self::stream::FileBody;
 use crate::body::Body;
 use crate::error::error_response;
 
 /// A compiled `static` terminal.
 pub struct StaticFiles {
-    _root: std::path::PathBuf,
+    settings: Arc<Settings>,
+    cache: Cache,
+    cache_control: Option<HeaderValue>,
+    /// `cache.revalidate_after` in nanoseconds.
+    revalidate: u64,
+    /// Origin of the cache's clock.
+    epoch: Instant,
 }
 
 impl StaticFiles {
     /// Builds the terminal from validated config.
     pub fn new(cfg: &gateway_config::model::StaticConfig) -> Result<Self, String> {
+        // Symlinks are judged against the canonical root, so it is resolved once here.
+        let root = std::fs::canonicalize(&cfg.root)
+            .map_err(|e| format!("root {}: {e}", cfg.root.display()))?;
+        if !root.is_dir() {
+            return Err(format!("root {} is not a directory", root.display()));
+        }
+        let cache_control = cfg
+            .cache_control
+            .as_deref()
+            .map(HeaderValue::from_str)
+            .transpose()
+            .map_err(|_| "cache_control is not a valid header value".to_owned())?;
+        let (max_file, max_total) = (
+            cfg.cache.max_file_size.bytes(),
+            cfg.cache.max_total_size.as_usize(),
+        );
+        let settings = Settings {
+            root,
+            index: cfg.index.clone(),
+            precompressed: codings(&cfg.precompressed),
+            compress: codings(&cfg.compress),
+            compress_min_size: cfg.compress_min_size.bytes(),
+            cache_max_file: (max_file > 0 && max_total > 0).then_some(max_file),
+        };
         Ok(Self {
-            _root: cfg.root.clone(),
+            settings: Arc::new(settings),
+            cache: Cache::new(max_total),
+            cache_control,
+            revalidate: nanos(cfg.cache.revalidate_after.get()),
+            epoch: Instant::now(),
         })
     }
 
     /// Serves one request.
-    pub async fn serve(&self, _req: Request<Body>) -> Response<Body> {
-        error_response(http::StatusCode::NOT_IMPLEMENTED)
+    pub async fn serve(&self, req: Request<Body>) -> Response<Body> {
+        let head = match *req.method() {
+            Method::GET => false,
+            Method::HEAD => true,
+            _ => return response::method_not_allowed(),
+        };
+        let key = match path::normalize(req.uri().path()) {
+            Ok(p) => p.key,
+            Err(e) => return error_response(e.status()),
+        };
+        let headers = req.headers();
+        let want = Want {
+            accept: Accept::from_headers(headers),
+            // Range is only defined for GET (RFC 9110 §14.2).
+            range: !head && headers.contains_key(header::RANGE),
+        };
+        let now = nanos(Instant::now().saturating_duration_since(self.epoch));
+        let prev = self.cache.get(&key);
+        if let Some(e) = &prev
+            && !e.claim_revalidation(now, self.revalidate)
+        {
+            return self.serve_cached(e, headers, head, want);
+        }
+
+        // A miss or a revalidation: one hop to the blocking pool does all the file work.
+        let key = key.into_owned();
+        let settings = self.settings.clone();
+        let old = prev.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let found = resolve::lookup(&settings, &key, want, old.as_deref());
+            (key, found)
+        });
+        let Ok((key, found)) = job.await else {
+            return error_response(StatusCode::INTERNAL_SERVER_ERROR);
+        };
+        match (found, prev) {
+            (Ok(Found::Unchanged), Some(e)) => self.serve_cached(&e, headers, head, want),
+            (Ok(Found::Cached(e)), _) => {
+                e.set_checked(now);
+                self.cache.insert(&key, e.clone());
+                self.serve_cached(&e, headers, head, want)
+            }
+            (other, prev) => {
+                // The file is gone, too large now, or a directory: forget the old entry.
+                if prev.is_some() {
+                    self.cache.remove(&key);
+                }
+                match other {
+                    Ok(Found::Redirect) => {
+                        response::redirect(path::dir_location(&key, req.uri().query()))
+                    }
+                    Ok(Found::Stream(s)) => self.serve_streamed(s, headers, head, want),
+                    Err(status) => error_response(status),
+                    Ok(Found::Unchanged | Found::Cached(_)) => {
+                        error_response(StatusCode::INTERNAL_SERVER_ERROR)
+                    }
+                }
+            }
+        }
     }
+
+    /// The hot path: everything is precomputed in the entry.
+    fn serve_cached(
+        &self,
+        e: &Entry,
+        headers: &HeaderMap,
+        head: bool,
+        want: Want,
+    ) -> Response<Body> {
+        let v = if want.range {
+            &e.identity
+        } else {
+            e.choose(&want.accept)
+        };
+        let len = v.body.len() as u64;
+        let h = Head {
+            content_type: &e.content_type,
+            last_modified: &e.last_modified,
+            etag: &v.etag,
+            vary: e.vary,
+            encoding: v.encoding,
+            cache_control: self.cache_control.as_ref(),
+        };
+        let validators = Validators {
+            etag: &v.etag,
+            modified: e.modified,
+            range_len: (want.range && v.encoding.is_none()).then_some(len),
+        };
+        let body = |b: bytes::Bytes| if head { Body::empty() } else { Body::full(b) };
+        match conditional::plan(headers, &validators) {
+            Plan::Full => response::ok(&h, body(v.body.clone()), Some(v.content_length.clone())),
+            Plan::Partial { start, end } => {
+                // Ranges are clamped to the body, whose length fits in usize.
+                let slice = v.body.slice(start as usize..=end as usize);
+                response::partial(&h, body(slice), start, end, len)
+            }
+            Plan::NotModified => response::not_modified(&h),
+            Plan::PreconditionFailed => error_response(StatusCode::PRECONDITION_FAILED),
+            Plan::Unsatisfiable => response::unsatisfiable(len),
+        }
+    }
+
+    /// A large file: headers computed now, the body streamed from the open file.
+    fn serve_streamed(
+        &self,
+        s: Streamed,
+        headers: &HeaderMap,
+        head: bool,
+        want: Want,
+    ) -> Response<Body> {
+        let last_modified = s.version.last_modified();
+        let h = Head {
+            content_type: &s.content_type,
+            last_modified: &last_modified,
+            etag: &s.etag,
+            vary: s.vary,
+            encoding: s.encoding,
+            cache_control: self.cache_control.as_ref(),
+        };
+        let validators = Validators {
+            etag: &s.etag,
+            modified: s.version.http_secs(),
+            range_len: (want.range && s.encoding.is_none()).then_some(s.len),
+        };
+        match conditional::plan(headers, &validators) {
+            Plan::Full if head => {
+                let len = (!s.compress).then(|| HeaderValue::from(s.len));
+                response::ok(&h, Body::empty(), len)
+            }
+            Plan::Full => match s.encoding.filter(|_| s.compress) {
+                Some(e) => {
+                    let raw = FileBody::new(s.file, 0, s.len);
+                    let input = StreamReader::new(BodyDataStream::new(raw));
+                    response::ok(&h, encoding::compress_stream(e, input), None)
+                }
+                None => {
+                    let body = Body::new(FileBody::new(s.file, 0, s.len));
+                    response::ok(&h, body, Some(HeaderValue::from(s.len)))
+                }
+            },
+            Plan::Partial { start, end } => {
+                let body = Body::new(FileBody::new(s.file, start, end - start + 1));
+                response::partial(&h, body, start, end, s.len)
+            }
+            Plan::NotModified => response::not_modified(&h),
+            Plan::PreconditionFailed => error_response(StatusCode::PRECONDITION_FAILED),
+            Plan::Unsatisfiable => response::unsatisfiable(s.len),
+        }
+    }
+}
+
+/// Config codings in order, without duplicates.
+fn codings(list: &[gateway_config::model::ContentEncoding]) -> Vec<Encoding> {
+    let mut out: Vec<Encoding> = Vec::with_capacity(list.len());
+    for &c in list {
+        let e = Encoding::from_config(c);
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -1,0 +1,288 @@
+//! The in-memory cache of small files (nginx's `open_file_cache` plus the content). An entry
+//! holds the file's bytes, its compressed variants and every header value precomputed, so a hit
+//! does no file I/O and allocates nothing beyond the response's header map. Entries are trusted
+//! for `revalidate_after`, then one request re-checks the file (path, inode, size, mtime) while
+//! the others keep being served. The map is sharded behind read-write locks, so readers never
+//! wait on each other; total bytes are bounded with CLOCK eviction (a "used" bit per entry).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+use super::encoding::{Accept, Encoding};
+use super::resolve::Stamp;
+
+/// Bytes charged per entry on top of its content (map slot, header values, key).
+const ENTRY_OVERHEAD: usize = 512;
+const SHARDS: usize = 16;
+
+/// One representation held in memory.
+pub(super) struct Variant {
+    pub(super) encoding: Option<Encoding>,
+    pub(super) body: Bytes,
+    pub(super) etag: HeaderValue,
+    pub(super) content_length: HeaderValue,
+}
+
+impl Variant {
+    fn new(encoding: Option<Encoding>, body: Bytes, etag: HeaderValue) -> Self {
+        Self {
+            encoding,
+            content_length: HeaderValue::from(body.len()),
+            body,
+            etag,
+        }
+    }
+}
+
+/// A cached file.
+pub(super) struct Entry {
+    pub(super) stamp: Stamp,
+    pub(super) content_type: HeaderValue,
+    pub(super) last_modified: HeaderValue,
+    /// Last-Modified as seconds since the epoch, for If-Modified-Since.
+    pub(super) modified: u64,
+    /// Whether the response depends on Accept-Encoding.
+    pub(super) vary: bool,
+    pub(super) identity: Variant,
+    /// Encoded variants, in server preference order.
+    encoded: Box<[Variant]>,
+    /// When the file was last checked, in ns of the terminal's clock.
+    checked: AtomicU64,
+    used: AtomicBool,
+    weight: usize,
+}
+
+impl Entry {
+    pub(super) fn new(
+        stamp: Stamp,
+        content_type: HeaderValue,
+        body: Bytes,
+        encoded: Vec<(Encoding, Bytes, HeaderValue)>,
+    ) -> Self {
+        let version = stamp.version;
+        let encoded: Box<[Variant]> = encoded
+            .into_iter()
+            .map(|(e, b, t)| Variant::new(Some(e), b, t))
+            .collect();
+        let weight =
+            ENTRY_OVERHEAD + body.len() + encoded.iter().map(|v| v.body.len()).sum::<usize>();
+        Self {
+            content_type,
+            last_modified: version.last_modified(),
+            modified: version.http_secs(),
+            vary: !encoded.is_empty(),
+            identity: Variant::new(None, body, version.etag(None)),
+            encoded,
+            stamp,
+            checked: AtomicU64::new(0),
+            // New entries count as used, so the fill that brought one in does not evict it.
+            used: AtomicBool::new(true),
+            weight,
+        }
+    }
+
+    /// The best variant for `accept` (identity when nothing encoded is acceptable).
+    pub(super) fn choose(&self, accept: &Accept) -> &Variant {
+        let mut best = &self.identity;
+        let mut best_q = 0;
+        for v in &self.encoded {
+            let q = v.encoding.map_or(0, |e| accept.q(e));
+            if q > best_q {
+                (best, best_q) = (v, q);
+            }
+        }
+        best
+    }
+
+    /// Records that the file was just checked against the disk.
+    pub(super) fn set_checked(&self, now: u64) {
+        self.checked.store(now, Relaxed);
+    }
+
+    /// Whether this request should re-check the file. Exactly one request claims each expired
+    /// window; concurrent ones keep using the entry until the check is done.
+    pub(super) fn claim_revalidation(&self, now: u64, ttl: u64) -> bool {
+        let checked = self.checked.load(Relaxed);
+        now.saturating_sub(checked) >= ttl
+            && self
+                .checked
+                .compare_exchange(checked, now, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    fn touch(&self) {
+        // Read first: writing a shared cache line on every hit would make cores contend.
+        if !self.used.load(Relaxed) {
+            self.used.store(true, Relaxed);
+        }
+    }
+}
+
+type Shard = RwLock<HashMap<Box<str>, Arc<Entry>>>;
+
+/// The sharded map with a byte budget.
+pub(super) struct Cache {
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+    total: AtomicUsize,
+    max_total: usize,
+    /// CLOCK hand: the next shard to sweep.
+    hand: AtomicUsize,
+}
+
+impl Cache {
+    pub(super) fn new(max_total: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            hasher: RandomState::new(),
+            total: AtomicUsize::new(0),
+            max_total,
+            hand: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Shard {
+        // Truncating the hash is fine: only its low bits pick the shard.
+        let h = self.hasher.hash_one(key) as usize;
+        &self.shards[h % SHARDS]
+    }
+
+    pub(super) fn get(&self, key: &str) -> Option<Arc<Entry>> {
+        let entry = read(self.shard(key)).get(key).cloned();
+        if let Some(e) = &entry {
+            e.touch();
+        }
+        entry
+    }
+
+    /// Adds or replaces an entry, then evicts down to the budget. An entry larger than the
+    /// whole budget is not kept.
+    pub(super) fn insert(&self, key: &str, entry: Arc<Entry>) {
+        if entry.weight > self.max_total {
+            self.remove(key);
+            return;
+        }
+        let weight = entry.weight;
+        if let Some(old) = write(self.shard(key)).insert(key.into(), entry) {
+            self.total.fetch_sub(old.weight, Relaxed);
+        }
+        if self.total.fetch_add(weight, Relaxed) + weight > self.max_total {
+            self.evict();
+        }
+    }
+
+    pub(super) fn remove(&self, key: &str) {
+        if let Some(old) = write(self.shard(key)).remove(key) {
+            self.total.fetch_sub(old.weight, Relaxed);
+        }
+    }
+
+    /// Bytes held.
+    pub(super) fn total(&self) -> usize {
+        self.total.load(Relaxed)
+    }
+
+    /// CLOCK: sweep shards in turn, giving used entries a second chance (clearing the bit) and
+    /// dropping unused ones until the total fits. Two rounds always suffice, since the first
+    /// clears every bit.
+    fn evict(&self) {
+        for _ in 0..2 * SHARDS {
+            if self.total() <= self.max_total {
+                return;
+            }
+            let i = self.hand.fetch_add(1, Relaxed) % SHARDS;
+            write(&self.shards[i]).retain(|_, e| {
+                if self.total() <= self.max_total || e.used.swap(false, Relaxed) {
+                    return true;
+                }
+                self.total.fetch_sub(e.weight, Relaxed);
+                false
+            });
+        }
+    }
+}
+
+// A panic while a lock was held cannot leave a map half-updated (each operation is a single
+// insert, remove or retain), so a poisoned lock is still safe to use.
+fn read(s: &Shard) -> RwLockReadGuard<'_, HashMap<Box<str>, Arc<Entry>>> {
+    s.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(s: &Shard) -> RwLockWriteGuard<'_, HashMap<Box<str>, Arc<Entry>>> {
+    s.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::static_files::resolve::Stamp;
+
+    fn entry(size: usize) -> Arc<Entry> {
+        Arc::new(Entry::new(
+            Stamp::for_tests(size as u64),
+            HeaderValue::from_static("text/plain"),
+            Bytes::from(vec![b'x'; size]),
+            vec![(
+                Encoding::Gzip,
+                Bytes::from_static(b"gz"),
+                HeaderValue::from_static("\"g\""),
+            )],
+        ))
+    }
+
+    #[test]
+    fn insert_get_replace_remove() {
+        let c = Cache::new(1 << 20);
+        c.insert("/a", entry(100));
+        assert_eq!(c.get("/a").unwrap().identity.body.len(), 100);
+        assert!(c.get("/b").is_none());
+        c.insert("/a", entry(200));
+        assert_eq!(c.total(), ENTRY_OVERHEAD + 202);
+        c.remove("/a");
+        assert_eq!(c.total(), 0);
+        assert!(c.get("/a").is_none());
+    }
+
+    #[test]
+    fn bounded_with_clock_eviction() {
+        let budget = 10 * (ENTRY_OVERHEAD + 1002);
+        let c = Cache::new(budget);
+        for i in 0..100 {
+            c.insert(&format!("/f{i}"), entry(1000));
+            // Keep /f0 hot: it should survive the sweeps.
+            let _ = c.get("/f0");
+            assert!(c.total() <= budget);
+        }
+        assert!(c.get("/f0").is_some());
+        assert!(c.get("/f99").is_some());
+        // Too large for the whole budget: not kept.
+        c.insert("/huge", entry(budget));
+        assert!(c.get("/huge").is_none());
+        assert!(c.total() <= budget);
+    }
+
+    #[test]
+    fn choose_and_revalidation_claims() {
+        let e = entry(10);
+        let mut h = http::HeaderMap::new();
+        assert!(e.choose(&Accept::from_headers(&h)).encoding.is_none());
+        h.insert("accept-encoding", HeaderValue::from_static("gzip"));
+        assert_eq!(
+            e.choose(&Accept::from_headers(&h)).encoding,
+            Some(Encoding::Gzip)
+        );
+        assert!(e.vary);
+
+        e.set_checked(1_000);
+        assert!(!e.claim_revalidation(1_500, 1_000));
+        assert!(e.claim_revalidation(2_000, 1_000));
+        // Claimed: the next caller in the same window serves the entry as is.
+        assert!(!e.claim_revalidation(2_001, 1_000));
+        assert!(e.claim_revalidation(5_000, 0));
+    }
+}

@@ -1,0 +1,270 @@
+//! Turns a request path into a safe, normalised key relative to the root, before the file
+//! system is touched. The path is percent-decoded exactly once; anything that could climb out
+//! of the root (`..`, encoded slashes, backslashes, NUL) or is not clean UTF-8 is rejected here,
+//! and symlinks are checked later against the canonical root (see `resolve.rs`).
+
+use std::borrow::Cow;
+
+use http::StatusCode;
+
+/// A validated request path.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ReqPath<'a> {
+    /// `/`-separated decoded segments, starting with `/`, no empty, `.` or `..` segment; ends
+    /// with `/` when the request names a directory. Borrowed from the URI when it needed no
+    /// change, so a cache hit does not allocate.
+    pub(super) key: Cow<'a, str>,
+}
+
+/// Why a path was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PathError {
+    /// Malformed or an escape attempt: 400.
+    Invalid,
+    /// A hidden (dot) file or directory: 404, as if it did not exist.
+    Hidden,
+}
+
+impl PathError {
+    pub(super) fn status(self) -> StatusCode {
+        match self {
+            Self::Invalid => StatusCode::BAD_REQUEST,
+            Self::Hidden => StatusCode::NOT_FOUND,
+        }
+    }
+}
+
+/// Validates and normalises `raw` (the URI path, still percent-encoded).
+pub(super) fn normalize(raw: &str) -> Result<ReqPath<'_>, PathError> {
+    if !raw.starts_with('/') {
+        // `*` (OPTIONS) or anything else that is not an origin-form path.
+        return Err(PathError::Invalid);
+    }
+    if is_clean(raw) {
+        return Ok(ReqPath {
+            key: Cow::Borrowed(raw),
+        });
+    }
+    let mut key = String::with_capacity(raw.len());
+    let mut seg = Vec::new();
+    for raw_seg in raw.split('/') {
+        decode_segment(raw_seg, &mut seg)?;
+        let s = std::str::from_utf8(&seg).map_err(|_| PathError::Invalid)?;
+        check_segment(s)?;
+        if !s.is_empty() {
+            key.push('/');
+            key.push_str(s);
+        }
+    }
+    if key.is_empty() || raw.ends_with('/') {
+        key.push('/');
+    }
+    Ok(ReqPath {
+        key: Cow::Owned(key),
+    })
+}
+
+/// The fast path: a plain ASCII path that decoding and normalising would leave unchanged.
+fn is_clean(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let plain = b
+        .iter()
+        .all(|&c| c.is_ascii_graphic() && c != b'%' && c != b'\\');
+    if !plain {
+        return false;
+    }
+    // Every segment after the leading `/` is non-empty (no `//`) and does not start with a dot;
+    // the last may be empty (a trailing slash).
+    let mut segments = raw[1..].split('/').peekable();
+    while let Some(s) = segments.next() {
+        if s.starts_with('.') || (s.is_empty() && segments.peek().is_some()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Percent-decodes one segment into `out`. An encoded `/` would let one segment become two
+/// after decoding (the classic `..%2f..` escape), so it is refused rather than decoded.
+fn decode_segment(raw: &str, out: &mut Vec<u8>) -> Result<(), PathError> {
+    out.clear();
+    let b = raw.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hi = b.get(i + 1).and_then(|c| hex(*c));
+            let lo = b.get(i + 2).and_then(|c| hex(*c));
+            let (Some(hi), Some(lo)) = (hi, lo) else {
+                return Err(PathError::Invalid);
+            };
+            let c = hi << 4 | lo;
+            if c == b'/' {
+                return Err(PathError::Invalid);
+            }
+            out.push(c);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Rules for one decoded segment.
+fn check_segment(s: &str) -> Result<(), PathError> {
+    // Control characters (NUL truncates C paths; others have no business in a file name) and
+    // backslashes (a separator on Windows, and on some network file systems) are refused.
+    if s.chars().any(|c| c.is_control() || c == '\\') {
+        return Err(PathError::Invalid);
+    }
+    // Dot segments are resolved by clients before sending (RFC 3986 §5.2.4); one that
+    // arrives is either a bug or an attack, so it is not resolved here.
+    if s == "." || s == ".." {
+        return Err(PathError::Invalid);
+    }
+    // Hidden files (`.git`, `.env`, `.htpasswd`) are never served; `.well-known` (RFC 8615)
+    // is the one public dot directory.
+    if s.starts_with('.') && s != ".well-known" {
+        return Err(PathError::Hidden);
+    }
+    Ok(())
+}
+
+/// The `Location` for a directory requested without its trailing slash: the normalised key,
+/// re-encoded, plus `/` and the query. Built from the key (never the raw URI), so it always
+/// starts with exactly one `/` and cannot become a protocol-relative `//host` redirect.
+pub(super) fn dir_location(key: &str, query: Option<&str>) -> String {
+    let mut out = String::with_capacity(key.len() + 2 + query.map_or(0, |q| q.len() + 1));
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
+        }
+    }
+    out.push('/');
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(raw: &str) -> Result<String, PathError> {
+        normalize(raw).map(|p| p.key.into_owned())
+    }
+
+    #[test]
+    fn clean_paths_are_borrowed() {
+        for p in [
+            "/",
+            "/a",
+            "/a/b.txt",
+            "/a/b/",
+            "/.well-known/x",
+            "/a-b_c~d;e=f",
+        ] {
+            let r = normalize(p).unwrap();
+            // `.well-known` is allowed but takes the slow path; the rest borrow.
+            if !p.contains(".well-known") {
+                assert!(matches!(r.key, Cow::Borrowed(_)), "{p}");
+            }
+            assert_eq!(r.key, p);
+        }
+    }
+
+    #[test]
+    fn decoding_and_normalising() {
+        assert_eq!(key("/a%20b.txt").unwrap(), "/a b.txt");
+        assert_eq!(key("//a///b//").unwrap(), "/a/b/");
+        assert_eq!(key("/%41").unwrap(), "/A");
+        assert_eq!(key("/caf%C3%A9").unwrap(), "/café");
+        // Decoded once: `%2541` is the literal `%41`, not `A`.
+        assert_eq!(key("/%2541").unwrap(), "/%41");
+        assert_eq!(key("/%252e%252e/").unwrap(), "/%2e%2e/");
+        assert_eq!(key("/").unwrap(), "/");
+        assert_eq!(key("//").unwrap(), "/");
+        assert_eq!(key("/%41/").unwrap(), "/A/");
+    }
+
+    #[test]
+    fn traversal_forms_are_refused() {
+        for p in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../etc/passwd",
+            "/a/..",
+            "/./a",
+            "/a/./b",
+            "/%2e%2e/etc/passwd",
+            "/%2E%2E/etc/passwd",
+            "/.%2e/etc/passwd",
+            "/%2e./etc/passwd",
+            "/a%2f..%2f..%2fetc%2fpasswd",
+            "/a%2F..%2F..%2Fetc",
+            "/..%2f",
+            "/..%5c..%5cetc%5cpasswd",
+            "/..\\..\\etc\\passwd",
+            "/a\\b",
+            "/%5c",
+            "/%00",
+            "/index.html%00.txt",
+            "/a%0a",
+            "/a%7f",
+            "/a%c0%ae%c0%ae/",
+            "/%ff",
+            "/%",
+            "/%2",
+            "/%zz",
+            "/%%32%65",
+            "*",
+            "",
+            "a/b",
+        ] {
+            assert_eq!(key(p), Err(PathError::Invalid), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn hidden_files_are_not_found() {
+        for p in [
+            "/.git/config",
+            "/.env",
+            "/a/.htpasswd",
+            "/%2egit/HEAD",
+            "/.well-known/.x",
+        ] {
+            assert_eq!(key(p), Err(PathError::Hidden), "{p}");
+        }
+        assert_eq!(
+            key("/.well-known/acme-challenge/t").unwrap(),
+            "/.well-known/acme-challenge/t"
+        );
+        assert_eq!(key("/a.b/c.d").unwrap(), "/a.b/c.d");
+    }
+
+    #[test]
+    fn locations() {
+        assert_eq!(dir_location("/docs", None), "/docs/");
+        assert_eq!(dir_location("/a b/é", Some("x=1")), "/a%20b/%C3%A9/?x=1");
+        // `//evil.com` normalises to `/evil.com`: a relative redirect, never off-site.
+        let k = key("//evil.com").unwrap();
+        assert_eq!(dir_location(&k, None), "/evil.com/");
+    }
+}

@@ -1,0 +1,118 @@
+//! Builds the terminal's responses from precomputed header values, so the cached path only
+//! clones reference-counted values into a map sized up front.
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+
+use super::encoding::Encoding;
+use crate::body::Body;
+use crate::error::error_response;
+
+/// The header values of one chosen representation.
+pub(super) struct Head<'a> {
+    pub(super) content_type: &'a HeaderValue,
+    pub(super) last_modified: &'a HeaderValue,
+    pub(super) etag: &'a HeaderValue,
+    pub(super) vary: bool,
+    pub(super) encoding: Option<Encoding>,
+    pub(super) cache_control: Option<&'a HeaderValue>,
+}
+
+/// Enough room for every header a file response carries, so the map never grows.
+const HEADERS: usize = 10;
+
+impl Head<'_> {
+    /// Validators and caching headers: what a 304 carries too (RFC 9110 §15.4.5).
+    fn validators(&self, h: &mut HeaderMap) {
+        h.insert(header::ETAG, self.etag.clone());
+        h.insert(header::LAST_MODIFIED, self.last_modified.clone());
+        if let Some(cc) = self.cache_control {
+            h.insert(header::CACHE_CONTROL, cc.clone());
+        }
+        if self.vary {
+            h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        }
+    }
+
+    fn representation(&self, h: &mut HeaderMap) {
+        self.validators(h);
+        h.insert(header::CONTENT_TYPE, self.content_type.clone());
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if let Some(e) = self.encoding {
+            h.insert(header::CONTENT_ENCODING, e.header_value());
+        }
+    }
+}
+
+fn with_headers(status: StatusCode, body: Body, headers: HeaderMap) -> Response<Body> {
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    *res.headers_mut() = headers;
+    res
+}
+
+/// 200. `content_length` is `None` for bodies compressed on the fly (length unknown).
+pub(super) fn ok(
+    head: &Head<'_>,
+    body: Body,
+    content_length: Option<HeaderValue>,
+) -> Response<Body> {
+    let mut h = HeaderMap::with_capacity(HEADERS);
+    head.representation(&mut h);
+    if let Some(len) = content_length {
+        h.insert(header::CONTENT_LENGTH, len);
+    }
+    with_headers(StatusCode::OK, body, h)
+}
+
+/// 206 for bytes `start..=end` of `len`.
+pub(super) fn partial(
+    head: &Head<'_>,
+    body: Body,
+    start: u64,
+    end: u64,
+    len: u64,
+) -> Response<Body> {
+    let mut h = HeaderMap::with_capacity(HEADERS);
+    head.representation(&mut h);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+    let range = format!("bytes {start}-{end}/{len}");
+    if let Ok(v) = HeaderValue::try_from(range) {
+        h.insert(header::CONTENT_RANGE, v);
+    }
+    with_headers(StatusCode::PARTIAL_CONTENT, body, h)
+}
+
+/// 304.
+pub(super) fn not_modified(head: &Head<'_>) -> Response<Body> {
+    let mut h = HeaderMap::with_capacity(HEADERS);
+    head.validators(&mut h);
+    with_headers(StatusCode::NOT_MODIFIED, Body::empty(), h)
+}
+
+/// 416 with the representation's length, so the client can retry sensibly.
+pub(super) fn unsatisfiable(len: u64) -> Response<Body> {
+    let mut res = error_response(StatusCode::RANGE_NOT_SATISFIABLE);
+    if let Ok(v) = HeaderValue::try_from(format!("bytes */{len}")) {
+        res.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
+    res
+}
+
+/// 405 for anything but GET and HEAD.
+pub(super) fn method_not_allowed() -> Response<Body> {
+    let mut res = error_response(StatusCode::METHOD_NOT_ALLOWED);
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    res
+}
+
+/// 301 to the directory's slash form.
+pub(super) fn redirect(location: String) -> Response<Body> {
+    let Ok(location) = HeaderValue::try_from(location) else {
+        return error_response(StatusCode::NOT_FOUND);
+    };
+    let mut res = error_response(StatusCode::MOVED_PERMANENTLY);
+    res.headers_mut().insert(header::LOCATION, location);
+    res
+}

@@ -1,0 +1,147 @@
+//! A response body that streams a byte range of an open file in large chunks. Each chunk is a
+//! positional read (`pread`) on the blocking pool straight into the buffer that is sent, and the
+//! next chunk is read while the current one is written, so a 1 GiB file needs two chunks of
+//! memory at most.
+
+use std::fs::File;
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tokio::task::JoinHandle;
+
+/// Bytes read per chunk: large enough that the per-read overhead (a trip to the blocking pool)
+/// is small next to the copy, small enough to keep memory per response modest.
+pub(super) const CHUNK: u64 = 256 * 1024;
+
+/// `len` bytes of `file` from `offset`.
+pub(super) struct FileBody {
+    file: Arc<File>,
+    /// Where the next read (not yet started) begins.
+    next: u64,
+    /// Bytes not yet read.
+    unread: u64,
+    /// Bytes not yet handed out (read or in flight).
+    remaining: u64,
+    pending: Option<JoinHandle<io::Result<Bytes>>>,
+}
+
+impl FileBody {
+    pub(super) fn new(file: File, offset: u64, len: u64) -> Self {
+        let mut body = Self {
+            file: Arc::new(file),
+            next: offset,
+            unread: len,
+            remaining: len,
+            pending: None,
+        };
+        // Start reading right away: the response headers are sent meanwhile.
+        body.start_read();
+        body
+    }
+
+    fn start_read(&mut self) {
+        if self.unread == 0 || self.pending.is_some() {
+            return;
+        }
+        let n = self.unread.min(CHUNK);
+        let (file, at) = (self.file.clone(), self.next);
+        self.next += n;
+        self.unread -= n;
+        self.pending = Some(tokio::task::spawn_blocking(move || {
+            read_chunk(&file, at, n)
+        }));
+    }
+}
+
+/// Reads exactly `n` bytes at `at`; a short file (truncated since it was opened) is an error,
+/// since the response already promised its length.
+fn read_chunk(file: &File, at: u64, n: u64) -> io::Result<Bytes> {
+    let n = usize::try_from(n).map_err(io::Error::other)?;
+    let mut buf = vec![0u8; n];
+    file.read_exact_at(&mut buf, at)?;
+    Ok(Bytes::from(buf))
+}
+
+impl HttpBody for FileBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let Some(pending) = self.pending.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let result = ready!(Pin::new(pending).poll(cx));
+        self.pending = None;
+        let chunk = match result {
+            Ok(Ok(chunk)) => chunk,
+            Ok(Err(e)) => return Poll::Ready(Some(Err(e))),
+            Err(join) => return Poll::Ready(Some(Err(io::Error::other(join)))),
+        };
+        self.remaining -= chunk.len() as u64;
+        // Read ahead: the next chunk loads while this one is being written.
+        self.start_read();
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn streams_ranges_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..(CHUNK as usize * 2 + 100))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+
+        let body = FileBody::new(File::open(&path).unwrap(), 0, data.len() as u64);
+        assert_eq!(body.size_hint().exact(), Some(data.len() as u64));
+        let mut frames = 0;
+        let mut out = Vec::new();
+        let mut body = std::pin::pin!(body);
+        while let Some(f) = body.frame().await {
+            out.extend_from_slice(&f.unwrap().into_data().unwrap());
+            frames += 1;
+        }
+        assert_eq!(out, data);
+        assert_eq!(frames, 3);
+
+        let body = FileBody::new(File::open(&path).unwrap(), 10, 20);
+        let got = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&got[..], &data[10..30]);
+
+        let empty = FileBody::new(File::open(&path).unwrap(), 0, 0);
+        assert!(empty.is_end_stream());
+        assert!(empty.collect().await.unwrap().to_bytes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn truncated_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"short").unwrap();
+        let body = FileBody::new(File::open(&path).unwrap(), 0, 100);
+        assert!(body.collect().await.is_err());
+    }
+}
