@@ -134,6 +134,8 @@ impl StaticFiles {
                     }
                     Ok(Found::Stream(s)) => self.serve_streamed(s, headers, head, want),
                     Err(status) => error_response(status),
+                    // `Unchanged` only answers a lookup that had a previous entry, and
+                    // `Cached` is handled above.
                     Ok(Found::Unchanged | Found::Cached(_)) => {
                         error_response(StatusCode::INTERNAL_SERVER_ERROR)
                     }
