@@ -8,6 +8,7 @@ use gateway_config::{Config, Filter, RouteAction};
 
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
+use crate::proxy::{ProxyRoute, Upstreams};
 use crate::router::{Matcher, Router};
 use crate::terminal::{Respond, Terminal};
 
@@ -29,11 +30,15 @@ pub struct Generation {
     pub router: Router<CompiledRoute>,
     /// `Server` header value, if any.
     pub server_header: Option<http::HeaderValue>,
+    /// Upstreams with their pools, one set per generation, shared by the routes naming them.
+    /// Dropping the generation stops their background tasks.
+    pub upstreams: Upstreams,
 }
 
 impl Generation {
     /// Builds a generation; any failure is located in the config file.
     pub fn build(config: Arc<Config>) -> Result<Self, GatewayError> {
+        let upstreams = Upstreams::build(&config)?;
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, route) in config.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
@@ -63,7 +68,12 @@ impl Generation {
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,
                 )),
-                RouteAction::Proxy(_) => Terminal::Proxy(Arc::new(crate::proxy::ProxyRoute)),
+                RouteAction::Proxy(p) => {
+                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
+                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
+                    })?;
+                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
+                }
             };
             routes.push((
                 matcher,
@@ -86,6 +96,7 @@ impl Generation {
             router: Router::new(config.listeners.len(), routes),
             config,
             server_header,
+            upstreams,
         })
     }
 }

@@ -1,17 +1,393 @@
-//! Terminal `proxy`: the reverse proxy. (Being filled in: see the reverse proxy work.)
+//! Terminal `proxy`: the reverse proxy.
+//!
+//! A request is rewritten once (hop-by-hop headers out, forwarding headers in, `strip_prefix`),
+//! then tried on targets chosen by the upstream's balancer. An attempt checks a connection out
+//! of the target's pool, sends, and waits for the response head within the upstream's
+//! `timeout`. Idempotent requests whose body is empty or was never sent are retried on another
+//! target (up to `retries`) after a connect failure, a timeout, a broken response, or a 502, 503
+//! or 504 from the upstream. Every outcome feeds the target's passive health. The response body
+//! streams back through [`body`], which returns the connection to its pool at the end.
+//!
+//! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
+//! connections), [`connect`] (TCP, TLS, handshakes), [`tls`], [`headers`], [`body`],
+//! [`upgrade`] (WebSocket), [`health`] (active checks).
 
-use http::{Request, Response};
+mod body;
+mod connect;
+mod headers;
+mod health;
+mod pool;
+mod tls;
+mod upgrade;
+mod upstream;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::uri::{Authority, PathAndQuery};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use stream_proxy::upstream::Selection;
+use tokio::time::Sleep;
+
+pub use upstream::{Upstream, Upstreams};
+
+use self::body::Lease;
+use self::connect::ConnectError;
+use self::pool::{Checkout, Pool, PooledH1};
 use crate::body::Body;
 use crate::context::RequestCx;
-use crate::error::error_response;
+use crate::error::{GatewayError, error_response};
 
-/// A route's proxy terminal.
-pub struct ProxyRoute;
+/// A route's proxy terminal: the upstream (shared by every route naming it) and this route's
+/// rewriting settings.
+pub struct ProxyRoute {
+    upstream: Arc<Upstream>,
+    /// Without a trailing slash; `None` when nothing is stripped.
+    strip_prefix: Option<Box<str>>,
+    preserve_host: bool,
+}
+
+/// The rewritten request, shared by its attempts.
+struct Head {
+    method: Method,
+    path: PathAndQuery,
+    /// Client's `Host` to send upstream (`preserve_host`), HTTP/1.1.
+    host: Option<HeaderValue>,
+    /// Client's authority to send upstream (`preserve_host`), HTTP/2.
+    authority: Option<Authority>,
+}
+
+/// A response head received on an attempt, with what its body still holds.
+struct Sent {
+    response: Response<Incoming>,
+    conn: Option<PooledH1>,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+/// Why an attempt failed, and the request back when it was never sent (so it can be retried
+/// even with a body).
+struct Failed {
+    error: GatewayError,
+    unsent: Option<Request<Body>>,
+}
 
 impl ProxyRoute {
-    /// Forwards one request.
-    pub async fn forward(&self, _req: Request<Body>, _cx: &RequestCx) -> Response<Body> {
-        error_response(http::StatusCode::NOT_IMPLEMENTED)
+    /// Builds the terminal for one route.
+    pub fn new(cfg: &gateway_config::model::ProxyConfig, upstream: Arc<Upstream>) -> Self {
+        let strip_prefix = cfg
+            .strip_prefix
+            .as_deref()
+            .map(|p| p.trim_end_matches('/'))
+            .filter(|p| !p.is_empty())
+            .map(Box::from);
+        Self {
+            upstream,
+            strip_prefix,
+            preserve_host: cfg.preserve_host,
+        }
     }
+
+    /// Forwards one request; every failure becomes a response here.
+    pub async fn forward(&self, mut req: Request<Body>, cx: &RequestCx) -> Response<Body> {
+        let up = &self.upstream;
+        let websocket_over_h2 = upgrade::is_websocket_connect(&req);
+        if req.method() == Method::CONNECT && !websocket_over_h2 {
+            // Not a forward proxy: plain CONNECT tunnels are not offered.
+            return error_response(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        let h2 = up.connector.is_h2();
+        if websocket_over_h2 && h2 {
+            // WebSocket to an HTTP/2 upstream would need extended CONNECT upstream too.
+            return error_response(StatusCode::NOT_IMPLEMENTED);
+        }
+        let upgrading = !h2
+            && (websocket_over_h2
+                || (req.version() <= Version::HTTP_11 && headers::wants_upgrade(req.headers())));
+        let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut req));
+
+        let (mut parts, body) = req.into_parts();
+        let key = up.hash_key(&parts, cx);
+        let client_host = headers::client_authority(&parts.uri, &parts.headers);
+        headers::remove_hop_by_hop(&mut parts.headers, upgrading && !websocket_over_h2);
+        // The gateway answers `Expect: 100-continue` itself (hyper sends the 100 when the body
+        // is first read), so the upstream must not be asked again.
+        parts.headers.remove(header::EXPECT);
+        headers::add_forwarding(
+            &mut parts.headers,
+            cx.client_ip(),
+            cx.conn.tls,
+            client_host.as_ref(),
+            parts.version,
+        );
+        if websocket_over_h2 {
+            upgrade::connect_to_http1(&mut parts);
+        }
+        let head = Head {
+            path: self.upstream_path(&parts.uri),
+            authority: (self.preserve_host && h2)
+                .then(|| parts.uri.authority().cloned())
+                .flatten()
+                .or_else(|| {
+                    let h = client_host.as_ref().filter(|_| self.preserve_host && h2)?;
+                    Authority::try_from(h.as_bytes()).ok()
+                }),
+            host: client_host.filter(|_| self.preserve_host && !h2),
+            method: parts.method,
+        };
+
+        let retries = if up.retries > 0 && is_idempotent(&head.method) && !upgrading {
+            up.retries as usize
+        } else {
+            0
+        };
+        let mut headers = Some(parts.headers);
+        let mut body = Some(body);
+        let body_empty = body.as_ref().is_some_and(http_body::Body::is_end_stream);
+        // Allocated only when a retry happens.
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last: Option<Result<(Sent, Selection), GatewayError>> = None;
+        while let Some(selection) = up.targets.select(key, &tried) {
+            let index = selection.index();
+            let retry_left = tried.len() < retries;
+            let hdrs = match (retry_left, &mut headers) {
+                (true, Some(h)) => h.clone(),
+                (_, h) => h.take().unwrap_or_default(),
+            };
+            let pool = &up.pools[index];
+            let req = self.request(&head, hdrs, body.take().unwrap_or_default(), pool);
+            match self.attempt(pool, req).await {
+                Ok(sent) => {
+                    let status = sent.response.status();
+                    let failed = matches!(status.as_u16(), 502..=504);
+                    if failed {
+                        up.targets.report_failure(index);
+                    } else {
+                        up.targets.report_success(index);
+                    }
+                    if failed && retry_left && body_empty {
+                        tried.push(index);
+                        last = Some(Ok((sent, selection)));
+                        continue;
+                    }
+                    return self.respond(sent, selection, client_upgrade, websocket_over_h2);
+                }
+                Err(Failed { error, unsent }) => {
+                    up.targets.report_failure(index);
+                    tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
+                    if let Some(req) = unsent {
+                        body = Some(req.into_body());
+                    }
+                    if retry_left && error.retryable() && (body_empty || body.is_some()) {
+                        tried.push(index);
+                        last = Some(Err(error));
+                        continue;
+                    }
+                    return self.fail(error);
+                }
+            }
+        }
+        match last {
+            Some(Ok((sent, selection))) => {
+                self.respond(sent, selection, client_upgrade, websocket_over_h2)
+            }
+            Some(Err(error)) => self.fail(error),
+            None => self.fail(GatewayError::NoHealthyTarget(up.name.to_string())),
+        }
+    }
+
+    fn fail(&self, error: GatewayError) -> Response<Body> {
+        tracing::warn!(upstream = %self.upstream.name, error = %error, cause = ?std::error::Error::source(&error), "proxying failed");
+        error.into_response()
+    }
+
+    /// The path and query sent upstream, with `strip_prefix` removed at a segment boundary
+    /// (`/api` strips `/api` and `/api/x`, not `/apix`).
+    fn upstream_path(&self, uri: &Uri) -> PathAndQuery {
+        let original = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let Some(prefix) = &self.strip_prefix else {
+            return original;
+        };
+        match uri.path().strip_prefix(&**prefix) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                let query = uri.query().map_or(0, |q| q.len() + 1);
+                let mut s = String::with_capacity(rest.len() + query + 1);
+                s.push_str(if rest.is_empty() { "/" } else { rest });
+                if let Some(q) = uri.query() {
+                    s.push('?');
+                    s.push_str(q);
+                }
+                PathAndQuery::try_from(s).unwrap_or(original)
+            }
+            _ => original,
+        }
+    }
+
+    /// The request for one attempt on `pool`'s target.
+    fn request(&self, head: &Head, headers: HeaderMap, body: Body, pool: &Pool) -> Request<Body> {
+        let mut req = Request::new(body);
+        *req.method_mut() = head.method.clone();
+        *req.headers_mut() = headers;
+        if self.upstream.connector.is_h2() {
+            let mut uri = http::uri::Parts::default();
+            uri.scheme = Some(self.upstream.scheme.clone());
+            uri.authority = Some(
+                head.authority
+                    .clone()
+                    .unwrap_or_else(|| pool.endpoint.authority.clone()),
+            );
+            uri.path_and_query = Some(head.path.clone());
+            *req.uri_mut() = Uri::from_parts(uri).unwrap_or_default();
+            *req.version_mut() = Version::HTTP_2;
+            req.headers_mut().remove(header::HOST);
+        } else {
+            *req.uri_mut() = Uri::from(head.path.clone());
+            let host = head.host.clone();
+            req.headers_mut().insert(
+                header::HOST,
+                host.unwrap_or_else(|| pool.endpoint.host.clone()),
+            );
+        }
+        req
+    }
+
+    /// One attempt: a connection, the request sent, the response head, all within `timeout`.
+    async fn attempt(&self, pool: &Arc<Pool>, mut req: Request<Body>) -> Result<Sent, Failed> {
+        let up = &self.upstream;
+        let timeout = up.timeout.unwrap_or_default();
+        let timed_out = || GatewayError::UpstreamTimeout(timeout);
+        let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        // A pooled connection the peer closed while idle hands the request back unsent; try
+        // again on another (a fresh one, once the idle ones run out).
+        loop {
+            let checkout = match until(&mut deadline, pool.checkout(&up.connector)).await {
+                Some(Ok(c)) => c,
+                Some(Err(e)) => {
+                    return Err(Failed {
+                        error: connect_error(pool, e),
+                        unsent: Some(req),
+                    });
+                }
+                None => {
+                    return Err(Failed {
+                        error: timed_out(),
+                        unsent: Some(req),
+                    });
+                }
+            };
+            let (sent, conn, reused) = match checkout {
+                Checkout::H1 { mut conn, reused } => {
+                    let sent = until(&mut deadline, conn.tx.try_send_request(req)).await;
+                    (sent, Some(conn), reused)
+                }
+                Checkout::H2(mut tx) => {
+                    let sent = until(&mut deadline, tx.try_send_request(req)).await;
+                    (sent, None, false)
+                }
+            };
+            match sent {
+                Some(Ok(response)) => {
+                    return Ok(Sent {
+                        response,
+                        conn,
+                        deadline,
+                    });
+                }
+                None => {
+                    return Err(Failed {
+                        error: timed_out(),
+                        unsent: None,
+                    });
+                }
+                Some(Err(mut e)) => match e.take_message() {
+                    Some(again) if reused => req = again,
+                    unsent => {
+                        return Err(Failed {
+                            error: GatewayError::UpstreamFailed {
+                                addr: pool.endpoint.addr.to_string(),
+                                source: e.into_error().into(),
+                            },
+                            unsent,
+                        });
+                    }
+                },
+            }
+        }
+    }
+
+    /// The client's response from an upstream's.
+    fn respond(
+        &self,
+        sent: Sent,
+        selection: Selection,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        websocket_over_h2: bool,
+    ) -> Response<Body> {
+        let Sent {
+            mut response,
+            conn,
+            deadline,
+        } = sent;
+        let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+        let lease = Lease {
+            upstream: self.upstream.clone(),
+            selection,
+            conn,
+            deadline,
+        };
+        if switching {
+            let Some(client) = client_upgrade else {
+                // A switch nobody asked for cannot be relayed.
+                return self.fail(GatewayError::UpstreamFailed {
+                    addr: lease.selection.target().addr.to_string(),
+                    source: "upstream switched protocols unasked".into(),
+                });
+            };
+            let upstream = hyper::upgrade::on(&mut response);
+            let (parts, _) = response.into_parts();
+            return upgrade::tunnel(parts, client, upstream, lease, websocket_over_h2);
+        }
+        let (mut parts, incoming) = response.into_parts();
+        headers::remove_hop_by_hop(&mut parts.headers, false);
+        parts
+            .headers
+            .append(header::VIA, headers::via(parts.version));
+        parts.version = Version::HTTP_11;
+        Response::from_parts(parts, body::wrap(incoming, lease))
+    }
+}
+
+fn connect_error(pool: &Pool, e: ConnectError) -> GatewayError {
+    match e {
+        ConnectError::Timeout(d) => GatewayError::UpstreamTimeout(d),
+        e => GatewayError::UpstreamConnect {
+            addr: pool.endpoint.addr.to_string(),
+            source: e.into(),
+        },
+    }
+}
+
+/// Runs `f` until the deadline, if there is one; `None` when the deadline came first.
+async fn until<F: Future>(deadline: &mut Option<Pin<Box<Sleep>>>, f: F) -> Option<F::Output> {
+    match deadline {
+        None => Some(f.await),
+        Some(d) => tokio::select! {
+            biased;
+            out = f => Some(out),
+            () = d.as_mut() => None,
+        },
+    }
+}
+
+/// Methods RFC 9110 defines as idempotent.
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
 }

@@ -1,0 +1,267 @@
+//! Header rewriting between client and upstream: hop-by-hop headers removed in both directions
+//! (RFC 9110 §7.6.1), the forwarding headers added on the way up (`X-Forwarded-For` and
+//! `Forwarded` appended to; `X-Forwarded-Proto` and `X-Forwarded-Host` set, since the gateway
+//! is the edge and a client must not be able to claim `https`), and `Via` both ways.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Uri, Version};
+
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
+const HTTP: HeaderValue = HeaderValue::from_static("http");
+const HTTPS: HeaderValue = HeaderValue::from_static("https");
+
+/// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
+/// put back, since the next hop must see both to switch protocols.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
+    if headers.contains_key(header::CONNECTION) {
+        // Headers the sender named in Connection are for this hop only. TE is judged below on
+        // its value, and Upgrade stays when switching protocols.
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|list| list.split(','))
+            .map(str::trim)
+            .filter(|n| !n.eq_ignore_ascii_case("te"))
+            .filter(|n| !(upgrading && n.eq_ignore_ascii_case("upgrade")))
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect();
+        headers.remove(header::CONNECTION);
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    headers.remove(&KEEP_ALIVE);
+    headers.remove(&PROXY_CONNECTION);
+    headers.remove(header::TRANSFER_ENCODING);
+    headers.remove(header::PROXY_AUTHORIZATION);
+    headers.remove(header::PROXY_AUTHENTICATE);
+    headers.remove(&HTTP2_SETTINGS);
+    if let Some(te) = headers.remove(header::TE) {
+        // "TE: trailers" is the one value that means something end to end (gRPC needs it).
+        let wants_trailers = te.to_str().is_ok_and(|v| {
+            v.split(',').any(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("trailers")
+            })
+        });
+        if wants_trailers {
+            headers.insert(header::TE, TRAILERS);
+        }
+    }
+    if upgrading {
+        headers.insert(header::CONNECTION, UPGRADE);
+    } else {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// Whether a request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
+pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str().is_ok_and(|s| {
+                s.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+        })
+}
+
+/// The authority the client addressed: the URI's (HTTP/2, absolute-form) or `Host`.
+pub(crate) fn client_authority(uri: &Uri, headers: &HeaderMap) -> Option<HeaderValue> {
+    match uri.authority() {
+        Some(a) => HeaderValue::from_str(a.as_str()).ok(),
+        None => headers.get(header::HOST).cloned(),
+    }
+}
+
+/// `Via` values by the version of the hop they describe.
+pub(crate) fn via(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_09 => "0.9 gateway",
+        Version::HTTP_10 => "1.0 gateway",
+        Version::HTTP_2 => "2 gateway",
+        Version::HTTP_3 => "3 gateway",
+        _ => "1.1 gateway",
+    })
+}
+
+/// Adds the forwarding headers for a request from `client` that arrived with `version` over
+/// TLS or not, addressed to `host`.
+pub(crate) fn add_forwarding(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    tls: bool,
+    host: Option<&HeaderValue>,
+    version: Version,
+) {
+    let proto = if tls { HTTPS } else { HTTP };
+
+    let mut xff = String::with_capacity(48);
+    for v in headers.get_all(&X_FORWARDED_FOR) {
+        if let Ok(v) = v.to_str() {
+            xff.push_str(v);
+            xff.push_str(", ");
+        }
+    }
+    let _ = write!(xff, "{client}");
+    if let Ok(v) = HeaderValue::try_from(xff) {
+        headers.insert(&X_FORWARDED_FOR, v);
+    }
+
+    let mut fwd = String::with_capacity(64);
+    for v in headers.get_all(header::FORWARDED) {
+        if let Ok(v) = v.to_str() {
+            fwd.push_str(v);
+            fwd.push_str(", ");
+        }
+    }
+    match client {
+        IpAddr::V4(ip) => {
+            let _ = write!(fwd, "for={ip}");
+        }
+        IpAddr::V6(ip) => {
+            let _ = write!(fwd, "for=\"[{ip}]\"");
+        }
+    }
+    let _ = write!(fwd, ";proto={}", if tls { "https" } else { "http" });
+    if let Some(host) = host.and_then(|h| h.to_str().ok()) {
+        // A quoted-string: escape what would end it early, so a Host header cannot inject
+        // parameters of its own.
+        fwd.push_str(";host=\"");
+        for c in host.chars() {
+            if c == '"' || c == '\\' {
+                fwd.push('\\');
+            }
+            fwd.push(c);
+        }
+        fwd.push('"');
+    }
+    if let Ok(v) = HeaderValue::try_from(fwd) {
+        headers.insert(header::FORWARDED, v);
+    }
+
+    headers.insert(&X_FORWARDED_PROTO, proto);
+    match host {
+        Some(h) => headers.insert(&X_FORWARDED_HOST, h.clone()),
+        None => headers.remove(&X_FORWARDED_HOST),
+    };
+    headers.append(header::VIA, via(version));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_go() {
+        let mut h = map(&[
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic eA=="),
+            ("te", "gzip"),
+            ("x-kept", "1"),
+            ("connection", "x-other"),
+            ("x-other", "1"),
+        ]);
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn te_trailers_survives() {
+        let mut h = map(&[("te", "trailers, deflate;q=0.5")]);
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(h["te"], "trailers");
+    }
+
+    #[test]
+    fn upgrade_is_kept_when_upgrading() {
+        let mut h = map(&[
+            ("connection", "Upgrade, x-hop"),
+            ("upgrade", "websocket"),
+            ("x-hop", "1"),
+        ]);
+        assert!(wants_upgrade(&h));
+        remove_hop_by_hop(&mut h, true);
+        assert_eq!(h["upgrade"], "websocket");
+        assert_eq!(h["connection"], "upgrade");
+        assert!(!h.contains_key("x-hop"));
+    }
+
+    #[test]
+    fn forwarding_headers_append_and_set() {
+        let mut h = map(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=10.0.0.1"),
+        ]);
+        let host = HeaderValue::from_static("api.example.com:8080");
+        add_forwarding(
+            &mut h,
+            "192.0.2.7".parse().unwrap(),
+            false,
+            Some(&host),
+            Version::HTTP_11,
+        );
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
+        assert_eq!(
+            h["x-forwarded-proto"], "http",
+            "a client cannot claim https"
+        );
+        assert_eq!(h["x-forwarded-host"], "api.example.com:8080");
+        assert_eq!(
+            h["forwarded"],
+            "for=10.0.0.1, for=192.0.2.7;proto=http;host=\"api.example.com:8080\""
+        );
+        assert_eq!(h["via"], "1.1 gateway");
+    }
+
+    #[test]
+    fn forwarded_quotes_ipv6_and_escapes_host() {
+        let mut h = HeaderMap::new();
+        let host = HeaderValue::from_static("a\";by=evil");
+        add_forwarding(
+            &mut h,
+            "2001:db8::1".parse().unwrap(),
+            true,
+            Some(&host),
+            Version::HTTP_2,
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=\"[2001:db8::1]\";proto=https;host=\"a\\\";by=evil\""
+        );
+        assert_eq!(h["via"], "2 gateway");
+    }
+}

@@ -1,0 +1,242 @@
+//! An upstream at run time: its targets (balancer and health, shared with L4 streams through
+//! [`stream_proxy::upstream::Targets`]), one connection pool per target, the connector, and the
+//! settings requests need, all built once per config generation. [`Upstreams`] holds a
+//! generation's upstreams and their background tasks (idle reaping, active health checks),
+//! which stop when the generation is dropped; requests still in flight keep their upstream (and
+//! so its pools) alive through an `Arc`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_config::{Config, HashKey};
+use http::header::{self, HeaderName, HeaderValue};
+use http::uri::{Authority, Scheme};
+use stream_proxy::upstream::{KeyHasher, Targets};
+use tokio_util::sync::CancellationToken;
+
+use super::connect::Connector;
+use super::pool::{Endpoint, Limits, Pool};
+use crate::context::RequestCx;
+use crate::error::GatewayError;
+
+/// One upstream, ready for requests.
+pub struct Upstream {
+    /// Name in the config.
+    pub name: Arc<str>,
+    /// Targets with their balancer, health and counters.
+    pub targets: Arc<Targets>,
+    pub(crate) pools: Box<[Arc<Pool>]>,
+    pub(crate) connector: Connector,
+    /// `http` or `https`, for HTTP/2 `:scheme`.
+    pub(crate) scheme: Scheme,
+    /// Whole-response deadline per attempt; `None` when configured as 0.
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retries: u32,
+    hash_on: Option<HashOn>,
+    health: gateway_config::model::HealthCheckConfig,
+    idle_timeout: Duration,
+}
+
+enum HashOn {
+    ClientIp,
+    Path,
+    Header(HeaderName),
+    Cookie(Box<str>),
+}
+
+impl Upstream {
+    fn build(config: &Config, u: &gateway_config::Upstream) -> Result<Self, GatewayError> {
+        let key = |k: &str| format!("upstreams.{}.{k}", u.name);
+        let s = &u.settings;
+        let connector = Connector::new(s.protocol, s.tls.as_ref(), s.connect_timeout.get())
+            .map_err(|(k, m)| config.error(key(k), m))?;
+        let tls = s.tls.clone().unwrap_or_default();
+        let limits = Limits {
+            max_idle: if s.pool.idle_timeout.get().is_zero() {
+                0
+            } else {
+                s.pool.max_idle_per_target
+            },
+            max_open: s.pool.max_connections_per_target,
+        };
+        let mut pools = Vec::with_capacity(u.targets.len());
+        for (i, t) in u.targets.iter().enumerate() {
+            let bad = |m: String| config.error(key(&format!("targets[{i}]")), m);
+            let endpoint = Endpoint {
+                addr: t.addr,
+                server_name: super::tls::server_name(&tls, &t.authority).map_err(|m| {
+                    if tls.server_name.is_some() {
+                        config.error(key("tls.server_name"), m)
+                    } else {
+                        bad(m)
+                    }
+                })?,
+                host: HeaderValue::from_str(&t.authority).map_err(|e| bad(e.to_string()))?,
+                authority: Authority::try_from(t.authority.as_str())
+                    .map_err(|e| bad(e.to_string()))?,
+            };
+            pools.push(Arc::new(Pool::new(endpoint, limits)));
+        }
+        let hash_on = u.hash_on.as_ref().map(|h| match h {
+            HashKey::ClientIp => HashOn::ClientIp,
+            HashKey::Path => HashOn::Path,
+            // Validated as a header name when the config was loaded.
+            HashKey::Header(n) => {
+                HeaderName::from_bytes(n.as_bytes()).map_or(HashOn::ClientIp, HashOn::Header)
+            }
+            HashKey::Cookie(n) => HashOn::Cookie(n.as_str().into()),
+        });
+        let hash_on = (s.balance == gateway_config::model::Balance::ConsistentHash)
+            .then_some(hash_on)
+            .flatten();
+        Ok(Self {
+            name: Arc::from(u.name.as_str()),
+            targets: Arc::new(Targets::from_config(u)),
+            pools: pools.into(),
+            scheme: if s.tls.is_some()
+                || s.protocol == gateway_config::model::UpstreamProtocol::Http2
+            {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            },
+            connector,
+            timeout: Some(s.timeout.get()).filter(|t| !t.is_zero()),
+            retries: s.retries,
+            hash_on,
+            health: s.health_check.clone(),
+            idle_timeout: s.pool.idle_timeout.get(),
+        })
+    }
+
+    /// The consistent-hash key of a request (0 for other balancers). A request without the
+    /// configured header or cookie falls back to its client's address, so it still sticks.
+    pub(crate) fn hash_key(&self, parts: &http::request::Parts, cx: &RequestCx) -> u64 {
+        let Some(on) = &self.hash_on else { return 0 };
+        let mut h = KeyHasher::new();
+        let found = match on {
+            HashOn::ClientIp => false,
+            HashOn::Path => {
+                h.write(parts.uri.path().as_bytes());
+                true
+            }
+            HashOn::Header(name) => parts.headers.get(name).is_some_and(|v| {
+                h.write(v.as_bytes());
+                true
+            }),
+            HashOn::Cookie(name) => cookie(&parts.headers, name).is_some_and(|v| {
+                h.write(v.as_bytes());
+                true
+            }),
+        };
+        if !found {
+            match cx.client_ip() {
+                std::net::IpAddr::V4(ip) => h.write(&ip.octets()),
+                std::net::IpAddr::V6(ip) => h.write(&ip.octets()),
+            }
+        }
+        h.finish()
+    }
+
+    /// Connections open to each target (for tests and metrics).
+    pub fn open_connections(&self) -> Vec<usize> {
+        self.pools.iter().map(|p| p.open()).collect()
+    }
+
+    /// Idle keep-alive connections to each target.
+    pub fn idle_connections(&self) -> Vec<usize> {
+        self.pools.iter().map(|p| p.idle()).collect()
+    }
+
+    fn spawn_background(self: &Arc<Self>, cancel: &CancellationToken) {
+        if !self.idle_timeout.is_zero() {
+            let (up, cancel) = (self.clone(), cancel.clone());
+            let every = (self.idle_timeout / 2).max(Duration::from_millis(50));
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = ticks.tick() => up.pools.iter().for_each(|p| p.reap()),
+                    }
+                }
+            });
+        }
+        if let Some(path) = &self.health.path {
+            tokio::spawn(super::health::run(
+                self.clone(),
+                path.clone(),
+                self.health.clone(),
+                cancel.clone(),
+            ));
+        }
+    }
+}
+
+/// The value of cookie `name` among the request's `Cookie` headers.
+fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// A generation's upstreams. Dropping it stops their background tasks.
+pub struct Upstreams {
+    by_name: HashMap<String, Arc<Upstream>>,
+    background: CancellationToken,
+}
+
+impl Upstreams {
+    /// Builds every upstream in `config`; starts background tasks when called inside a Tokio
+    /// runtime (`gateway validate` builds a generation without one, and needs none).
+    pub fn build(config: &Config) -> Result<Self, GatewayError> {
+        let background = CancellationToken::new();
+        let mut by_name = HashMap::with_capacity(config.upstreams.len());
+        for (name, u) in &config.upstreams {
+            by_name.insert(name.clone(), Arc::new(Upstream::build(config, u)?));
+        }
+        // Only once all built: a failed build must leave no task behind.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            by_name
+                .values()
+                .for_each(|up| up.spawn_background(&background));
+        }
+        Ok(Self {
+            by_name,
+            background,
+        })
+    }
+
+    /// An upstream by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.by_name.get(name)
+    }
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        self.background.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_lookup() {
+        let mut h = http::HeaderMap::new();
+        h.append(header::COOKIE, "a=1; session=abc".parse().unwrap());
+        h.append(header::COOKIE, "b=2".parse().unwrap());
+        assert_eq!(cookie(&h, "session"), Some("abc"));
+        assert_eq!(cookie(&h, "b"), Some("2"));
+        assert_eq!(cookie(&h, "sess"), None);
+    }
+}
