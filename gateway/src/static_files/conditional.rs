@@ -398,6 +398,40 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_ranges_stay_in_bounds() {
+        let parts: &[&[u8]] = &[
+            b"bytes",
+            b"=",
+            b"-",
+            b"0",
+            b"9",
+            b"18446744073709551616",
+            b",",
+            b" ",
+            b"x",
+            b"\xff",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut v = Vec::new();
+            for _ in 0..(x % 7) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.extend_from_slice(parts[(x % parts.len() as u64) as usize]);
+            }
+            let len = x % 50;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if let RangeSpec::Bytes(s, e) = parse_range(&v, len) {
+                assert!(s <= e && e < len, "{v:?} len {len}: {s}-{e}");
+            }
+            let _ = tag_list_matches(&v, b"\"a\"", true);
+        }
+    }
+
+    #[test]
     fn range_in_plan() {
         assert_eq!(
             run(&[("range", "bytes=0-3")], Some(10)),

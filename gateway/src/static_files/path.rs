@@ -154,7 +154,9 @@ pub(super) fn dir_location(key: &str, query: Option<&str>) -> String {
             out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
         }
     }
-    out.push('/');
+    if !out.ends_with('/') {
+        out.push('/');
+    }
     if let Some(q) = query {
         out.push('?');
         out.push_str(q);
@@ -257,6 +259,59 @@ mod tests {
             "/.well-known/acme-challenge/t"
         );
         assert_eq!(key("/a.b/c.d").unwrap(), "/a.b/c.d");
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics_or_escapes() {
+        let alphabet: &[&str] = &[
+            "/",
+            "//",
+            ".",
+            "..",
+            "%",
+            "%2e",
+            "%2E",
+            "%2f",
+            "%5c",
+            "%00",
+            "%c3%a9",
+            "%ff",
+            "%zz",
+            "a",
+            "b.txt",
+            "\\",
+            ".well-known",
+            "%25",
+            "~",
+            "%0",
+            " ",
+        ];
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        for _ in 0..20_000 {
+            let mut raw = String::new();
+            for _ in 0..(x % 8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                raw.push_str(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if let Ok(p) = normalize(&raw) {
+                let k = &p.key;
+                assert!(k.starts_with('/'), "{raw:?} -> {k:?}");
+                assert!(
+                    !k.contains("//") && !k.contains('\\') && !k.contains('\0'),
+                    "{raw:?}"
+                );
+                assert!(
+                    k.split('/').all(|s| s != ".." && s != "."),
+                    "{raw:?} -> {k:?}"
+                );
+                assert_eq!(dir_location(k, None).matches("//").count(), 0, "{raw:?}");
+            }
+        }
     }
 
     #[test]

@@ -658,7 +658,9 @@ async fn changed_files_are_picked_up_after_revalidate_after() {
         .await
         .header("etag")
         .to_owned();
-    // Same length, different bytes: only the mtime tells them apart.
+    // Same length, different bytes: only the mtime tells them apart. File systems stamp
+    // times from a coarse clock (a few ms), so let it tick first.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     std::fs::write(&path, "version two").unwrap();
     std::fs::remove_file(gw.dir().join("public/gone.txt")).unwrap();
     let r = send(&gw, "GET", "/news.txt", &[]).await;
