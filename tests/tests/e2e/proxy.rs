@@ -1,0 +1,305 @@
+//! Reverse proxy end to end: balancing (distribution per algorithm, consistent-hash stickiness
+//! and minimal remapping), passive ejection of a killed backend, recovery through active
+//! checks, and all targets down. Shared helpers for the other `proxy_*` modules live here.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_tests::backend::Backend;
+use gateway_tests::{TestGateway, TestResponse, http1};
+use http::Request;
+use http_body_util::Full;
+use stream_proxy::upstream::Health;
+
+/// A gateway with one listener `main` and one upstream `app` (its settings given as YAML
+/// lines indented by four spaces) behind a catch-all route with extra `route` settings.
+pub(crate) fn yaml(upstream: &str, route: &str) -> String {
+    format!(
+        r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  app:
+{upstream}
+routes:
+  - name: app
+    match: {{ path_prefix: / }}
+    proxy: {{ upstream: app{route} }}
+"#
+    )
+}
+
+/// `[a, b, ...]` for a targets list.
+pub(crate) fn targets(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    format!("[{}]", list.join(", "))
+}
+
+/// A port nothing listens on.
+pub(crate) fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+pub(crate) fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::new(Bytes::new())).unwrap()
+}
+
+/// GETs `path` `n` times on one connection; counts answers by `x-backend` (or by status when
+/// the gateway answered itself).
+async fn tally(gw: &TestGateway, path: &str, n: usize) -> HashMap<String, usize> {
+    let mut c = http1(gw.addr("main")).await;
+    let mut out = HashMap::new();
+    for _ in 0..n {
+        let r = c.get(path).await;
+        *out.entry(who(&r)).or_default() += 1;
+    }
+    out
+}
+
+fn who(r: &TestResponse) -> String {
+    match r.header("x-backend") {
+        "" => format!("status {}", r.status()),
+        b => b.to_owned(),
+    }
+}
+
+async fn backends(names: &[&str]) -> Vec<Backend> {
+    let mut out = Vec::new();
+    for n in names {
+        out.push(Backend::start(n).await);
+    }
+    out
+}
+
+fn addrs(b: &[Backend]) -> Vec<SocketAddr> {
+    b.iter().map(Backend::addr).collect()
+}
+
+pub(crate) fn upstream(gw: &TestGateway) -> std::sync::Arc<gateway::proxy::Upstream> {
+    gw.gateway()
+        .generation()
+        .upstreams
+        .get("app")
+        .expect("upstream app")
+        .clone()
+}
+
+#[tokio::test]
+async fn round_robin_follows_weights_exactly() {
+    let b = backends(&["a", "b", "c"]).await;
+    let a = addrs(&b);
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: [{}, {}, {{ address: {}, weight: 2 }}]",
+            a[0], a[1], a[2]
+        ),
+        "",
+    ))
+    .await;
+    let t = tally(&gw, "/", 40).await;
+    assert_eq!((t["a"], t["b"], t["c"]), (10, 10, 20), "{t:?}");
+}
+
+#[tokio::test]
+async fn least_requests_avoids_the_busy_target() {
+    let b = backends(&["a", "b"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: {}\n    balance: least_requests",
+            targets(&addrs(&b))
+        ),
+        "",
+    ))
+    .await;
+    // Idle: ties rotate, so the split is even.
+    let t = tally(&gw, "/", 20).await;
+    assert_eq!((t["a"], t["b"]), (10, 10), "{t:?}");
+
+    // One slow request in flight on one target: the next requests all go to the other.
+    let addr = gw.addr("main");
+    let slow = tokio::spawn(async move { http1(addr).await.get("/slow/1500").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let busy = if b[0].last().unwrap().uri.path() == "/slow/1500" {
+        "a"
+    } else {
+        "b"
+    };
+    let t = tally(&gw, "/", 10).await;
+    assert_eq!(t.get(busy), None, "{t:?}");
+    assert_eq!(slow.await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn random_spreads_load() {
+    let b = backends(&["a", "b", "c"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!("    targets: {}\n    balance: random", targets(&addrs(&b))),
+        "",
+    ))
+    .await;
+    let t = tally(&gw, "/", 300).await;
+    for name in ["a", "b", "c"] {
+        assert!((60..=140).contains(&t[name]), "{t:?}");
+    }
+}
+
+async fn place(c: &mut gateway_tests::Client, user: u32) -> String {
+    let req = Request::get("/")
+        .header("x-user", format!("user-{user}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    who(&c.send(req).await.unwrap())
+}
+
+#[tokio::test]
+async fn consistent_hash_is_sticky_and_remaps_only_the_lost_share() {
+    let mut b = backends(&["a", "b", "c", "d"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: {}\n    balance: consistent_hash\n    hash_on: header:x-user\n    retries: 1\n    health_check: {{ unhealthy_after: 1, eject_for: 60s }}",
+            targets(&addrs(&b))
+        ),
+        "",
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    let mut before = Vec::new();
+    for u in 0..200 {
+        before.push(place(&mut c, u).await);
+    }
+    for u in 0..200 {
+        assert_eq!(place(&mut c, u).await, before[u as usize], "user-{u} moved");
+    }
+    let per: HashMap<&str, usize> = before.iter().fold(HashMap::new(), |mut m, w| {
+        *m.entry(w.as_str()).or_default() += 1;
+        m
+    });
+    assert_eq!(per.len(), 4, "every target owns some users: {per:?}");
+
+    b[2].stop().await; // "c" goes away; its users move, nobody else's do.
+    for u in 0..200 {
+        let now = place(&mut c, u).await;
+        if before[u as usize] == "c" {
+            assert!(["a", "b", "d"].contains(&now.as_str()), "user-{u}: {now}");
+        } else {
+            assert_eq!(
+                now, before[u as usize],
+                "user-{u} moved though its target is up"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn killed_backend_is_ejected_and_no_request_fails_after() {
+    let mut b = backends(&["a", "b"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: {}\n    health_check: {{ unhealthy_after: 2, eject_for: 60s }}",
+            targets(&addrs(&b))
+        ),
+        "",
+    ))
+    .await;
+    let t = tally(&gw, "/", 10).await;
+    assert_eq!((t["a"], t["b"]), (5, 5));
+
+    b[1].stop().await;
+    // Without retries, the failures that eject "b" reach clients: exactly `unhealthy_after`.
+    let t = tally(&gw, "/", 50).await;
+    assert_eq!(t.get("status 502"), Some(&2), "{t:?}");
+    assert_eq!(t["a"], 48, "{t:?}");
+    assert_eq!(upstream(&gw).targets.health(1), Some(Health::Ejected));
+    // Once ejected, nothing fails.
+    let t = tally(&gw, "/", 50).await;
+    assert_eq!(t.get("a"), Some(&50), "{t:?}");
+    let snap = upstream(&gw).targets.snapshot();
+    assert_eq!((snap[1].failures, snap[1].ejections), (2, 1));
+}
+
+#[tokio::test]
+async fn killed_backend_with_retries_fails_no_request_at_all() {
+    let mut b = backends(&["a", "b"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!("    targets: {}\n    retries: 1", targets(&addrs(&b))),
+        "",
+    ))
+    .await;
+    b[0].stop().await;
+    let t = tally(&gw, "/", 40).await;
+    assert_eq!(t.get("b"), Some(&40), "{t:?}");
+}
+
+#[tokio::test]
+async fn active_checks_take_a_target_out_and_bring_it_back() {
+    let mut b = backends(&["a", "b"]).await;
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: {}\n    health_check: {{ path: /healthz, interval: 100ms, timeout: 500ms, unhealthy_after: 2, healthy_after: 2 }}",
+            targets(&addrs(&b))
+        ),
+        "",
+    ))
+    .await;
+    let up = upstream(&gw);
+    let wait_for = |i: usize, h: Health| {
+        let up = up.clone();
+        async move {
+            for _ in 0..100 {
+                if up.targets.health(i) == Some(h) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("target {i} never became {h:?}");
+        }
+    };
+
+    // The check fails: down, no traffic, no failed request.
+    b[1].set_healthy(false);
+    wait_for(1, Health::Down).await;
+    let t = tally(&gw, "/", 20).await;
+    assert_eq!(t.get("a"), Some(&20), "{t:?}");
+    b[1].set_healthy(true);
+    wait_for(1, Health::Healthy).await;
+    let t = tally(&gw, "/", 20).await;
+    assert_eq!((t["a"], t["b"]), (10, 10), "{t:?}");
+
+    // The process dies and comes back on the same port.
+    b[1].stop().await;
+    wait_for(1, Health::Down).await;
+    let t = tally(&gw, "/", 20).await;
+    assert_eq!(t.get("a"), Some(&20), "{t:?}");
+    b[1].restart().await;
+    wait_for(1, Health::Healthy).await;
+    let t = tally(&gw, "/", 20).await;
+    assert_eq!((t["a"], t["b"]), (10, 10), "{t:?}");
+}
+
+#[tokio::test]
+async fn all_targets_down_answers_503_fast() {
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: {}\n    health_check: {{ unhealthy_after: 1, eject_for: 60s }}",
+            targets(&[dead_addr(), dead_addr()])
+        ),
+        "",
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/").await.status(), 502);
+    assert_eq!(c.get("/").await.status(), 502);
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        assert_eq!(c.get("/").await.status(), 503);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
