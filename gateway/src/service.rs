@@ -5,13 +5,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::Body;
 use crate::context::{ConnInfo, RequestCx};
 use crate::error::error_response;
+use crate::filter::with_server;
 use crate::generation::Generation;
 use crate::router::request_host;
 use crate::server::idle::Activity;
@@ -63,16 +64,13 @@ impl ConnService {
             start: Instant::now(),
         };
         let req = req.map(Body::incoming);
-        let res = route.chain.run(&route.terminal, req, cx).await;
-        self.finish(&generation, res)
+        route
+            .chain
+            .run(&route.terminal, req, cx, generation.server_header.as_ref())
+            .await
     }
 
-    fn finish(&self, generation: &Generation, mut res: Response<Body>) -> Response<Body> {
-        if let Some(server) = &generation.server_header {
-            res.headers_mut()
-                .entry(header::SERVER)
-                .or_insert_with(|| server.clone());
-        }
-        res
+    fn finish(&self, generation: &Generation, res: Response<Body>) -> Response<Body> {
+        with_server(res, generation.server_header.as_ref())
     }
 }

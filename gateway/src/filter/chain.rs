@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::Mutex;
@@ -66,15 +66,17 @@ impl Chain {
         self.factories.is_empty()
     }
 
-    /// Runs the request through the filters and the terminal.
+    /// Runs the request through the filters and the terminal. `server` is the `Server` header
+    /// every response starts with, before response filters run (so they may remove it).
     pub async fn run(
         &self,
         terminal: &Terminal,
         req: Request<Body>,
         cx: RequestCx,
+        server: Option<&HeaderValue>,
     ) -> Response<Body> {
         if self.factories.is_empty() {
-            return terminal.handle(req, &cx).await;
+            return with_server(terminal.handle(req, &cx).await, server);
         }
         let filters = self.factories.iter().map(|f| f.create()).collect();
         let terminal_cx = cx.clone();
@@ -99,7 +101,9 @@ impl Chain {
                     None => {}
                     Some(resp) => {
                         drop(guard);
-                        return self.response_phase(state, i, resp).await;
+                        return self
+                            .response_phase(state, i, with_server(resp, server))
+                            .await;
                     }
                 }
             }
@@ -107,13 +111,15 @@ impl Chain {
 
         let body = match self.request_body {
             None | Some(BodyAccess::None) => body,
-            Some(BodyAccess::Buffer(limit)) => match self
-                .buffer_request_body(&state, body, limit)
-                .await
-            {
-                Ok(body) => body,
-                Err(resp) => return self.response_phase(state, self.factories.len(), resp).await,
-            },
+            Some(BodyAccess::Buffer(limit)) => {
+                match self.buffer_request_body(&state, body, limit).await {
+                    Ok(body) => body,
+                    Err(resp) => {
+                        let resp = with_server(resp, server);
+                        return self.response_phase(state, self.factories.len(), resp).await;
+                    }
+                }
+            }
             Some(BodyAccess::Stream) => Body::new(RequestBodyHooks {
                 inner: body,
                 state: state.clone(),
@@ -129,6 +135,7 @@ impl Chain {
             Some(reply) => reply,
             None => response,
         };
+        let response = with_server(response, server);
         self.response_phase(state, self.factories.len(), response)
             .await
     }
@@ -221,6 +228,16 @@ impl Chain {
         });
         Response::from_parts(parts, body)
     }
+}
+
+/// Adds the `Server` header unless the terminal set its own.
+pub fn with_server(mut res: Response<Body>, server: Option<&HeaderValue>) -> Response<Body> {
+    if let Some(server) = server {
+        res.headers_mut()
+            .entry(header::SERVER)
+            .or_insert_with(|| server.clone());
+    }
+    res
 }
 
 async fn run_response_body_hooks(

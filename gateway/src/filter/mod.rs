@@ -12,7 +12,7 @@ mod headers;
 use bytes::Bytes;
 use http::{Response, request, response};
 
-pub use chain::Chain;
+pub use chain::{Chain, with_server};
 pub use headers::HeadersFilterFactory;
 
 use crate::body::{Body, BoxError};

@@ -105,6 +105,9 @@ impl Activity {
         let quiet = Duration::from_millis(now.saturating_sub(self.last.load(Ordering::Relaxed)));
         if quiet >= idle {
             Verdict::Idle
+        } else if self.track_heads.load(Ordering::Relaxed) {
+            // A head may start at any moment; look again within the header timeout.
+            Verdict::Wait((idle - quiet).min(header))
         } else {
             Verdict::Wait(idle - quiet)
         }

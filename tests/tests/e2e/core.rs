@@ -1,0 +1,332 @@
+//! HTTP core end to end: respond, routing, the headers filter, keep-alive, h2c, limits and
+//! malformed requests, timeouts, graceful drain.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_tests::{TestGateway, http1, http2c, raw, raw_status, raw_with_timeout};
+use http::Request;
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ROUTES: &str = r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+  - name: other
+    bind: 127.0.0.1:0
+    protocols: [http1]
+routes:
+  - name: only-other
+    listeners: [other]
+    match: { path: /which }
+    respond: { body: "other" }
+  - name: hello
+    match: { path: /hello }
+    respond: { status: 200, body: "Hello, world!", headers: { content-type: text/plain } }
+  - name: api-host
+    match: { host: api.example.com, path_prefix: /users }
+    respond: { body: "api" }
+  - name: wildcard
+    match: { host: "*.example.com" }
+    respond: { body: "wildcard" }
+  - name: versioned
+    match: { path_regex: "^/v[0-9]+/" }
+    respond: { body: "versioned" }
+  - name: post-only
+    match: { path: /submit, methods: [POST] }
+    respond: { status: 201, body: "created" }
+  - name: canary
+    match: { path: /which, headers: { x-canary: "true" } }
+    respond: { body: "canary" }
+  - name: which
+    match: { path: /which }
+    filters:
+      - headers: { request_set: { x-env: prod }, response_set: { x-served-by: edge }, response_remove: [server], response_add: { x-extra: "1" } }
+    respond: { body: "main", headers: { x-extra: "0" } }
+  - name: teapot
+    match: { path_prefix: /tea }
+    respond: { status: 418, body: "short and stout" }
+"#;
+
+fn get(path: &str, host: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn respond_over_http1_and_h2c_with_keep_alive() {
+    let gw = TestGateway::start(ROUTES).await;
+    let addr = gw.addr("main");
+    let mut c = http1(addr).await;
+    for _ in 0..3 {
+        // Three requests on one connection: keep-alive works.
+        let res = c.get("/hello").await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.text(), "Hello, world!");
+        assert_eq!(res.header("content-type"), "text/plain");
+        assert_eq!(res.header("content-length"), "13");
+    }
+    let mut h2 = http2c(addr).await;
+    let res = h2.get("/hello").await;
+    assert_eq!(res.head.version, http::Version::HTTP_2);
+    assert_eq!(res.text(), "Hello, world!");
+}
+
+#[tokio::test]
+async fn head_has_length_but_no_body() {
+    let gw = TestGateway::start(ROUTES).await;
+    let mut c = http1(gw.addr("main")).await;
+    let req = Request::head("/hello")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let res = c.send(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.header("content-length"), "13");
+    assert!(res.body.is_empty());
+}
+
+#[tokio::test]
+async fn router_matches_host_path_method_headers_first_match_wins() {
+    let gw = TestGateway::start(ROUTES).await;
+    let mut c = http1(gw.addr("main")).await;
+    let text = |r: gateway_tests::TestResponse| (r.status(), r.text());
+    assert_eq!(
+        text(c.send(get("/users/7", "api.example.com")).await.unwrap()),
+        (200, "api".into())
+    );
+    assert_eq!(
+        text(
+            c.send(get("/users/7", "API.Example.com:8080"))
+                .await
+                .unwrap()
+        ),
+        (200, "api".into())
+    );
+    // Segment-boundary prefix: /usersx is not under /users; the wildcard route takes it.
+    assert_eq!(
+        text(c.send(get("/usersx", "api.example.com")).await.unwrap()),
+        (200, "wildcard".into())
+    );
+    assert_eq!(
+        text(c.send(get("/anything", "a.b.example.com")).await.unwrap()),
+        (200, "wildcard".into())
+    );
+    assert_eq!(
+        text(c.send(get("/v2/items", "localhost")).await.unwrap()),
+        (200, "versioned".into())
+    );
+    assert_eq!(
+        c.send(get("/vx/items", "localhost"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        c.send(get("/submit", "localhost")).await.unwrap().status(),
+        404
+    );
+    let post = Request::post("/submit")
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from("x")))
+        .unwrap();
+    assert_eq!(text(c.send(post).await.unwrap()), (201, "created".into()));
+    let canary = Request::get("/which")
+        .header("host", "localhost")
+        .header("x-canary", "true")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(text(c.send(canary).await.unwrap()), (200, "canary".into()));
+    assert_eq!(
+        text(c.send(get("/which", "localhost")).await.unwrap()),
+        (200, "main".into())
+    );
+    assert_eq!(
+        text(c.send(get("/tea/cup", "localhost")).await.unwrap()),
+        (418, "short and stout".into())
+    );
+    assert_eq!(
+        c.send(get("/nothing-here", "localhost"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+
+    // Routes can be restricted to listeners: the first route only applies to `other`.
+    let mut o = http1(gw.addr("other")).await;
+    assert_eq!(
+        text(o.send(get("/which", "localhost")).await.unwrap()),
+        (200, "other".into())
+    );
+}
+
+#[tokio::test]
+async fn headers_filter_edits_responses() {
+    let gw = TestGateway::start(ROUTES).await;
+    let mut c = http1(gw.addr("main")).await;
+    let res = c.send(get("/which", "localhost")).await.unwrap();
+    assert_eq!(res.header("x-served-by"), "edge");
+    assert!(
+        res.head.headers.get("server").is_none(),
+        "server header removed"
+    );
+    let extra: Vec<_> = res.head.headers.get_all("x-extra").iter().collect();
+    assert_eq!(extra, ["0", "1"]);
+    // Without the filter the Server header is present.
+    let res = c.send(get("/hello", "localhost")).await.unwrap();
+    assert_eq!(res.header("server"), "gateway");
+}
+
+#[tokio::test]
+async fn oversized_head_gets_431_and_long_uri_414() {
+    let gw = TestGateway::start(&format!("{ROUTES}\n").replace(
+        "  - name: main\n    bind: 127.0.0.1:0\n",
+        "  - name: main\n    bind: 127.0.0.1:0\n    max_header_size: 8KiB\n    max_uri_length: 1KiB\n",
+    ))
+    .await;
+    let addr = gw.addr("main");
+    let big = "a".repeat(16 * 1024);
+    let res = raw(
+        addr,
+        format!("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(raw_status(&res), 431, "{res}");
+    let long = "b".repeat(2000);
+    let res = raw(
+        addr,
+        format!("GET /hello?{long} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(raw_status(&res), 414, "{res}");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_and_the_connection_closes() {
+    let gw = TestGateway::start(ROUTES).await;
+    let addr = gw.addr("main");
+    let cases: &[&[u8]] = &[
+        b"GARBAGE\r\n\r\n",
+        b"GET /hello HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+        b"GET /hello HTTP/9.9\r\nHost: x\r\n\r\n",
+        b"GET /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+        b"GET /hello HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET /he\x00llo HTTP/1.1\r\nHost: x\r\n\r\n",
+    ];
+    for case in cases {
+        let res = raw(addr, case).await;
+        let status = raw_status(&res);
+        assert!(
+            status == 400 || res.is_empty() && status == 0,
+            "{:?} -> {res}",
+            String::from_utf8_lossy(case)
+        );
+        if status == 400 {
+            // The connection was closed afterwards: raw() returned before its 2 s quiet timeout
+            // is checked indirectly by the response being complete.
+            assert!(
+                res.contains("connection: close")
+                    || res.ends_with("\r\n\r\n")
+                    || res.contains("content-length: 0"),
+                "{res}"
+            );
+        }
+    }
+    // The gateway still serves afterwards.
+    let mut c = http1(addr).await;
+    assert_eq!(c.get("/hello").await.status(), 200);
+}
+
+#[tokio::test]
+async fn slow_header_is_cut_by_header_read_timeout() {
+    let gw = TestGateway::start(&ROUTES.replace(
+        "  - name: main\n    bind: 127.0.0.1:0\n",
+        "  - name: main\n    bind: 127.0.0.1:0\n    header_read_timeout: 300ms\n",
+    ))
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr("main"))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await;
+    let n = n.expect("closed before the test timeout").unwrap_or(0);
+    assert!(n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"));
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
+    let gw = TestGateway::start(&ROUTES.replace(
+        "  - name: main\n    bind: 127.0.0.1:0\n",
+        "  - name: main\n    bind: 127.0.0.1:0\n    idle_timeout: 300ms\n",
+    ))
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr("main"))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let start = tokio::time::Instant::now();
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the idle connection is closed");
+    assert!(start.elapsed() >= Duration::from_millis(250));
+}
+
+#[tokio::test]
+async fn h2c_idle_connection_gets_goaway() {
+    let gw = TestGateway::start(&ROUTES.replace(
+        "  - name: main\n    bind: 127.0.0.1:0\n",
+        "  - name: main\n    bind: 127.0.0.1:0\n    idle_timeout: 300ms\n",
+    ))
+    .await;
+    let mut c = http2c(gw.addr("main")).await;
+    assert_eq!(c.get("/hello").await.status(), 200);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let req = Request::get("/hello")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert!(
+        c.send(req).await.is_err(),
+        "the idle h2 connection was closed"
+    );
+}
+
+#[tokio::test]
+async fn connection_cap_refuses_extra_connections() {
+    let gw = TestGateway::start(&ROUTES.replace(
+        "  - name: main\n    bind: 127.0.0.1:0\n",
+        "  - name: main\n    bind: 127.0.0.1:0\n    max_connections: 2\n",
+    ))
+    .await;
+    let addr = gw.addr("main");
+    let mut a = http1(addr).await;
+    let mut b = http1(addr).await;
+    assert_eq!(a.get("/hello").await.status(), 200);
+    assert_eq!(b.get("/hello").await.status(), 200);
+    let res = raw_with_timeout(
+        addr,
+        b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_millis(500),
+    )
+    .await;
+    assert_eq!(res, "", "the third connection is closed without a response");
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = http1(addr).await;
+    assert_eq!(c.get("/hello").await.status(), 200);
+}
