@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: set-up, plugin builds, format and lint checks,
+# then every test in the workspace (unit, config golden tests, end to end). Debug builds only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+if [ -f scripts/build-plugins.sh ]; then
+  bash scripts/build-plugins.sh
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== cargo build (gateway binary used by CLI tests)"
+cargo build -p gateway --bin gateway --quiet
+
+echo "== cargo test (unit, golden, end to end; criterion benches run once in test mode)"
+cargo test --workspace --all-targets --quiet -- --test-threads="${TEST_THREADS:-4}"
+cargo test --workspace --doc --quiet
