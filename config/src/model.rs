@@ -55,6 +55,8 @@ pub struct ServerSettings {
     pub worker_threads: usize,
     /// Value of the `Server` response header; empty means none is sent.
     pub server_header: String,
+    /// Reload automatically when the config file changes.
+    pub watch_config: bool,
 }
 
 impl Default for ServerSettings {
@@ -63,6 +65,7 @@ impl Default for ServerSettings {
             drain_timeout: Duration::from_secs(30),
             worker_threads: 0,
             server_header: "gateway".into(),
+            watch_config: true,
         }
     }
 }
@@ -769,6 +772,10 @@ pub struct StreamConfig {
     /// Cap on concurrent connections (TCP) or sessions (UDP); 0 means unlimited.
     #[serde(default)]
     pub max_connections: usize,
+    /// Time allowed for the client's PROXY protocol header (`accept_proxy_protocol`) and TLS
+    /// ClientHello (`sni_routes`) to arrive.
+    #[serde(default = "default_header_read_timeout")]
+    pub header_read_timeout: Duration,
     /// Stream filters, in order (each a single-key map such as `- allow: [...]`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
     pub filters: Vec<StreamFilterConfig>,

@@ -10,6 +10,7 @@ use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
 use crate::proxy::{ProxyRoute, Upstreams};
 use crate::router::{Matcher, Router};
+use crate::telemetry::{RouteMetrics, Telemetry};
 use crate::terminal::{Respond, Terminal};
 
 /// One route, compiled.
@@ -20,6 +21,8 @@ pub struct CompiledRoute {
     pub chain: Chain,
     /// Terminal.
     pub terminal: Terminal,
+    /// Request counters and latency.
+    pub metrics: RouteMetrics,
 }
 
 /// Everything a request needs, built from one config.
@@ -33,11 +36,15 @@ pub struct Generation {
     /// Upstreams with their pools, one set per generation, shared by the routes naming them.
     /// Dropping the generation stops their background tasks.
     pub upstreams: Upstreams,
+    /// Listener names in config order (a listener's index in the router).
+    pub listener_names: Vec<Arc<str>>,
+    /// Requests no route matched.
+    pub unrouted: RouteMetrics,
 }
 
 impl Generation {
     /// Builds a generation; any failure is located in the config file.
-    pub fn build(config: Arc<Config>) -> Result<Self, GatewayError> {
+    pub fn build(config: Arc<Config>, telemetry: &Telemetry) -> Result<Self, GatewayError> {
         let upstreams = Upstreams::build(&config)?;
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, route) in config.routes.iter().enumerate() {
@@ -82,6 +89,7 @@ impl Generation {
                     name: Arc::from(route.name.as_str()),
                     chain: Chain::new(factories),
                     terminal,
+                    metrics: RouteMetrics::new(&telemetry.registry, &route.name),
                 },
             ));
         }
@@ -94,9 +102,20 @@ impl Generation {
         };
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),
+            listener_names: config
+                .listeners
+                .iter()
+                .map(|l| Arc::from(l.name.as_str()))
+                .collect(),
+            unrouted: RouteMetrics::new(&telemetry.registry, ""),
             config,
             server_header,
             upstreams,
         })
+    }
+
+    /// The router index of a listener, by name (indices change across reloads; names do not).
+    pub fn listener_index(&self, name: &str) -> Option<usize> {
+        self.listener_names.iter().position(|n| &**n == name)
     }
 }

@@ -3,6 +3,7 @@
 //! `proxy` terminals. `main.rs` is only the command line; everything else is here so tests and
 //! benchmarks drive the real thing in-process.
 
+pub mod admin;
 pub mod body;
 pub mod context;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod router;
 pub mod server;
 pub mod service;
 pub mod static_files;
+pub mod telemetry;
 pub mod terminal;
 
 pub use body::Body;

@@ -89,7 +89,7 @@ fn main() -> ExitCode {
 /// Everything `run` would build, without binding sockets.
 fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
-    gateway::generation::Generation::build(config.clone())?;
+    gateway::generation::Generation::build(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
     Ok(())
 }

@@ -1,11 +1,12 @@
-//! The per-connection hyper service: route lookup, the filter chain and terminal, and the few
-//! things every response gets. Errors never reach hyper; they are responses by now.
+//! The request entry point shared by every protocol: route lookup, the filter chain and
+//! terminal, request metrics and the access log. Errors never reach hyper; they are responses
+//! by now.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -16,61 +17,150 @@ use crate::filter::with_server;
 use crate::generation::Generation;
 use crate::router::request_host;
 use crate::server::idle::Activity;
+use crate::telemetry::{AccessRecord, RouteMetrics, Telemetry, protocol_text};
 
 /// State shared by the requests of one connection.
 pub struct ConnService {
     /// The live generation (swapped on reload).
     pub generation: Arc<ArcSwap<Generation>>,
-    /// Index of the listener in the generation's config.
-    pub listener: usize,
     /// Connection facts.
     pub conn: Arc<ConnInfo>,
     /// Idle/header-timeout bookkeeping.
     pub activity: Arc<Activity>,
     /// Longest URI accepted.
     pub max_uri: usize,
+    /// Metrics and access log.
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl ConnService {
-    /// Serves one request.
+    /// Serves one hyper request (HTTP/1.1 or HTTP/2).
     pub async fn call(
         self: Arc<Self>,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
         self.activity
             .request_started(req.version() == http::Version::HTTP_2);
-        let res = self.route(req).await;
+        let res = self.handle(req.map(Body::incoming)).await;
         self.activity.request_done();
         Ok(res)
     }
 
-    async fn route(&self, req: Request<Incoming>) -> Response<Body> {
+    /// Serves one request of any protocol.
+    pub async fn handle(&self, req: Request<Body>) -> Response<Body> {
+        let start = Instant::now();
         let generation = self.generation.load_full();
+        let version = req.version();
+        // Only copy request facts out when an access log will use them.
+        let log = self.telemetry.access_log.load_full();
+        let facts = log.as_ref().map(|_| RequestFacts::of(&req));
+
+        let (res, route_name, metrics) = self.dispatch(&generation, req, start).await;
+        metrics.record(version, res.status(), start.elapsed());
+        if let (Some(log), Some(facts)) = (log, facts) {
+            log.log(facts.into_record(&self.conn, version, &res, start, route_name));
+        }
+        res
+    }
+
+    async fn dispatch<'g>(
+        &self,
+        generation: &'g Generation,
+        req: Request<Body>,
+        start: Instant,
+    ) -> (Response<Body>, Arc<str>, &'g RouteMetrics) {
+        let server = generation.server_header.as_ref();
+        let unrouted = |status| {
+            (
+                with_server(error_response(status), server),
+                Arc::from(""),
+                &generation.unrouted,
+            )
+        };
         let uri = req.uri();
         if uri.path_and_query().map_or(0, |p| p.as_str().len()) > self.max_uri {
-            return self.finish(&generation, error_response(StatusCode::URI_TOO_LONG));
+            return unrouted(StatusCode::URI_TOO_LONG);
         }
+        let Some(listener) = generation.listener_index(&self.conn.listener) else {
+            return unrouted(StatusCode::NOT_FOUND);
+        };
         let host = request_host(uri, req.headers());
-        let route =
+        let Some(route) =
             generation
                 .router
-                .find(self.listener, req.method(), host, uri.path(), req.headers());
-        let Some(route) = route else {
-            return self.finish(&generation, error_response(StatusCode::NOT_FOUND));
+                .find(listener, req.method(), host, uri.path(), req.headers())
+        else {
+            return unrouted(StatusCode::NOT_FOUND);
         };
         let cx = RequestCx {
             conn: self.conn.clone(),
             route: route.name.clone(),
-            start: Instant::now(),
+            start,
         };
-        let req = req.map(Body::incoming);
-        route
-            .chain
-            .run(&route.terminal, req, cx, generation.server_header.as_ref())
-            .await
+        let res = route.chain.run(&route.terminal, req, cx, server).await;
+        (res, route.name.clone(), &route.metrics)
+    }
+}
+
+/// What the access log needs from the request, copied before the request moves on.
+struct RequestFacts {
+    time: std::time::SystemTime,
+    method: http::Method,
+    target: String,
+    host: String,
+    user_agent: String,
+    referer: String,
+}
+
+impl RequestFacts {
+    fn of(req: &Request<Body>) -> Self {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default()
+        };
+        Self {
+            time: std::time::SystemTime::now(),
+            method: req.method().clone(),
+            target: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+            host: request_host(req.uri(), req.headers()).to_owned(),
+            user_agent: header(header::USER_AGENT),
+            referer: header(header::REFERER),
+        }
     }
 
-    fn finish(&self, generation: &Generation, res: Response<Body>) -> Response<Body> {
-        with_server(res, generation.server_header.as_ref())
+    fn into_record(
+        self,
+        conn: &ConnInfo,
+        version: http::Version,
+        res: &Response<Body>,
+        start: Instant,
+        route: Arc<str>,
+    ) -> AccessRecord {
+        let bytes = res
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        AccessRecord {
+            time: self.time,
+            client: conn.client.ip(),
+            method: self.method,
+            target: self.target,
+            protocol: protocol_text(version),
+            status: res.status().as_u16(),
+            bytes,
+            duration: start.elapsed(),
+            route,
+            host: self.host,
+            user_agent: self.user_agent,
+            referer: self.referer,
+            trace_id: None,
+        }
     }
 }

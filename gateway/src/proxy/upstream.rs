@@ -218,6 +218,11 @@ impl Upstreams {
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.by_name.get(name)
     }
+
+    /// Every upstream, for metrics.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.by_name.values()
+    }
 }
 
 impl Drop for Upstreams {

@@ -17,13 +17,12 @@ use crate::context::ConnInfo;
 use crate::generation::Generation;
 use crate::server::idle::{Activity, TrackedIo, Verdict};
 use crate::service::ConnService;
+use crate::telemetry::{ListenerMetrics, Telemetry};
 
 /// Per-listener settings every connection uses, built when the listener starts.
 pub struct ListenerRuntime {
     /// Listener name.
     pub name: Arc<str>,
-    /// Index in the generation's config.
-    pub index: usize,
     /// TLS, if any.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Serves HTTP/1.
@@ -40,6 +39,10 @@ pub struct ListenerRuntime {
     pub max_uri: usize,
     /// Live generation.
     pub generation: Arc<ArcSwap<Generation>>,
+    /// Metrics and access log.
+    pub telemetry: Arc<Telemetry>,
+    /// Connection counters.
+    pub metrics: ListenerMetrics,
 }
 
 impl ListenerRuntime {
@@ -151,10 +154,10 @@ async fn serve_http<IO>(
     let activity = Activity::new(!h2 || h1);
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
-        listener: rt.index,
         conn: Arc::new(info),
         activity: activity.clone(),
         max_uri: rt.max_uri,
+        telemetry: rt.telemetry.clone(),
     });
     let service = hyper::service::service_fn(move |req| svc.clone().call(req));
     let io = TokioIo::new(TrackedIo::new(io, activity.clone()));

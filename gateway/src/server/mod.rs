@@ -1,208 +1,266 @@
-//! Starting, running and draining the gateway: bind every listener of a generation, accept
-//! connections, and on shutdown stop accepting, let in-flight work finish (bounded by
-//! `server.drain_timeout`) and return.
+//! Starting, reloading and draining the gateway. `Gateway::start` builds the first config
+//! generation and binds its listeners; `reload` builds a new generation from the config file and
+//! swaps it in only if it is valid whole (listeners added, kept or removed without dropping open
+//! connections); `shutdown` stops accepting, lets in-flight work finish (bounded by
+//! `server.drain_timeout`) and returns.
 
 pub mod conn;
 pub mod idle;
+pub mod listeners;
 pub mod tls;
+mod watch;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use gateway_config::Config;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::GatewayError;
 use crate::generation::Generation;
-use conn::ListenerRuntime;
+use crate::telemetry::Telemetry;
+use listeners::{ListenerContext, ListenerSet};
 
-/// A running gateway.
+/// A running gateway (cheap to clone: all clones control the same gateway).
+#[derive(Clone)]
 pub struct Gateway {
-    generation: Arc<ArcSwap<Generation>>,
-    addrs: HashMap<String, SocketAddr>,
-    shutdown: CancellationToken,
-    connections: TaskTracker,
-    acceptors: TaskTracker,
-    drain_timeout: Duration,
+    inner: Arc<Inner>,
+}
+
+/// The admin listener: where it was configured, where it is bound, how to stop it.
+struct AdminHandle {
+    configured: SocketAddr,
+    local: SocketAddr,
+    stop: CancellationToken,
+}
+
+struct Inner {
+    cx: ListenerContext,
+    listeners: Mutex<ListenerSet>,
+    admin: Mutex<Option<AdminHandle>>,
+    config_path: PathBuf,
+    reload_lock: tokio::sync::Mutex<()>,
 }
 
 impl Gateway {
     /// Builds the first generation from `config`, binds every listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, GatewayError> {
+        let telemetry = Telemetry::new();
         let config = Arc::new(config);
-        let generation = Arc::new(ArcSwap::from_pointee(Generation::build(config.clone())?));
-        let certs = tls::load_certificates(&config)?;
-        let shutdown = CancellationToken::new();
-        let connections = TaskTracker::new();
-        let acceptors = TaskTracker::new();
-        let mut addrs = HashMap::new();
+        let generation = Generation::build(config.clone(), &telemetry)?;
+        configure_access_log(&telemetry, &config)?;
+        let cx = ListenerContext {
+            generation: Arc::new(ArcSwap::from_pointee(generation)),
+            telemetry,
+            shutdown: CancellationToken::new(),
+            connections: TaskTracker::new(),
+            acceptors: TaskTracker::new(),
+        };
+        let mut set = ListenerSet::default();
+        set.apply(&config, &cx)?;
+        let gateway = Self {
+            inner: Arc::new(Inner {
+                cx,
+                listeners: Mutex::new(set),
+                admin: Mutex::new(None),
+                config_path: PathBuf::from(&config.file),
+                reload_lock: tokio::sync::Mutex::new(()),
+            }),
+        };
+        gateway.apply_admin(&config)?;
+        crate::telemetry::register_collectors(
+            &gateway.inner.cx.telemetry,
+            gateway.inner.cx.generation.clone(),
+        );
+        if config.server.watch_config && gateway.inner.config_path.is_file() {
+            watch::spawn(gateway.clone());
+        }
+        Ok(gateway)
+    }
 
-        for (index, l) in config.listeners.iter().enumerate() {
-            if !(l.http1 || l.http2) {
-                continue;
+    /// The bound address of a listener (useful with port 0).
+    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.inner
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .addr(name)
+    }
+
+    /// The bound address of the admin API.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.inner
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|a| a.local)
+    }
+
+    /// The generation currently serving.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.inner.cx.generation.load_full()
+    }
+
+    /// Metrics and access log.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.inner.cx.telemetry
+    }
+
+    /// Whether the gateway is serving (not draining).
+    pub fn is_ready(&self) -> bool {
+        !self.inner.cx.shutdown.is_cancelled()
+    }
+
+    /// A token that starts the drain when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.inner.cx.shutdown.clone()
+    }
+
+    /// The config file this gateway reloads from.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.inner.config_path
+    }
+
+    /// Re-reads the config file and swaps the new generation in if it is valid whole. On error
+    /// the running configuration stays and the located error is returned.
+    pub async fn reload(&self) -> Result<(), GatewayError> {
+        let _serial = self.inner.reload_lock.lock().await;
+        let result = self.try_reload().await;
+        let t = &self.inner.cx.telemetry;
+        match &result {
+            Ok(()) => {
+                t.reloads_ok.inc();
+                tracing::info!(config = %self.inner.config_path.display(), "configuration reloaded");
             }
-            let listener = bind_tcp(l.addr).map_err(|source| GatewayError::Bind {
-                what: format!("listener `{}`", l.name),
-                addr: l.addr,
+            Err(e) => {
+                t.reloads_failed.inc();
+                tracing::error!(error = %e, "configuration reload rejected; the running configuration stays");
+            }
+        }
+        result
+    }
+
+    async fn try_reload(&self) -> Result<(), GatewayError> {
+        let path = self.inner.config_path.clone();
+        let config = tokio::task::spawn_blocking(move || gateway_config::load(&path))
+            .await
+            .map_err(|e| GatewayError::Internal(e.to_string()))??;
+        let config = Arc::new(config);
+        let cx = &self.inner.cx;
+        let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);
+        self.inner
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(&config, cx)?;
+        cx.generation.store(generation);
+        configure_access_log(&cx.telemetry, &config)?;
+        self.apply_admin(&config)?;
+        Ok(())
+    }
+
+    fn apply_admin(&self, config: &Config) -> Result<(), GatewayError> {
+        let wanted = config.admin;
+        let mut slot = self.inner.admin.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().map(|a| a.configured) == wanted {
+            return Ok(());
+        }
+        if let Some(old) = slot.take() {
+            old.stop.cancel();
+        }
+        if let Some(addr) = wanted {
+            let listener = listeners::bind_tcp(addr).map_err(|source| GatewayError::Bind {
+                what: "admin".into(),
+                addr,
                 source,
             })?;
             let local = listener
                 .local_addr()
                 .map_err(|e| GatewayError::Internal(e.to_string()))?;
-            addrs.insert(l.name.clone(), local);
-            let tls =
-                tls::server_config(&config, index, l, &certs)?.map(tokio_rustls::TlsAcceptor::from);
-            let rt = Arc::new(ListenerRuntime {
-                name: Arc::from(l.name.as_str()),
-                index,
-                tls,
-                http1: l.http1,
-                http2: l.http2,
-                builder: ListenerRuntime::hyper_builder(&l.settings),
-                idle_timeout: l.settings.idle_timeout.get(),
-                header_timeout: l.settings.header_read_timeout.get(),
-                max_uri: l.settings.max_uri_length.as_usize(),
-                generation: generation.clone(),
+            let stop = self.inner.cx.shutdown.child_token();
+            tokio::spawn(crate::admin::serve(listener, self.clone(), stop.clone()));
+            tracing::info!(addr = %local, "admin API listening");
+            *slot = Some(AdminHandle {
+                configured: addr,
+                local,
+                stop,
             });
-            let limit = (l.settings.max_connections > 0)
-                .then(|| Arc::new(Semaphore::new(l.settings.max_connections)));
-            acceptors.spawn(accept_loop(
-                rt,
-                listener,
-                limit,
-                shutdown.clone(),
-                connections.clone(),
-            ));
-            tracing::info!(listener = %l.name, addr = %local, tls = l.tls.is_some(), "listening");
         }
-        acceptors.close();
-        Ok(Self {
-            generation,
-            addrs,
-            shutdown,
-            connections,
-            acceptors,
-            drain_timeout: config.server.drain_timeout.get(),
-        })
-    }
-
-    /// The bound address of a listener (useful with port 0).
-    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
-        self.addrs.get(name).copied()
-    }
-
-    /// The generation currently serving.
-    pub fn generation(&self) -> Arc<Generation> {
-        self.generation.load_full()
-    }
-
-    /// A token that starts the drain when cancelled.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
+        Ok(())
     }
 
     /// Stops accepting, waits for in-flight connections (up to the drain timeout), returns.
     pub async fn shutdown(self) {
-        self.shutdown.cancel();
-        self.acceptors.wait().await;
-        self.connections.close();
-        if tokio::time::timeout(self.drain_timeout, self.connections.wait())
+        let cx = &self.inner.cx;
+        let drain = self.generation().config.server.drain_timeout.get();
+        cx.shutdown.cancel();
+        self.inner
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop_all();
+        cx.acceptors.close();
+        cx.acceptors.wait().await;
+        cx.connections.close();
+        if tokio::time::timeout(drain, cx.connections.wait())
             .await
             .is_err()
         {
             tracing::warn!(
-                open = self.connections.len(),
+                open = cx.connections.len(),
                 "drain timeout reached; closing the remaining connections"
             );
         }
     }
 
-    /// Serves until SIGINT or SIGTERM, then drains.
+    /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
+    /// reopens the access log (for logrotate).
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut hup), Ok(mut usr1)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::user_defined1()),
+        ) else {
+            tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            self.shutdown().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hup.recv() => { let _ = self.reload().await; }
+                _ = usr1.recv() => {
+                    if let Some(log) = self.telemetry().access_log.load_full() {
+                        log.reopen();
+                    }
+                }
+            }
+        }
         tracing::info!("shutting down: draining connections");
         self.shutdown().await;
         tracing::info!("stopped");
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+fn configure_access_log(telemetry: &Telemetry, config: &Config) -> Result<(), GatewayError> {
+    let cfg = config.telemetry.access_log.as_ref();
+    telemetry.configure_access_log(cfg).map_err(|e| {
+        config
+            .error(
+                "telemetry.access_log.path",
+                format!("cannot open the access log: {e}"),
+            )
+            .into()
+    })
 }
 
-fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
-}
-
-async fn accept_loop(
-    rt: Arc<ListenerRuntime>,
-    listener: TcpListener,
-    limit: Option<Arc<Semaphore>>,
-    shutdown: CancellationToken,
-    connections: TaskTracker,
-) {
-    let local = listener.local_addr().ok();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = listener.accept() => r,
-        };
-        let (stream, client): (TcpStream, SocketAddr) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // EMFILE/ENFILE and friends: back off instead of spinning on a full fd table.
-                tracing::warn!(listener = %rt.name, error = %e, "accept failed; backing off");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let permit = match &limit {
-            None => None,
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    tracing::debug!(listener = %rt.name, %client, "connection limit reached; refusing");
-                    drop(stream);
-                    continue;
-                }
-            },
-        };
-        let local = stream.local_addr().ok().or(local).unwrap_or(client);
-        let rt = rt.clone();
-        let token = shutdown.clone();
-        connections.spawn(async move {
-            conn::serve(rt, stream, client, local, token).await;
-            drop(permit);
-        });
-    }
-}
+/// How often the config file is checked for changes.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);

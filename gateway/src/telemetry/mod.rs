@@ -1,0 +1,224 @@
+//! Observability shared by every config generation: the metrics registry, the access log, and
+//! per-route request metrics. Handles are registered when a generation is built, so recording a
+//! request is a few relaxed atomic adds.
+
+pub mod access_log;
+pub mod metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use http::{StatusCode, Version};
+
+pub use access_log::{AccessLog, AccessRecord};
+pub use metrics::{Counter, Gauge, Histogram, Registry};
+
+/// Process-wide telemetry, owned by the running gateway.
+pub struct Telemetry {
+    /// Prometheus registry (exported on the admin API).
+    pub registry: Arc<Registry>,
+    /// The access log, when configured (swapped on reload).
+    pub access_log: ArcSwapOption<AccessLog>,
+    /// Successful config reloads.
+    pub reloads_ok: Counter,
+    /// Rejected config reloads.
+    pub reloads_failed: Counter,
+}
+
+impl Telemetry {
+    /// A fresh registry with the process-level series registered.
+    pub fn new() -> Arc<Self> {
+        let registry = Registry::new();
+        let reloads = |result| {
+            registry.counter(
+                "gateway_config_reloads_total",
+                "Config reloads by result.",
+                &[("result", result)],
+            )
+        };
+        Arc::new(Self {
+            reloads_ok: reloads("ok"),
+            reloads_failed: reloads("failed"),
+            access_log: ArcSwapOption::empty(),
+            registry,
+        })
+    }
+
+    /// (Re)starts the access log for `cfg` (none when absent).
+    pub fn configure_access_log(
+        &self,
+        cfg: Option<&gateway_config::model::AccessLogConfig>,
+    ) -> std::io::Result<()> {
+        let log = match cfg {
+            None => None,
+            Some(c) => Some(Arc::new(AccessLog::start(c, &self.registry)?)),
+        };
+        self.access_log.store(log);
+        Ok(())
+    }
+}
+
+const PROTOCOLS: [&str; 3] = ["http1", "http2", "http3"];
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Request counters and latency of one route.
+pub struct RouteMetrics {
+    requests: [[Counter; 5]; 3],
+    latency: Histogram,
+}
+
+impl RouteMetrics {
+    /// Registers (or finds, after a reload) the series of `route`.
+    pub fn new(registry: &Registry, route: &str) -> Self {
+        let requests = PROTOCOLS.map(|protocol| {
+            CLASSES.map(|class| {
+                registry.counter(
+                    "gateway_http_requests_total",
+                    "HTTP requests by route, status class and protocol.",
+                    &[("route", route), ("status", class), ("protocol", protocol)],
+                )
+            })
+        });
+        let latency = registry.histogram(
+            "gateway_http_request_duration_seconds",
+            "Time from request head to response head, by route.",
+            &[("route", route)],
+        );
+        Self { requests, latency }
+    }
+
+    /// Counts one answered request.
+    pub fn record(&self, version: Version, status: StatusCode, elapsed: Duration) {
+        let protocol = protocol_index(version);
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.requests[protocol][class].inc();
+        self.latency.observe(elapsed);
+    }
+}
+
+fn protocol_index(v: Version) -> usize {
+    match v {
+        Version::HTTP_2 => 1,
+        Version::HTTP_3 => 2,
+        _ => 0,
+    }
+}
+
+/// `HTTP/1.1`-style protocol text for logs.
+pub fn protocol_text(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// Connection counters of one listener.
+#[derive(Clone)]
+pub struct ListenerMetrics {
+    /// Open connections.
+    pub active: Gauge,
+    /// Connections accepted.
+    pub accepted: Counter,
+    /// Connections refused at the cap.
+    pub refused: Counter,
+}
+
+impl ListenerMetrics {
+    /// Registers (or finds) the series of `listener`.
+    pub fn new(registry: &Registry, listener: &str) -> Self {
+        let labels = [("listener", listener)];
+        Self {
+            active: registry.gauge(
+                "gateway_listener_active_connections",
+                "Open connections per listener.",
+                &labels,
+            ),
+            accepted: registry.counter(
+                "gateway_listener_connections_total",
+                "Connections accepted per listener.",
+                &labels,
+            ),
+            refused: registry.counter(
+                "gateway_listener_refused_connections_total",
+                "Connections refused because the listener was at max_connections.",
+                &labels,
+            ),
+        }
+    }
+}
+
+/// Registers the scrape-time collectors that read the live generation (upstream targets).
+pub fn register_collectors(
+    telemetry: &Telemetry,
+    generation: Arc<arc_swap::ArcSwap<crate::generation::Generation>>,
+) {
+    telemetry.registry.add_collector(Box::new(move |out| {
+        render_upstreams(&generation.load().upstreams, out);
+    }));
+}
+
+/// Per-target upstream series, read from the live generation at scrape time.
+fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
+    use std::fmt::Write as _;
+    let families: [(&str, &str, &str); 6] = [
+        (
+            "gateway_upstream_attempts_total",
+            "counter",
+            "Attempts sent to a target.",
+        ),
+        (
+            "gateway_upstream_failures_total",
+            "counter",
+            "Attempts that failed (connect, reset, timeout, 5xx counted by passive health).",
+        ),
+        (
+            "gateway_upstream_ejections_total",
+            "counter",
+            "Times a target was ejected by health checks.",
+        ),
+        (
+            "gateway_upstream_check_failures_total",
+            "counter",
+            "Failed active health checks.",
+        ),
+        (
+            "gateway_upstream_in_flight",
+            "gauge",
+            "Requests in flight to a target.",
+        ),
+        (
+            "gateway_upstream_healthy",
+            "gauge",
+            "1 when the target is in rotation, 0 when ejected.",
+        ),
+    ];
+    let mut rows: Vec<(String, Vec<stream_proxy::upstream::TargetSnapshot>)> = upstreams
+        .iter()
+        .map(|u| (u.name.to_string(), u.targets.snapshot()))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    for (i, (name, kind, help)) in families.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (upstream, targets) in &rows {
+            for t in targets {
+                let value = match i {
+                    0 => t.attempts as i64,
+                    1 => t.failures as i64,
+                    2 => t.ejections as i64,
+                    3 => t.check_failures as i64,
+                    4 => i64::from(t.in_flight),
+                    _ => i64::from(t.health == stream_proxy::upstream::Health::Healthy),
+                };
+                let labels = [
+                    ("upstream".to_owned(), upstream.clone()),
+                    ("target".to_owned(), t.authority.clone()),
+                ];
+                let _ = writeln!(out, "{name}{} {value}", metrics::label_text(&labels, None));
+            }
+        }
+    }
+}
