@@ -1,0 +1,329 @@
+//! What the store holds for one VM: the plugin's identity and configuration, the live contexts
+//! (HTTP requests and TCP connections) with the data their callbacks may read and change, and
+//! the effects a guest call produced (continue, close, local reply, new HTTP calls), which the
+//! embedder applies only after the call returns (Envoy's rule: never re-enter the filter chain
+//! from inside a host call).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, request, response};
+use wasmtime::{Memory, ResourceLimiter, TypedFunc};
+
+use crate::error::PluginError;
+use crate::shared::Shared;
+
+/// A plugin's identity and configuration, shared by its VMs.
+#[derive(Debug, Clone, Default)]
+pub struct PluginInfo {
+    /// Name in the gateway config (`plugin_name` property, log target).
+    pub name: Arc<str>,
+    /// Root id (`plugin_root_id` property); empty by default, as in Envoy.
+    pub root_id: Arc<str>,
+    /// VM id (`plugin_vm_id` property).
+    pub vm_id: Arc<str>,
+    /// Bytes returned for `PLUGIN_CONFIGURATION`.
+    pub config: Bytes,
+    /// Bytes returned for `VM_CONFIGURATION`.
+    pub vm_config: Bytes,
+    /// Per-call limits.
+    pub limits: Limits,
+}
+
+/// Per-VM resource limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest linear memory, bytes.
+    pub memory: u64,
+    /// Longest guest call.
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: 64 << 20,
+            time: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Facts about the connection a context belongs to (properties).
+#[derive(Debug, Clone, Default)]
+pub struct StreamInfo {
+    /// Client address.
+    pub source: Option<SocketAddr>,
+    /// Local address the connection was accepted on.
+    pub destination: Option<SocketAddr>,
+    /// Route (HTTP) or stream (L4) name.
+    pub route_name: Arc<str>,
+    /// Listener name.
+    pub listener: Arc<str>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// TLS server name requested.
+    pub sni: Option<Arc<str>>,
+    /// Connection id (unique in the process).
+    pub connection_id: u64,
+}
+
+/// One HTTP request's data, visible to the guest while a callback runs or the request is
+/// paused.
+#[derive(Debug)]
+pub struct HttpStream {
+    /// Request head (method, URI, headers); pseudo-headers map onto it.
+    pub request: request::Parts,
+    /// Response head, once there is one.
+    pub response: response::Parts,
+    /// Request trailers.
+    pub request_trailers: HeaderMap,
+    /// Response trailers.
+    pub response_trailers: HeaderMap,
+    /// Request body buffered so far (what `HTTP_REQUEST_BODY` reads and writes).
+    pub request_body: BytesMut,
+    /// Response body buffered so far.
+    pub response_body: BytesMut,
+    /// Connection facts.
+    pub info: Arc<StreamInfo>,
+    /// Properties the guest set (`proxy_set_property`).
+    pub properties: Option<HashMap<Vec<u8>, Bytes>>,
+}
+
+impl HttpStream {
+    /// A stream with empty heads.
+    pub fn new(info: Arc<StreamInfo>) -> Self {
+        Self {
+            request: empty_request(),
+            response: empty_response(),
+            request_trailers: HeaderMap::new(),
+            response_trailers: HeaderMap::new(),
+            request_body: BytesMut::new(),
+            response_body: BytesMut::new(),
+            info,
+            properties: None,
+        }
+    }
+}
+
+/// One TCP connection's data.
+#[derive(Debug)]
+pub struct NetStream {
+    /// Client → upstream bytes buffered so far.
+    pub downstream: BytesMut,
+    /// Upstream → client bytes buffered so far.
+    pub upstream: BytesMut,
+    /// Connection facts.
+    pub info: Arc<StreamInfo>,
+    /// Properties the guest set.
+    pub properties: Option<HashMap<Vec<u8>, Bytes>>,
+}
+
+/// A context's data.
+#[derive(Debug)]
+pub enum Stream {
+    /// An HTTP request.
+    Http(Box<HttpStream>),
+    /// A TCP connection.
+    Net(Box<NetStream>),
+}
+
+/// A head with nothing in it, to leave behind when the real one moves into a stream.
+pub fn empty_request() -> request::Parts {
+    http::Request::new(()).into_parts().0
+}
+
+/// See [`empty_request`].
+pub fn empty_response() -> response::Parts {
+    http::Response::new(()).into_parts().0
+}
+
+/// `proxy_stream_type_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamType {
+    /// HTTP request.
+    Request,
+    /// HTTP response.
+    Response,
+    /// Client side of a TCP connection.
+    Downstream,
+    /// Upstream side of a TCP connection.
+    Upstream,
+}
+
+impl StreamType {
+    pub(crate) fn from_abi(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Request,
+            1 => Self::Response,
+            2 => Self::Downstream,
+            3 => Self::Upstream,
+            _ => return None,
+        })
+    }
+}
+
+/// A local reply a guest asked for.
+#[derive(Debug, Clone)]
+pub struct LocalResponse {
+    /// Status code.
+    pub status: u16,
+    /// Details (logged).
+    pub details: String,
+    /// Body.
+    pub body: Bytes,
+    /// Headers (lowercase names).
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// Something a guest asked for that takes effect after its call returns.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// `proxy_continue_stream`.
+    Continue(u32, StreamType),
+    /// `proxy_close_stream`.
+    Close(u32, StreamType),
+    /// `proxy_send_local_response`.
+    LocalResponse(u32, LocalResponse),
+}
+
+/// An HTTP call the guest dispatched (`proxy_http_call`), for the embedder to perform.
+#[derive(Debug, Clone)]
+pub struct HttpCallOut {
+    /// Token the response is delivered with.
+    pub token: u32,
+    /// Upstream name (the first argument).
+    pub upstream: String,
+    /// Headers, pseudo-headers included.
+    pub headers: Vec<(String, Bytes)>,
+    /// Body.
+    pub body: Bytes,
+    /// Trailers.
+    pub trailers: Vec<(String, Bytes)>,
+    /// Timeout.
+    pub timeout: Duration,
+}
+
+/// A finished HTTP call, readable by the guest during `proxy_on_http_call_response`.
+#[derive(Debug, Clone, Default)]
+pub struct HttpCallResponse {
+    /// Headers with `:status`; empty when the call failed.
+    pub headers: Vec<(String, Bytes)>,
+    /// Body.
+    pub body: Bytes,
+    /// Trailers.
+    pub trailers: Vec<(String, Bytes)>,
+}
+
+/// What the last guest call(s) asked for, drained by the embedder.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Deferred stream actions, in order.
+    pub actions: Vec<Effect>,
+    /// HTTP calls to start.
+    pub calls: Vec<HttpCallOut>,
+    /// Contexts the guest finished with `proxy_done`.
+    pub done: Vec<u32>,
+}
+
+impl Effects {
+    /// Whether nothing was asked for.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty() && self.calls.is_empty() && self.done.is_empty()
+    }
+}
+
+/// Caps linear memory and table growth; remembers that the cap was hit so the trap that
+/// follows is reported as [`PluginError::MemoryLimit`].
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    pub(crate) memory: u64,
+    pub(crate) hit: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired as u64 > self.memory {
+            self.hit = true;
+            // Trap at the growth itself: a guest allocator that ignores a failed grow would
+            // otherwise fail somewhere less obvious.
+            return Err(wasmtime::Error::msg("plugin memory limit reached"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// The store's data for one VM.
+pub struct HostState {
+    pub(crate) plugin: Arc<PluginInfo>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) limiter: Limiter,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) malloc: Option<TypedFunc<u32, u32>>,
+    pub(crate) root_id: u32,
+    /// The context host calls act on (changed by `proxy_set_effective_context`).
+    pub(crate) effective: u32,
+    pub(crate) streams: HashMap<u32, Stream>,
+    pub(crate) effects: Effects,
+    pub(crate) next_token: u32,
+    pub(crate) call_response: Option<HttpCallResponse>,
+    pub(crate) status: (u32, Bytes),
+    pub(crate) tick_period: Duration,
+    /// The first host-detected fault of the current call; it explains the trap that follows.
+    pub(crate) fault: Option<PluginError>,
+    pub(crate) log_level: u32,
+    /// Reused for serialising maps before they are copied into the guest.
+    pub(crate) scratch: Vec<u8>,
+    pub(crate) queue_owner: Option<crate::shared::QueueNotify>,
+}
+
+impl HostState {
+    pub(crate) fn new(plugin: Arc<PluginInfo>, shared: Arc<Shared>) -> Self {
+        Self {
+            limiter: Limiter {
+                memory: plugin.limits.memory,
+                hit: false,
+            },
+            plugin,
+            shared,
+            memory: None,
+            malloc: None,
+            root_id: 0,
+            effective: 0,
+            streams: HashMap::new(),
+            effects: Effects::default(),
+            next_token: 1,
+            call_response: None,
+            status: (0, Bytes::new()),
+            tick_period: Duration::ZERO,
+            fault: None,
+            log_level: 0,
+            scratch: Vec::new(),
+            queue_owner: None,
+        }
+    }
+
+    /// The HTTP stream host calls currently act on.
+    pub(crate) fn http(&mut self) -> Option<&mut HttpStream> {
+        match self.streams.get_mut(&self.effective)? {
+            Stream::Http(h) => Some(h),
+            Stream::Net(_) => None,
+        }
+    }
+}
