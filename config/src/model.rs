@@ -776,6 +776,10 @@ pub struct StreamConfig {
     /// ClientHello (`sni_routes`) to arrive.
     #[serde(default = "default_header_read_timeout")]
     pub header_read_timeout: Duration,
+    /// Relay TCP bytes with splice(2) (Linux, no filter inspecting data) instead of copying
+    /// them through userspace buffers.
+    #[serde(default = "yes")]
+    pub zero_copy: bool,
     /// Stream filters, in order (each a single-key map such as `- allow: [...]`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
     pub filters: Vec<StreamFilterConfig>,

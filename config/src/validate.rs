@@ -775,6 +775,18 @@ fn validate_streams(
                 "SNI routing needs protocol: tcp",
             );
         }
+        if s.protocol == StreamProtocol::Udp && s.proxy_protocol != ProxyProtocolVersion::None {
+            return c.err(
+                format!("{key}.proxy_protocol"),
+                "the PROXY protocol needs protocol: tcp",
+            );
+        }
+        if s.protocol == StreamProtocol::Udp && s.accept_proxy_protocol {
+            return c.err(
+                format!("{key}.accept_proxy_protocol"),
+                "the PROXY protocol needs protocol: tcp",
+            );
+        }
         for (host, u) in &s.sni_routes {
             if host.contains('*')
                 && !(host.starts_with("*.") && host.len() > 2 && !host[1..].contains('*'))

@@ -40,6 +40,8 @@ pub struct Generation {
     pub listener_names: Vec<Arc<str>>,
     /// Requests no route matched.
     pub unrouted: RouteMetrics,
+    /// L4 streams, using the same upstream targets (balancers, health) as the routes.
+    pub streams: stream_proxy::CompiledStreams,
 }
 
 impl Generation {
@@ -93,6 +95,11 @@ impl Generation {
                 },
             ));
         }
+        let streams = stream_proxy::CompiledStreams::build(&config, &StreamResolver(&upstreams))
+            .map_err(|e| match e {
+                stream_proxy::StreamError::Config { key, message } => config.error(key, message),
+                other => config.error("streams", other.to_string()),
+            })?;
         let server_header = match config.server.server_header.as_str() {
             "" => None,
             v => Some(
@@ -111,11 +118,22 @@ impl Generation {
             config,
             server_header,
             upstreams,
+            streams,
         })
     }
 
     /// The router index of a listener, by name (indices change across reloads; names do not).
     pub fn listener_index(&self, name: &str) -> Option<usize> {
         self.listener_names.iter().position(|n| &**n == name)
+    }
+}
+
+/// What streams take from a generation: its upstreams' targets, shared with the HTTP proxy so
+/// health learnt on one side applies to the other.
+struct StreamResolver<'a>(&'a Upstreams);
+
+impl stream_proxy::Resolver for StreamResolver<'_> {
+    fn targets(&self, upstream: &str) -> Option<Arc<stream_proxy::upstream::Targets>> {
+        self.0.get(upstream).map(|u| u.targets.clone())
     }
 }

@@ -1,4 +1,38 @@
 //! L4 streams (TCP and UDP passthrough) and the upstream target selection shared with the HTTP
-//! reverse proxy. Filled in by the stream-proxy work; the HTTP core only needs it to build.
+//! reverse proxy.
+//!
+//! * [`upstream`]: balancers, health state and counters per target, used by both the HTTP
+//!   proxy and the streams.
+//! * [`CompiledStreams`]: a generation's `streams:` section, built with a [`Resolver`] the
+//!   gateway supplies (the generation's shared upstream targets, and factories for `plugin:`
+//!   filters, which are proxy-wasm network filters living in the gateway).
+//! * [`StreamServer`]: binds the streams, swaps generations on reload, drains on shutdown.
+//! * The pieces, usable on their own: [`sni`] (ClientHello parser and SNI routing table),
+//!   [`proxy_protocol`] (v1/v2 parser and writers), [`filter`] (the [`StreamFilter`] trait and
+//!   the native `allow`, `deny` and `connection_rate` filters), [`relay`] (splice, buffered and
+//!   filtered copying with half-close), [`StreamStats`] (per-stream counters).
+//!
+//! The life of a TCP connection is described in `tcp.rs`; UDP sessions in `udp/mod.rs`.
 
+mod compiled;
+mod connect;
+mod error;
+pub mod filter;
+mod listener;
+pub mod proxy_protocol;
+pub mod relay;
+mod rewind;
+mod server;
+pub mod sni;
+mod stats;
+mod tcp;
+mod udp;
 pub mod upstream;
+
+pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
+pub use error::StreamError;
+pub use filter::{CloseSummary, ConnectionInfo, Decision, StreamFilter, StreamFilterFactory};
+pub use rewind::Rewind;
+pub use server::StreamServer;
+pub use stats::{StreamStats, StreamStatsSnapshot};
+pub use udp::MAX_DATAGRAM;

@@ -131,10 +131,7 @@ impl Upstream {
             }),
         };
         if !found {
-            match cx.client_ip() {
-                std::net::IpAddr::V4(ip) => h.write(&ip.octets()),
-                std::net::IpAddr::V6(ip) => h.write(&ip.octets()),
-            }
+            h.write_ip(cx.client_ip());
         }
         h.finish()
     }

@@ -37,6 +37,8 @@ pub struct ListenerRuntime {
     pub header_timeout: Duration,
     /// Longest URI accepted.
     pub max_uri: usize,
+    /// Expect a PROXY protocol header (from a front load balancer) before anything else.
+    pub accept_proxy_protocol: bool,
     /// Live generation.
     pub generation: Arc<ArcSwap<Generation>>,
     /// Metrics and access log.
@@ -91,6 +93,26 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    let mut rest = bytes::BytesMut::new();
+    let (client, local) = if rt.accept_proxy_protocol {
+        let header = stream_proxy::proxy_protocol::read_header(
+            &mut stream,
+            &mut rest,
+            rt.header_timeout,
+        );
+        match header.await {
+            Ok(h) => h.addresses(client, local),
+            Err(e) => {
+                tracing::debug!(peer = %client, error = %e, "bad PROXY protocol header; closing");
+                return;
+            }
+        }
+    } else {
+        (client, local)
+    };
+    // Bytes read past the PROXY header belong to TLS or HTTP: replay them first.
+    let stream = stream_proxy::Rewind::new(rest.freeze(), stream);
     match &rt.tls {
         None => {
             let info = ConnInfo {

@@ -140,6 +140,7 @@ fn runtime_for(
         idle_timeout: l.settings.idle_timeout.get(),
         header_timeout: l.settings.header_read_timeout.get(),
         max_uri: l.settings.max_uri_length.as_usize(),
+        accept_proxy_protocol: l.settings.accept_proxy_protocol,
         generation: cx.generation.clone(),
         telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::new(&cx.telemetry.registry, &l.name),

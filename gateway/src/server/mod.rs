@@ -41,6 +41,7 @@ struct AdminHandle {
 struct Inner {
     cx: ListenerContext,
     listeners: Mutex<ListenerSet>,
+    streams: stream_proxy::StreamServer,
     admin: Mutex<Option<AdminHandle>>,
     config_path: PathBuf,
     reload_lock: tokio::sync::Mutex<()>,
@@ -62,10 +63,14 @@ impl Gateway {
         };
         let mut set = ListenerSet::default();
         set.apply(&config, &cx)?;
+        let streams =
+            stream_proxy::StreamServer::start(&cx.generation.load().streams, &cx.shutdown)
+                .map_err(stream_error)?;
         let gateway = Self {
             inner: Arc::new(Inner {
                 cx,
                 listeners: Mutex::new(set),
+                streams,
                 admin: Mutex::new(None),
                 config_path: PathBuf::from(&config.file),
                 reload_lock: tokio::sync::Mutex::new(()),
@@ -89,6 +94,21 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .addr(name)
+    }
+
+    /// The bound address of an L4 stream (useful with port 0).
+    pub fn stream_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.inner.streams.local_addr(name)
+    }
+
+    /// The counters of an L4 stream (kept across reloads while its socket is kept).
+    pub fn stream_stats(&self, name: &str) -> Option<Arc<stream_proxy::StreamStats>> {
+        self.inner.streams.stats(name)
+    }
+
+    /// Every L4 stream's name and counters, in config order.
+    pub fn all_stream_stats(&self) -> Vec<(Arc<str>, Arc<stream_proxy::StreamStats>)> {
+        self.inner.streams.all_stats()
     }
 
     /// The bound address of the admin API.
@@ -158,6 +178,10 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .apply(&config, cx)?;
+        self.inner
+            .streams
+            .reload(&generation.streams, config.server.drain_timeout.get())
+            .map_err(stream_error)?;
         cx.generation.store(generation);
         configure_access_log(&cx.telemetry, &config)?;
         self.apply_admin(&config)?;
@@ -167,7 +191,13 @@ impl Gateway {
     fn apply_admin(&self, config: &Config) -> Result<(), GatewayError> {
         let wanted = config.admin;
         let mut slot = self.inner.admin.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().map(|a| a.configured) == wanted {
+        // Unchanged, or now naming the port it was given (configured with port 0): keep it.
+        if let (Some(current), Some(w)) = (slot.as_ref(), wanted) {
+            if current.configured == w || current.local == w {
+                return Ok(());
+            }
+        }
+        if slot.is_none() && wanted.is_none() {
             return Ok(());
         }
         if let Some(old) = slot.take() {
@@ -204,18 +234,21 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop_all();
-        cx.acceptors.close();
-        cx.acceptors.wait().await;
-        cx.connections.close();
-        if tokio::time::timeout(drain, cx.connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = cx.connections.len(),
-                "drain timeout reached; closing the remaining connections"
-            );
-        }
+        let http = async {
+            cx.acceptors.close();
+            cx.acceptors.wait().await;
+            cx.connections.close();
+            if tokio::time::timeout(drain, cx.connections.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    open = cx.connections.len(),
+                    "drain timeout reached; closing the remaining connections"
+                );
+            }
+        };
+        tokio::join!(http, self.inner.streams.drain(drain));
     }
 
     /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
@@ -247,6 +280,22 @@ impl Gateway {
         tracing::info!("shutting down: draining connections");
         self.shutdown().await;
         tracing::info!("stopped");
+    }
+}
+
+/// Stream start and reload errors: bind failures as such, everything else located in the file.
+fn stream_error(e: stream_proxy::StreamError) -> GatewayError {
+    match e {
+        stream_proxy::StreamError::Bind {
+            stream,
+            addr,
+            source,
+        } => GatewayError::Bind {
+            what: format!("stream `{stream}`"),
+            addr,
+            source,
+        },
+        other => GatewayError::Internal(other.to_string()),
     }
 }
 

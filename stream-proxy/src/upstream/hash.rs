@@ -32,6 +32,14 @@ impl KeyHasher {
         }
     }
 
+    /// Feeds an IP address (its octets), the `client_ip` key of HTTP and L4 alike.
+    pub fn write_ip(&mut self, ip: std::net::IpAddr) {
+        match ip {
+            std::net::IpAddr::V4(v4) => self.write(&v4.octets()),
+            std::net::IpAddr::V6(v6) => self.write(&v6.octets()),
+        }
+    }
+
     /// The hash of everything written so far.
     pub fn finish(&self) -> u64 {
         let mut z = self.0;

@@ -1,0 +1,183 @@
+//! A bound stream socket and its accept loop. The socket outlives config generations: a reload
+//! that keeps a stream's protocol and bind address swaps the [`CompiledStream`] the next
+//! connections use, and keeps the socket and the counters.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use gateway_config::model::StreamProtocol;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::StreamError;
+use crate::compiled::CompiledStream;
+use crate::stats::StreamStats;
+
+/// What a running stream's connections share.
+pub(crate) struct Listening {
+    runtime: ArcSwap<CompiledStream>,
+    pub(crate) stats: Arc<StreamStats>,
+}
+
+impl Listening {
+    pub(crate) fn new(rt: Arc<CompiledStream>) -> Self {
+        Self {
+            runtime: ArcSwap::new(rt),
+            stats: Arc::new(StreamStats::default()),
+        }
+    }
+
+    /// The compiled stream new connections use.
+    pub(crate) fn runtime(&self) -> Arc<CompiledStream> {
+        self.runtime.load_full()
+    }
+
+    pub(crate) fn swap(&self, rt: Arc<CompiledStream>) {
+        self.runtime.store(rt);
+    }
+
+    pub(crate) fn name(&self) -> Arc<str> {
+        self.runtime.load().name.clone()
+    }
+}
+
+/// A bound socket, before its loop starts.
+pub(crate) enum Bound {
+    Tcp(TcpListener),
+    Udp(Arc<UdpSocket>),
+}
+
+impl Bound {
+    /// Binds `rt`'s address (SO_REUSEADDR, a deep accept backlog, large UDP buffers).
+    pub(crate) fn bind(rt: &CompiledStream) -> Result<Self, StreamError> {
+        let err = |source| StreamError::Bind {
+            stream: rt.name.to_string(),
+            addr: rt.addr,
+            source,
+        };
+        let addr = rt.addr;
+        let (kind, proto) = match rt.protocol {
+            StreamProtocol::Tcp => (socket2::Type::STREAM, socket2::Protocol::TCP),
+            StreamProtocol::Udp => (socket2::Type::DGRAM, socket2::Protocol::UDP),
+        };
+        let socket = socket2::Socket::new(socket2::Domain::for_address(addr), kind, Some(proto))
+            .map_err(err)?;
+        socket.set_reuse_address(true).map_err(err)?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true).map_err(err)?;
+        }
+        socket.set_nonblocking(true).map_err(err)?;
+        socket.bind(&addr.into()).map_err(err)?;
+        match rt.protocol {
+            StreamProtocol::Tcp => {
+                socket.listen(4096).map_err(err)?;
+                TcpListener::from_std(socket.into())
+                    .map(Self::Tcp)
+                    .map_err(err)
+            }
+            StreamProtocol::Udp => {
+                // Bursts from many clients queue here while the loop works; the kernel caps
+                // the request at net.core.rmem_max.
+                let _ = socket.set_recv_buffer_size(4 << 20);
+                UdpSocket::from_std(socket.into())
+                    .map(|s| Self::Udp(Arc::new(s)))
+                    .map_err(err)
+            }
+        }
+    }
+
+    pub(crate) fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Self::Tcp(l) => l.local_addr(),
+            Self::Udp(s) => s.local_addr(),
+        }
+    }
+
+    /// Starts the loop: TCP accept loops are tracked in `acceptors` (they end when `stop`
+    /// fires); connections, UDP receive loops and sessions in `tasks`.
+    pub(crate) fn serve(
+        self,
+        listening: Arc<Listening>,
+        stop: CancellationToken,
+        hard: CancellationToken,
+        acceptors: &TaskTracker,
+        tasks: &TaskTracker,
+    ) {
+        match self {
+            Self::Tcp(listener) => {
+                acceptors.spawn(accept_loop(listener, listening, stop, hard, tasks.clone()));
+            }
+            Self::Udp(socket) => {
+                tasks.spawn(crate::udp::serve(
+                    socket,
+                    listening,
+                    stop,
+                    hard,
+                    tasks.clone(),
+                ));
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    listening: Arc<Listening>,
+    stop: CancellationToken,
+    hard: CancellationToken,
+    tasks: TaskTracker,
+) {
+    let bound = listener.local_addr().ok();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let (io, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning on a full fd table.
+                tracing::warn!(stream = %listening.name(), error = %e, "accept failed; backing off");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let rt = listening.runtime();
+        let stats = listening.stats.clone();
+        // Only this loop admits connections, so check-then-increment cannot overshoot.
+        let active = stats.connections_active.load(Relaxed);
+        if rt.max_connections > 0 && active >= rt.max_connections as u64 {
+            StreamStats::inc(&stats.connections_refused);
+            tracing::debug!(stream = %rt.name, %peer, "max_connections reached; refusing");
+            continue;
+        }
+        StreamStats::inc(&stats.connections_accepted);
+        let guard = Active::new(stats.clone());
+        let local = io.local_addr().ok().or(bound).unwrap_or(peer);
+        let hard = hard.clone();
+        tasks.spawn(async move {
+            crate::tcp::serve(io, peer, local, rt, stats, hard).await;
+            drop(guard);
+        });
+    }
+}
+
+/// Counts a connection as active until dropped (also if its task is cancelled).
+struct Active(Arc<StreamStats>);
+
+impl Active {
+    fn new(stats: Arc<StreamStats>) -> Self {
+        StreamStats::inc(&stats.connections_active);
+        Self(stats)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        StreamStats::dec(&self.0.connections_active);
+    }
+}

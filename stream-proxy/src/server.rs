@@ -1,0 +1,200 @@
+//! Running a generation's streams: bind them, swap in a new generation on reload, and drain.
+//!
+//! * Start binds every stream; any failure binds none.
+//! * Reload ([`StreamServer::reload`]) keeps the socket (and counters) of every stream whose
+//!   protocol and bind address are unchanged and points its next connections at the new
+//!   generation; it binds added streams and stops accepting on removed ones, whose open
+//!   connections and sessions get `drain_timeout` to finish. Connections in flight always keep
+//!   the generation they started on.
+//! * Drain ([`StreamServer::drain`], on shutdown) stops accepting everywhere, waits for open
+//!   connections and UDP sessions up to `drain_timeout`, then closes what is left.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_config::model::StreamProtocol;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::StreamError;
+use crate::compiled::{CompiledStream, CompiledStreams};
+use crate::listener::{Bound, Listening};
+use crate::stats::StreamStats;
+
+/// The running streams.
+pub struct StreamServer {
+    running: Mutex<Vec<Running>>,
+    /// Cancelled to stop accepting everywhere (a child of the gateway's shutdown token).
+    stop: CancellationToken,
+    /// Cancelled to close every connection at once (drain timeout passed).
+    hard: CancellationToken,
+    acceptors: TaskTracker,
+    tasks: TaskTracker,
+}
+
+struct Running {
+    protocol: StreamProtocol,
+    /// As configured (port 0 stays 0).
+    configured: SocketAddr,
+    local: SocketAddr,
+    listening: Arc<Listening>,
+    stop: CancellationToken,
+    hard: CancellationToken,
+}
+
+impl Running {
+    fn keeps(&self, rt: &CompiledStream) -> bool {
+        // Port 0 means "any port": only the same stream keeps its socket.
+        self.protocol == rt.protocol
+            && self.configured == rt.addr
+            && (rt.addr.port() != 0 || *self.listening.name() == *rt.name)
+    }
+}
+
+impl StreamServer {
+    /// Binds and starts every stream; `shutdown` cancelled stops accepting (as
+    /// [`StreamServer::drain`] does, without waiting). Needs a Tokio runtime.
+    pub fn start(
+        streams: &CompiledStreams,
+        shutdown: &CancellationToken,
+    ) -> Result<Self, StreamError> {
+        let server = Self {
+            running: Mutex::new(Vec::new()),
+            stop: shutdown.child_token(),
+            hard: CancellationToken::new(),
+            acceptors: TaskTracker::new(),
+            tasks: TaskTracker::new(),
+        };
+        server.reload(streams, Duration::ZERO)?;
+        Ok(server)
+    }
+
+    /// Applies a new generation's streams (see the module docs); removed streams' connections
+    /// get `drain_timeout`. Sockets for added streams are bound first; if one fails, nothing
+    /// changes.
+    pub fn reload(
+        &self,
+        streams: &CompiledStreams,
+        drain_timeout: Duration,
+    ) -> Result<(), StreamError> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = vec![false; running.len()];
+        let mut added = Vec::new();
+        for rt in &streams.streams {
+            match running.iter().position(|r| r.keeps(rt)) {
+                Some(i) if !kept[i] => kept[i] = true,
+                _ => {
+                    let bound = Bound::bind(rt)?;
+                    let local = bound.local_addr().map_err(|source| StreamError::Bind {
+                        stream: rt.name.to_string(),
+                        addr: rt.addr,
+                        source,
+                    })?;
+                    added.push((rt.clone(), bound, local));
+                }
+            }
+        }
+        // Everything bound: apply.
+        let mut next = Vec::with_capacity(streams.streams.len());
+        for (r, keep) in std::mem::take(&mut *running).into_iter().zip(kept) {
+            if keep {
+                next.push(r);
+            } else {
+                self.retire(r, drain_timeout);
+            }
+        }
+        for r in next.iter_mut() {
+            if let Some(rt) = streams.streams.iter().find(|rt| r.keeps(rt)) {
+                r.listening.swap(rt.clone());
+            }
+        }
+        for (rt, bound, local) in added {
+            let listening = Arc::new(Listening::new(rt.clone()));
+            let (stop, hard) = (self.stop.child_token(), self.hard.child_token());
+            tracing::info!(stream = %rt.name, addr = %local, protocol = ?rt.protocol, "stream listening");
+            bound.serve(
+                listening.clone(),
+                stop.clone(),
+                hard.clone(),
+                &self.acceptors,
+                &self.tasks,
+            );
+            next.push(Running {
+                protocol: rt.protocol,
+                configured: rt.addr,
+                local,
+                listening,
+                stop,
+                hard,
+            });
+        }
+        *running = next;
+        Ok(())
+    }
+
+    /// A removed stream: stop accepting now, close what is still open after the drain timeout.
+    fn retire(&self, r: Running, timeout: Duration) {
+        tracing::info!(stream = %r.listening.name(), addr = %r.local, "stream removed; draining");
+        r.stop.cancel();
+        let all = self.hard.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = all.cancelled() => {}
+            }
+            r.hard.cancel();
+        });
+    }
+
+    fn find<T>(&self, name: &str, f: impl Fn(&Running) -> T) -> Option<T> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.iter().find(|r| *r.listening.name() == *name).map(f)
+    }
+
+    /// The bound address of a stream (useful with port 0).
+    pub fn local_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.find(name, |r| r.local)
+    }
+
+    /// A stream's counters.
+    pub fn stats(&self, name: &str) -> Option<Arc<StreamStats>> {
+        self.find(name, |r| r.listening.stats.clone())
+    }
+
+    /// Every stream's name and counters, in config order.
+    pub fn all_stats(&self) -> Vec<(Arc<str>, Arc<StreamStats>)> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running
+            .iter()
+            .map(|r| (r.listening.name(), r.listening.stats.clone()))
+            .collect()
+    }
+
+    /// Stops accepting, waits for open connections and sessions up to `timeout`, then closes
+    /// the rest and returns once they are gone.
+    pub async fn drain(&self, timeout: Duration) {
+        self.stop.cancel();
+        self.acceptors.close();
+        self.acceptors.wait().await;
+        self.tasks.close();
+        if tokio::time::timeout(timeout, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = self.tasks.len(),
+                "stream drain timeout reached; closing the remaining connections"
+            );
+            self.hard.cancel();
+            self.tasks.wait().await;
+        }
+    }
+}
+
+impl Drop for StreamServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.hard.cancel();
+    }
+}

@@ -1,0 +1,216 @@
+//! One TCP connection from accept to close:
+//!
+//! 1. PROXY protocol header from a front load balancer (`accept_proxy_protocol`): the client
+//!    address becomes the real one.
+//! 2. Filters' `on_connect` (allow, deny, connection_rate, plugins): the first `Close` refuses.
+//! 3. Route: with `sni_routes`, peek the ClientHello and pick by server name, else `upstream`.
+//! 4. Connect to a target (balancer, health, failover).
+//! 5. Send the PROXY header (`proxy_protocol`) and the bytes already read, then relay both ways
+//!    until both sides are done, the idle timeout passes, or a filter closes.
+//!
+//! Every step is bounded in time (header timeout, connect timeout, idle timeout) and every
+//! failure closes only this connection. One log line per connection reports the outcome.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use gateway_config::model::{ProxyProtocolVersion, SniFallback};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::Instrument;
+
+use crate::compiled::{CompiledStream, StreamUpstream};
+use crate::connect::connect;
+use crate::filter::{ActiveFilters, CloseSummary, ConnectionInfo};
+use crate::relay::{Direction, Progress, buffered, filtered};
+use crate::sni::{ClientHello, read_client_hello};
+use crate::stats::StreamStats;
+use crate::{StreamError, proxy_protocol};
+
+/// Serves one accepted connection; `stop` closes it early (drain timeout passed).
+pub(crate) async fn serve(
+    io: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    rt: Arc<CompiledStream>,
+    stats: Arc<StreamStats>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let span = tracing::info_span!(
+        "stream",
+        stream = %rt.name,
+        %peer,
+        client = tracing::field::Empty,
+        target = tracing::field::Empty,
+        sni = tracing::field::Empty,
+    );
+    let progress = Progress::new(stats.clone());
+    let mut summary = CloseSummary::default();
+    let work = async {
+        let outcome = tokio::select! {
+            r = handle(io, peer, local, &rt, &progress, &mut summary) => r,
+            _ = stop.cancelled() => Err(StreamError::Shutdown),
+        };
+        count(&stats, &outcome);
+        log(&progress, &outcome);
+    };
+    work.instrument(span).await;
+}
+
+async fn handle(
+    mut io: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    rt: &CompiledStream,
+    progress: &Progress,
+    summary: &mut CloseSummary,
+) -> Result<(), StreamError> {
+    let _ = io.set_nodelay(true);
+    let mut pending = BytesMut::new();
+    let (client, local) = if rt.accept_proxy_protocol {
+        proxy_protocol::read_header(&mut io, &mut pending, rt.header_timeout)
+            .await?
+            .addresses(peer, local)
+    } else {
+        (peer, local)
+    };
+    tracing::Span::current().record("client", tracing::field::display(client));
+    let info = ConnectionInfo {
+        stream: rt.name.clone(),
+        protocol: rt.protocol,
+        client,
+        peer,
+        local,
+    };
+    let mut filters = rt
+        .filters
+        .connect(&info)
+        .await
+        .map_err(StreamError::FilterRefused)?;
+    let result = proxy(&mut io, pending, &info, rt, &mut filters, progress, summary).await;
+    summary.bytes_in = progress.bytes_in();
+    summary.bytes_out = progress.bytes_out();
+    summary.duration = progress.elapsed();
+    summary.error = result.as_ref().err().map(ToString::to_string);
+    filters.close(&info, summary).await;
+    result
+}
+
+async fn proxy(
+    io: &mut TcpStream,
+    mut pending: BytesMut,
+    info: &ConnectionInfo,
+    rt: &CompiledStream,
+    filters: &mut ActiveFilters,
+    progress: &Progress,
+    summary: &mut CloseSummary,
+) -> Result<(), StreamError> {
+    let upstream = route(io, &mut pending, rt, summary).await?;
+    let mut up = connect(upstream, info.client.ip()).await?;
+    let target = up.selection.target().addr;
+    summary.target = Some(target);
+    tracing::Span::current().record("target", tracing::field::display(target));
+
+    let mut head = BytesMut::new();
+    match rt.proxy_protocol {
+        ProxyProtocolVersion::None => {}
+        ProxyProtocolVersion::V1 => proxy_protocol::write_v1(info.client, info.local, &mut head),
+        ProxyProtocolVersion::V2 => proxy_protocol::write_v2(info.client, info.local, &mut head),
+    }
+    let inspect = rt.filters.inspects_data();
+    if inspect && !pending.is_empty() {
+        filters.downstream(&mut pending, false).await?;
+    }
+    if !head.is_empty() || !pending.is_empty() {
+        head.extend_from_slice(&pending);
+        up.io.write_all(&head).await?;
+        progress.add(Direction::In, pending.len());
+    }
+    drop(pending);
+
+    let relay = async {
+        if inspect {
+            return filtered::relay(io, &mut up.io, filters, progress).await;
+        }
+        #[cfg(target_os = "linux")]
+        if rt.zero_copy {
+            if let Ok(pipes) = crate::relay::splice::Pipes::new() {
+                return Ok(pipes.relay(io, &up.io, progress).await?);
+            }
+        }
+        Ok(buffered::relay(io, &mut up.io, progress).await?)
+    };
+    tokio::select! {
+        r = relay => r,
+        _ = progress.idle(rt.idle_timeout) => Err(StreamError::Idle(rt.idle_timeout)),
+    }
+}
+
+/// The upstream for this connection: by SNI when the stream has SNI routes, else `upstream`.
+async fn route<'a>(
+    io: &mut TcpStream,
+    pending: &mut BytesMut,
+    rt: &'a CompiledStream,
+    summary: &mut CloseSummary,
+) -> Result<&'a Arc<StreamUpstream>, StreamError> {
+    if rt.sni_routes.is_empty() {
+        return rt
+            .upstream
+            .as_ref()
+            .ok_or(StreamError::NoRoute("no upstream"));
+    }
+    let hello = read_client_hello(io, pending, rt.header_timeout).await?;
+    if let ClientHello::Sni(name) = &hello {
+        tracing::Span::current().record("sni", name.as_str());
+        summary.sni = Some(name.clone());
+        if let Some(up) = rt.sni_routes.lookup(name) {
+            return Ok(up);
+        }
+    }
+    let why = match hello {
+        ClientHello::Sni(_) => "no SNI route matches",
+        ClientHello::NoSni => "the ClientHello has no server name",
+        _ => "not a TLS ClientHello",
+    };
+    match (&rt.upstream, rt.sni_fallback) {
+        (Some(up), SniFallback::Upstream) => Ok(up),
+        _ => Err(StreamError::NoRoute(why)),
+    }
+}
+
+fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
+    let Err(e) = outcome else { return };
+    let counter = match e {
+        StreamError::FilterRefused(_) => &stats.filter_denials,
+        StreamError::FilterClosed(_) => &stats.filter_closes,
+        StreamError::ProxyProtocol(_)
+        | StreamError::HeaderTimeout { .. }
+        | StreamError::HeaderEof(_)
+        | StreamError::ClientHelloTooLarge(_)
+        | StreamError::NoRoute(_) => &stats.bad_handshakes,
+        StreamError::NoHealthyTarget(_) => &stats.upstream_unavailable,
+        StreamError::Idle(_) => &stats.idle_timeouts,
+        _ => return,
+    };
+    StreamStats::inc(counter);
+}
+
+/// The connection's log line: the stream's access log. Refusals and broken handshakes are
+/// counted and logged at debug level, so a flood of them does not become a flood of lines.
+fn log(progress: &Progress, outcome: &Result<(), StreamError>) {
+    let (bytes_in, bytes_out) = (progress.bytes_in(), progress.bytes_out());
+    let duration_ms = progress.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(()) => tracing::info!(bytes_in, bytes_out, duration_ms, "connection closed"),
+        Err(
+            e @ (StreamError::FilterRefused(_)
+            | StreamError::ProxyProtocol(_)
+            | StreamError::HeaderTimeout { .. }
+            | StreamError::HeaderEof(_)
+            | StreamError::ClientHelloTooLarge(_)
+            | StreamError::NoRoute(_)),
+        ) => tracing::debug!(error = %e, "connection refused"),
+        Err(e) => tracing::info!(bytes_in, bytes_out, duration_ms, error = %e, "connection closed"),
+    }
+}
