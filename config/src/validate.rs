@@ -101,6 +101,11 @@ pub(crate) fn validate(
         Some(a) => Some(c.bind("admin.bind", &a.bind)?),
         None => None,
     };
+    if let Some(log) = raw.telemetry.as_mut().and_then(|t| t.access_log.as_mut()) {
+        if log.path != "stdout" && log.path != "stderr" {
+            log.path = c.path(Path::new(&log.path)).display().to_string();
+        }
+    }
     let telemetry = raw.telemetry.clone().unwrap_or_default();
     if let Some(t) = &telemetry.traces {
         if !(0.0..=1.0).contains(&t.sample_ratio) {
@@ -228,6 +233,7 @@ fn validate_listeners(
         }
         if http3 {
             claim(c, format!("{key}.bind"), addr, "udp")?;
+            validate_http3(c, &key, &l.http3)?;
         }
         if l.max_header_size.bytes() < 1024 {
             return c.err(format!("{key}.max_header_size"), "must be at least 1KiB");
@@ -243,6 +249,31 @@ fn validate_listeners(
         });
     }
     Ok(out)
+}
+
+/// QUIC limits: quinn takes windows as 62-bit varints and needs at least one request stream.
+fn validate_http3(c: &Checker<'_>, key: &str, h3: &Http3Settings) -> Result<()> {
+    if h3.max_concurrent_streams == 0 {
+        return c.err(
+            format!("{key}.http3.max_concurrent_streams"),
+            "must be at least 1",
+        );
+    }
+    for (name, size) in [
+        ("stream_receive_window", h3.stream_receive_window),
+        ("connection_receive_window", h3.connection_receive_window),
+    ] {
+        if !(1024..=(1u64 << 62) - 1).contains(&size.bytes()) {
+            return c.err(
+                format!("{key}.http3.{name}"),
+                "must be between 1KiB and 2^62-1 bytes",
+            );
+        }
+    }
+    if h3.idle_timeout.is_some_and(|t| t.get().is_zero()) {
+        return c.err(format!("{key}.http3.idle_timeout"), "must be above 0");
+    }
+    Ok(())
 }
 
 fn resolve_target(c: &Checker<'_>, key: &str, authority: &str) -> Result<SocketAddr> {

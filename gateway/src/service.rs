@@ -146,6 +146,7 @@ impl RequestFacts {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
+            .or_else(|| http_body::Body::size_hint(res.body()).exact())
             .unwrap_or(0);
         AccessRecord {
             time: self.time,

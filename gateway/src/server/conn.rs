@@ -96,11 +96,8 @@ pub async fn serve(
     let mut stream = stream;
     let mut rest = bytes::BytesMut::new();
     let (client, local) = if rt.accept_proxy_protocol {
-        let header = stream_proxy::proxy_protocol::read_header(
-            &mut stream,
-            &mut rest,
-            rt.header_timeout,
-        );
+        let header =
+            stream_proxy::proxy_protocol::read_header(&mut stream, &mut rest, rt.header_timeout);
         match header.await {
             Ok(h) => h.addresses(client, local),
             Err(e) => {

@@ -76,7 +76,7 @@ impl ListenerSet {
             let reuse = self
                 .by_name
                 .iter()
-                .find(|(_, b)| b.configured == l.addr && l.addr.port() != 0)
+                .find(|(_, b)| l.addr.port() != 0 && (b.configured == l.addr || b.local == l.addr))
                 .map(|(name, _)| name.clone())
                 .or_else(|| {
                     self.by_name
@@ -165,7 +165,6 @@ fn start(
         socket,
         limit,
         stop.clone(),
-        cx.shutdown.clone(),
         cx.connections.clone(),
     ));
     tracing::info!(listener = %l.name, addr = %local, tls = l.tls.is_some(), "listening");
@@ -199,7 +198,6 @@ async fn accept_loop(
     listener: TcpListener,
     limit: Option<Arc<Semaphore>>,
     stop: CancellationToken,
-    drain: CancellationToken,
     connections: TaskTracker,
 ) {
     let local = listener.local_addr().ok();
@@ -232,8 +230,9 @@ async fn accept_loop(
         };
         rt.metrics.accepted.inc();
         let local = stream.local_addr().ok().or(local).unwrap_or(client);
-        // Connections drain on gateway shutdown, not when only their listener is removed.
-        let token = drain.clone();
+        // `stop` is a child of the gateway's drain token: connections drain gracefully when the
+        // gateway stops or when a reload removes their listener (in-flight requests finish).
+        let token = stop.clone();
         connections.spawn(async move {
             let active = rt.metrics.active.clone();
             active.add(1);

@@ -2,6 +2,7 @@
 //! listener's named certificates (exact names first, then wildcards, then the first
 //! certificate), ECDSA preferred over RSA when the client supports it, ALPN from the listener's
 //! protocols, session resumption by tickets and a session cache, optional client certificates.
+//! The QUIC side of an `http3` listener gets its own config from the same pieces (TLS 1.3, `h3`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -161,7 +162,7 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
-/// The rustls server config for one listener.
+/// The rustls server config for one listener's TCP side (ALPN `h2`/`http/1.1`).
 pub fn server_config(
     config: &Config,
     index: usize,
@@ -171,17 +172,60 @@ pub fn server_config(
     let Some(tls) = &listener.tls else {
         return Ok(None);
     };
+    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
+        MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let mut server = build(config, index, listener, certs, versions)?;
+    if listener.http2 {
+        server.alpn_protocols.push(b"h2".to_vec());
+    }
+    if listener.http1 {
+        server.alpn_protocols.push(b"http/1.1".to_vec());
+    }
+    server.max_early_data_size = 0;
+    Ok(Some(Arc::new(server)))
+}
+
+/// The rustls server config for one listener's QUIC side: the same certificates, SNI choice,
+/// client CA and tickets as TCP, but TLS 1.3 only (QUIC has no other) and ALPN `h3`. QUIC
+/// allows an early-data limit of 0 or `u32::MAX` only, so 0-RTT is all or nothing.
+pub fn quic_server_config(
+    config: &Config,
+    index: usize,
+    listener: &Listener,
+    certs: &HashMap<String, Arc<LoadedCert>>,
+) -> Result<Option<ServerConfig>, GatewayError> {
+    if listener.tls.is_none() {
+        return Ok(None);
+    }
+    let mut server = build(config, index, listener, certs, &[&rustls::version::TLS13])?;
+    server.alpn_protocols = vec![b"h3".to_vec()];
+    server.max_early_data_size = if listener.settings.http3.enable_0rtt {
+        u32::MAX
+    } else {
+        0
+    };
+    Ok(Some(server))
+}
+
+fn build(
+    config: &Config,
+    index: usize,
+    listener: &Listener,
+    certs: &HashMap<String, Arc<LoadedCert>>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<ServerConfig, GatewayError> {
+    let key = format!("listeners[{index}].tls");
+    let Some(tls) = &listener.tls else {
+        return Err(config.error(key, "TLS settings are missing").into());
+    };
     let chosen = tls
         .certificates
         .iter()
         .filter_map(|n| certs.get(n).cloned())
         .collect();
     let provider = Arc::new(aws_lc_rs::default_provider());
-    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
-        MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
-        MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
-    };
-    let key = format!("listeners[{index}].tls");
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| config.error(&key, e.to_string()))?;
@@ -205,14 +249,7 @@ pub fn server_config(
         }
     };
     let mut server = builder.with_cert_resolver(Arc::new(SniResolver::new(chosen)));
-    if listener.http2 {
-        server.alpn_protocols.push(b"h2".to_vec());
-    }
-    if listener.http1 {
-        server.alpn_protocols.push(b"http/1.1".to_vec());
-    }
     server.session_storage = ServerSessionMemoryCache::new(16 * 1024);
     server.ticketer = aws_lc_rs::Ticketer::new().map_err(|e| config.error(&key, e.to_string()))?;
-    server.max_early_data_size = 0;
-    Ok(Some(Arc::new(server)))
+    Ok(server)
 }

@@ -16,9 +16,10 @@ fn fingerprint(path: &std::path::Path) -> Option<u64> {
 
 /// Starts the watcher; it ends when the gateway drains.
 pub(super) fn spawn(gateway: Gateway) {
+    // The baseline is the file as it was loaded, taken now rather than when the task first runs.
+    let path = gateway.config_path().to_owned();
+    let mut last = fingerprint(&path);
     tokio::spawn(async move {
-        let path = gateway.config_path().to_owned();
-        let mut last = fingerprint(&path);
         let stop = gateway.shutdown_token();
         loop {
             tokio::select! {

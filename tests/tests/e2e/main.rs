@@ -2,10 +2,12 @@
 
 mod cli;
 mod core;
+mod observability;
 mod proxy;
 mod proxy_grpc;
 mod proxy_http;
 mod proxy_stream;
 mod proxy_ws;
+mod reload;
 mod static_files;
 mod tls;

@@ -1,0 +1,182 @@
+//! Admin API, metrics and access log end to end.
+
+use std::time::Duration;
+
+use gateway_tests::{TestGateway, http1, http2c, temp_dir};
+
+async fn admin_get(gw: &TestGateway, path: &str) -> (u16, String) {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    let out = gateway_tests::raw(addr, req.as_bytes()).await;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (gateway_tests::raw_status(&out), body)
+}
+
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+const YAML: &str = r#"
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+plugins: {}
+routes:
+  - name: hello
+    match: { path: /hello }
+    respond: { body: "hi" }
+  - name: broken
+    match: { path: /broken }
+    respond: { status: 503 }
+"#;
+
+#[tokio::test]
+async fn health_ready_and_unknown_paths() {
+    let gw = TestGateway::start(YAML).await;
+    assert_eq!(admin_get(&gw, "/health").await, (200, "ok\n".into()));
+    assert_eq!(admin_get(&gw, "/ready").await, (200, "ready\n".into()));
+    assert_eq!(admin_get(&gw, "/nope").await.0, 404);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_status_and_protocol() {
+    let gw = TestGateway::start(YAML).await;
+    let addr = gw.addr("main");
+    let mut c = http1(addr).await;
+    for _ in 0..3 {
+        assert_eq!(c.get("/hello").await.status(), 200);
+    }
+    assert_eq!(c.get("/broken").await.status(), 503);
+    assert_eq!(c.get("/missing").await.status(), 404);
+    let mut h2 = http2c(addr).await;
+    assert_eq!(h2.get("/hello").await.status(), 200);
+    let (status, text) = admin_get(&gw, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_http_requests_total{route="hello",status="2xx",protocol="http1"}"#
+        ),
+        3
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_http_requests_total{route="hello",status="2xx",protocol="http2"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_http_requests_total{route="broken",status="5xx",protocol="http1"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_http_requests_total{route="",status="4xx",protocol="http1"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_http_request_duration_seconds_count{route="hello"}"#
+        ),
+        4
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_listener_active_connections{listener="main"}"#
+        ),
+        2
+    );
+    assert!(
+        metric(
+            &text,
+            r#"gateway_listener_connections_total{listener="main"}"#
+        ) >= 2
+    );
+    drop(c);
+    drop(h2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, text) = admin_get(&gw, "/metrics").await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_listener_active_connections{listener="main"}"#
+        ),
+        0
+    );
+}
+
+#[tokio::test]
+async fn config_endpoint_redacts_secrets() {
+    let dir = temp_dir();
+    std::fs::write(dir.path().join("p.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let yaml = YAML.replace("plugins: {}", "plugins:\n  auth:\n    wasm: p.wasm\n    config: { jwt_secret: very-secret-value, header: x-api-key }");
+    // The plugin is defined but unused, so the gateway starts without a Wasm runtime involved.
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let (status, body) = admin_get(&gw, "/config").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("x-api-key") && !body.contains("very-secret-value"),
+        "{body}"
+    );
+    assert!(body.contains("<redacted>"), "{body}");
+}
+
+#[tokio::test]
+async fn access_log_writes_json_and_combined_lines() {
+    for (format, check) in [
+        (
+            "json",
+            r#""method":"GET","target":"/hello?x=1","protocol":"HTTP/1.1","status":200"#,
+        ),
+        (
+            "combined",
+            "\"GET /hello?x=1 HTTP/1.1\" 200 2 \"-\" \"test-agent\"",
+        ),
+    ] {
+        let dir = temp_dir();
+        let yaml = YAML.replace(
+            "plugins: {}",
+            &format!("telemetry:\n  access_log: {{ path: access.log, format: {format} }}"),
+        );
+        let gw = TestGateway::start_in(dir, &yaml).await;
+        let mut c = http1(gw.addr("main")).await;
+        let req = http::Request::get("/hello?x=1")
+            .header("user-agent", "test-agent")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        assert_eq!(c.send(req).await.unwrap().status(), 200);
+        let path = gw.dir().join("access.log");
+        let mut text = String::new();
+        for _ in 0..50 {
+            text = std::fs::read_to_string(&path).unwrap_or_default();
+            if !text.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(text.contains(check), "{format}: {text}");
+        if format == "json" {
+            let v: serde_json::Value =
+                serde_json::from_str(text.lines().next().unwrap()).expect("valid JSON");
+            assert_eq!(v["route"], "hello");
+            assert_eq!(v["user_agent"], "test-agent");
+        }
+    }
+}
