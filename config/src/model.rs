@@ -188,9 +188,12 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
-    /// HTTP/2 and HTTP/3 settings.
+    /// HTTP/2 settings.
     #[serde(default)]
     pub http2: Http2Settings,
+    /// HTTP/3 (QUIC) settings; used when `protocols` includes `http3`.
+    #[serde(default)]
+    pub http3: Http3Settings,
 }
 
 fn default_protocols() -> Vec<HttpProtocol> {
@@ -229,6 +232,56 @@ impl Default for Http2Settings {
             initial_connection_window: ByteSize::mib(4),
         }
     }
+}
+
+/// Per-listener HTTP/3 (QUIC) settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http3Settings {
+    /// Concurrent request streams (bidirectional) a client may open on one connection.
+    pub max_concurrent_streams: u32,
+    /// Flow-control window of each request stream (how much of a request body may be in flight).
+    pub stream_receive_window: ByteSize,
+    /// Flow-control window of the whole connection (all request bodies together).
+    pub connection_receive_window: ByteSize,
+    /// A connection that receives no packet for this long is closed; default: the listener's
+    /// `idle_timeout`.
+    pub idle_timeout: Option<Duration>,
+    /// Cap on concurrent QUIC connections (new ones are refused); default: the listener's
+    /// `max_connections`; 0 means unlimited.
+    pub max_connections: Option<usize>,
+    /// Congestion controller of each connection.
+    pub congestion_control: CongestionControl,
+    /// Accept 0-RTT early data from resuming clients; only GET, HEAD and OPTIONS are served from
+    /// it, other methods get 425 Too Early.
+    pub enable_0rtt: bool,
+}
+
+impl Default for Http3Settings {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 128,
+            stream_receive_window: ByteSize::mib(1),
+            connection_receive_window: ByteSize::mib(4),
+            idle_timeout: None,
+            max_connections: None,
+            congestion_control: CongestionControl::Cubic,
+            enable_0rtt: false,
+        }
+    }
+}
+
+/// A QUIC congestion controller.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CongestionControl {
+    /// CUBIC (RFC 9438), the usual TCP default.
+    #[default]
+    Cubic,
+    /// BBR (model-based; quinn's implementation is experimental).
+    Bbr,
+    /// NewReno (RFC 9002's reference controller).
+    NewReno,
 }
 
 /// `listeners[].tls`.
