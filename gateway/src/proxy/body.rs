@@ -43,23 +43,70 @@ impl Lease {
     }
 }
 
-/// Wraps an upstream body; a body that is already complete (204, 304, HEAD, empty) releases
-/// its lease at once and is passed on without a wrapper.
-pub(crate) fn wrap(inner: Incoming, lease: Lease) -> Body {
+/// Wraps an upstream body. The first frame is awaited for one scheduling round: a small
+/// response usually arrives with its head, and handing hyper the complete body lets it write
+/// head and body in one syscall (and release the upstream connection at once) instead of
+/// flushing the head alone and waking again for the body. A body that turns out complete is
+/// passed on without a wrapper. `Err` when the body failed before anything was sent.
+pub(crate) async fn wrap(mut inner: Incoming, lease: Lease) -> Result<Body, BoxError> {
     if inner.is_end_stream() {
         lease.finish();
-        return Body::empty();
+        return Ok(Body::empty());
     }
-    Body::new(UpstreamBody {
+    let first = match poll_now(&mut inner).await {
+        Some(f) => Some(f),
+        None => {
+            tokio::task::yield_now().await;
+            poll_now(&mut inner).await
+        }
+    };
+    let first = match first {
+        None => None,
+        Some(None) => {
+            lease.finish();
+            return Ok(Body::empty());
+        }
+        Some(Some(Err(e))) => {
+            lease.fail();
+            return Err(e.into());
+        }
+        Some(Some(Ok(frame))) if inner.is_end_stream() => {
+            lease.finish();
+            return Ok(match frame.into_data() {
+                Ok(data) => Body::full(data),
+                Err(frame) => Body::new(UpstreamBody {
+                    inner,
+                    lease: None,
+                    first: Some(frame),
+                }),
+            });
+        }
+        Some(Some(Ok(frame))) => Some(frame),
+    };
+    Ok(Body::new(UpstreamBody {
         inner,
         lease: Some(lease),
+        first,
+    }))
+}
+
+/// Polls once: `None` when not ready yet.
+async fn poll_now(inner: &mut Incoming) -> Option<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *inner).poll_frame(cx) {
+            Poll::Ready(frame) => Some(frame),
+            Poll::Pending => None,
+        })
     })
+    .await
 }
 
 struct UpstreamBody {
     inner: Incoming,
     /// `None` once the body ended, failed or timed out.
     lease: Option<Lease>,
+    /// A frame read ahead by [`wrap`], sent first.
+    first: Option<Frame<Bytes>>,
 }
 
 impl HttpBody for UpstreamBody {
@@ -71,6 +118,9 @@ impl HttpBody for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(frame) = this.first.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
         let Some(lease) = this.lease.as_mut() else {
             return Poll::Ready(None);
         };
@@ -117,10 +167,22 @@ impl HttpBody for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.lease.is_none() || self.inner.is_end_stream()
+        self.first.is_none() && (self.lease.is_none() || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        // The read-ahead frame counts too: hyper frames the response by this hint.
+        let inner = self.inner.size_hint();
+        let ahead = self
+            .first
+            .as_ref()
+            .and_then(Frame::data_ref)
+            .map_or(0, |d| d.len() as u64);
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + ahead);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + ahead);
+        }
+        hint
     }
 }

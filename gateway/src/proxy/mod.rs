@@ -172,7 +172,9 @@ impl ProxyRoute {
                         last = Some(Ok((sent, selection)));
                         continue;
                     }
-                    return self.respond(sent, selection, client_upgrade, websocket_over_h2);
+                    return self
+                        .respond(sent, selection, client_upgrade, websocket_over_h2)
+                        .await;
                 }
                 Err(Failed { error, unsent }) => {
                     up.targets.report_failure(index);
@@ -192,6 +194,7 @@ impl ProxyRoute {
         match last {
             Some(Ok((sent, selection))) => {
                 self.respond(sent, selection, client_upgrade, websocket_over_h2)
+                    .await
             }
             Some(Err(error)) => self.fail(error),
             None => self.fail(GatewayError::NoHealthyTarget(up.name.to_string())),
@@ -321,7 +324,7 @@ impl ProxyRoute {
     }
 
     /// The client's response from an upstream's.
-    fn respond(
+    async fn respond(
         &self,
         sent: Sent,
         selection: Selection,
@@ -358,7 +361,14 @@ impl ProxyRoute {
             .headers
             .append(header::VIA, headers::via(parts.version));
         parts.version = Version::HTTP_11;
-        Response::from_parts(parts, body::wrap(incoming, lease))
+        let addr = lease.selection.target().addr;
+        match body::wrap(incoming, lease).await {
+            Ok(body) => Response::from_parts(parts, body),
+            Err(source) => self.fail(GatewayError::UpstreamFailed {
+                addr: addr.to_string(),
+                source,
+            }),
+        }
     }
 }
 

@@ -130,12 +130,17 @@ impl Pool {
             }
             if self.reserve() {
                 let counts = self.counts.clone();
-                let opened = connector
-                    .connect(self.endpoint.addr, &self.endpoint.server_name, move || {
+                // Boxed: the connect future (TCP, TLS, handshake) is several KiB, and inline it
+                // would make every request's future that large, and copied on each await.
+                let opened = Box::pin(connector.connect(
+                    self.endpoint.addr,
+                    &self.endpoint.server_name,
+                    move || {
                         counts.open.fetch_sub(1, Relaxed);
                         counts.freed.notify_one();
-                    })
-                    .await;
+                    },
+                ))
+                .await;
                 return match opened {
                     Ok(Conn::H1(tx)) => Ok(Checkout::H1 {
                         conn: PooledH1 {
@@ -209,11 +214,14 @@ impl Pool {
         }
         self.counts.open.fetch_add(1, Relaxed);
         let counts = self.counts.clone();
-        let opened = connector
-            .connect(self.endpoint.addr, &self.endpoint.server_name, move || {
+        let opened = Box::pin(connector.connect(
+            self.endpoint.addr,
+            &self.endpoint.server_name,
+            move || {
                 counts.open.fetch_sub(1, Relaxed);
-            })
-            .await;
+            },
+        ))
+        .await;
         match opened {
             Ok(Conn::H2(tx)) => {
                 *lock(&self.h2) = Some(tx.clone());
