@@ -65,7 +65,8 @@ impl FromStr for Duration {
                 "d" => 86400e9,
                 other => {
                     return Err(format!(
-                        "unknown duration unit `{other}` in `{input}` (use ns, us, ms, s, m, h, d)"
+                        "unknown duration unit `{}` in `{input}` (use ns, us, ms, s, m, h, d)",
+                        other.trim()
                     ));
                 }
             };

@@ -59,8 +59,16 @@ impl Checker<'_> {
         if path.is_file() {
             Ok(())
         } else {
-            self.err(key, format!("file {} does not exist", path.display()))
+            self.err(key, format!("file `{}` does not exist", self.shown(path)))
         }
+    }
+
+    /// A resolved path as the user wrote it: relative to the config file when it is under it.
+    fn shown(&self, path: &Path) -> String {
+        path.strip_prefix(self.base_dir)
+            .unwrap_or(path)
+            .display()
+            .to_string()
     }
 
     fn reference<V>(
@@ -738,7 +746,7 @@ fn validate_routes(
                     if !s.root.is_dir() {
                         return c.err(
                             format!("{key}.static.root"),
-                            format!("directory {} does not exist", s.root.display()),
+                            format!("directory `{}` does not exist", c.shown(&s.root)),
                         );
                     }
                     for (j, idx) in s.index.iter().enumerate() {
