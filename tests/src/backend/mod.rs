@@ -56,6 +56,7 @@ impl Seen {
 struct State {
     name: String,
     requests: AtomicUsize,
+    health_checks: AtomicUsize,
     healthy: AtomicBool,
     seen: Mutex<Vec<Seen>>,
 }
@@ -85,6 +86,7 @@ impl Backend {
         let state = Arc::new(State {
             name: name.to_owned(),
             requests: AtomicUsize::new(0),
+            health_checks: AtomicUsize::new(0),
             healthy: AtomicBool::new(true),
             seen: Mutex::new(Vec::new()),
         });
@@ -151,6 +153,11 @@ impl Backend {
     /// Requests served (health checks excluded).
     pub fn requests(&self) -> usize {
         self.state.requests.load(Relaxed)
+    }
+
+    /// `/healthz` requests served.
+    pub fn health_checks(&self) -> usize {
+        self.state.health_checks.load(Relaxed)
     }
 
     /// The last request seen (health checks excluded).
@@ -225,6 +232,7 @@ fn full(body: impl Into<Bytes>) -> TestBody {
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<TestBody> {
     let path = req.uri().path().to_owned();
     if path.ends_with("/healthz") {
+        state.health_checks.fetch_add(1, Relaxed);
         let ok = state.healthy.load(Relaxed);
         let mut res = Response::new(full(if ok { "ok" } else { "unhealthy" }));
         if !ok {

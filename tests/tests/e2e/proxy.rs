@@ -303,3 +303,54 @@ async fn all_targets_down_answers_503_fast() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn reload_keeps_in_flight_requests_and_stops_old_health_checks() {
+    let old = Backend::start("old").await;
+    let new = Backend::start("new").await;
+    let gw = TestGateway::start(&yaml(
+        &format!(
+            "    targets: [{}]\n    health_check: {{ path: /healthz, interval: 50ms }}",
+            old.addr()
+        ),
+        "",
+    ))
+    .await;
+    let addr = gw.addr("main");
+    let slow = tokio::spawn(async move { http1(addr).await.get("/slow/800").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(old.health_checks() > 0);
+
+    std::fs::write(
+        gw.dir().join("gateway.yaml"),
+        yaml(&format!("    targets: [{}]", new.addr()), ""),
+    )
+    .unwrap();
+    gw.gateway().reload().await.expect("reload");
+    assert_eq!(http1(addr).await.get("/").await.header("x-backend"), "new");
+
+    // The request that started on the old generation finishes on its pools.
+    let res = slow.await.unwrap();
+    assert_eq!((res.status(), res.header("x-backend")), (200, "old"));
+    // The old generation is gone, and its health checks with it.
+    let checks = old.health_checks();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(old.health_checks() <= checks + 1, "health checks still running");
+    assert_eq!(new.health_checks(), 0);
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_after_idle_timeout() {
+    let b = Backend::start("a").await;
+    let gw = TestGateway::start(&yaml(
+        &format!("    targets: [{}]\n    pool: {{ idle_timeout: 200ms }}", b.addr()),
+        "",
+    ))
+    .await;
+    assert_eq!(http1(gw.addr("main")).await.get("/").await.status(), 200);
+    let up = upstream(&gw);
+    assert_eq!(up.idle_connections(), [1]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(up.idle_connections(), [0]);
+    assert_eq!(up.open_connections(), [0], "the reaped connection was closed");
+}
