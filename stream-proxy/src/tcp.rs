@@ -134,10 +134,10 @@ async fn proxy(
             return filtered::relay(io, &mut up.io, filters, progress).await;
         }
         #[cfg(target_os = "linux")]
-        if rt.zero_copy {
-            if let Ok(pipes) = crate::relay::splice::Pipes::new() {
-                return Ok(pipes.relay(io, &up.io, progress).await?);
-            }
+        if rt.zero_copy
+            && let Ok(pipes) = crate::relay::splice::Pipes::new()
+        {
+            return Ok(pipes.relay(io, &up.io, progress).await?);
         }
         Ok(buffered::relay(io, &mut up.io, progress).await?)
     };

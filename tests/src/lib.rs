@@ -61,6 +61,23 @@ impl TestGateway {
             .unwrap_or_else(|| panic!("no listener named {listener}"))
     }
 
+    /// The bound address of an L4 stream.
+    pub fn stream_addr(&self, stream: &str) -> SocketAddr {
+        self.gateway
+            .as_ref()
+            .and_then(|g| g.stream_addr(stream))
+            .unwrap_or_else(|| panic!("no stream named {stream}"))
+    }
+
+    /// A copy of an L4 stream's counters.
+    pub fn stream_stats(&self, stream: &str) -> stream_proxy::StreamStatsSnapshot {
+        self.gateway
+            .as_ref()
+            .and_then(|g| g.stream_stats(stream))
+            .unwrap_or_else(|| panic!("no stream named {stream}"))
+            .snapshot()
+    }
+
     /// The config directory (relative paths in the YAML resolve here).
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -5,10 +5,12 @@
 //!   `/upload`, `/hop`, `/trailers`, anything else with its name. It can be stopped (the port
 //!   then refuses) and started again on the same port.
 //! * [`WsEcho`]: a WebSocket echo server (tokio-tungstenite).
+//! * [`l4`]: TCP, TLS and UDP backends for the stream (L4) tests.
 //! * [`grpc`]: an echo gRPC service (tonic + prost, no protoc) and a client over any
 //!   HTTP/2 connection.
 
 pub mod grpc;
+pub mod l4;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

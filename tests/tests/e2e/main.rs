@@ -10,4 +10,5 @@ mod proxy_stream;
 mod proxy_ws;
 mod reload;
 mod static_files;
+mod streams;
 mod tls;
