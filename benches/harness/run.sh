@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark in one command:
+#
+#   bash benches/harness/run.sh [--quick] [--scenarios hello,static-*] [--servers gateway,nginx]
+#                               [--compare /path/to/other/gateway] [--rounds N] [--duration S]
+#                               [--no-install] [--no-build] [other options of bench.py]
+#
+# Installs what is missing (idempotently), builds the release binaries, then hands over to
+# bench.py, which starts the peers and the gateway, runs the scenarios and writes
+# benches/results/<id>.csv, LATEST.csv and the report (docs/benchmarks.md, docs/bench/*.png).
+# `python3 benches/harness/bench.py --help` lists every option; `--list` the scenarios.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+log() { printf '[run] %s\n' "$*" >&2; }
+
+install=1
+build=1
+args=()
+for a in "$@"; do
+  case "$a" in
+    --no-install) install=0 ;;
+    --no-build) build=0 ;;
+    *) args+=("$a") ;;
+  esac
+done
+
+if [ "$install" = 1 ]; then
+  # Debian's packages of the peers and the load tools. The stream module of nginx is a separate
+  # package (the L4 scenario needs it); h2load comes with nghttp2-client.
+  need=()
+  command -v nginx >/dev/null 2>&1 || need+=(nginx)
+  [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
+  command -v caddy >/dev/null 2>&1 || need+=(caddy)
+  command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+  command -v wrk >/dev/null 2>&1 || need+=(wrk)
+  command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+  command -v taskset >/dev/null 2>&1 || need+=(util-linux)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing Debian packages: ${need[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+  fi
+  # The plots; the CSV and the tables do not need it, so a failure here is not fatal.
+  if ! python3 -c 'import matplotlib' 2>/dev/null; then
+    log "installing matplotlib"
+    python3 -m pip install --quiet matplotlib || log "could not install matplotlib: no plots"
+  fi
+fi
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+if [ "$build" = 1 ]; then
+  # Fat LTO makes this slow the first time; cargo skips it when nothing changed.
+  log "building the gateway (release)"
+  cargo build --release -p gateway
+  # hyper_hello (the floor of the hello scenario) and h3load (the HTTP/3 load generator, when
+  # the tree has it) live in the benches crate.
+  log "building hyper_hello and h3load (release)"
+  cargo build --release -p gateway-benches --bins
+  # The add-header plugin of the Wasm scenario; bench.py skips that scenario without it.
+  if [ -f scripts/build-plugins.sh ]; then
+    log "building the Wasm plugins"
+    bash scripts/build-plugins.sh || log "plugin build failed: the Wasm scenario will be skipped"
+  fi
+fi
+
+# 10,000 connections need more than the default 1,024 descriptors, in the load generator and
+# in every server: raise the soft limit to the hard one for everything started from here.
+ulimit -n "$(ulimit -Hn)"
+
+# Defaults first, so that the caller's own --gateway/--hyper/--h3load win (argparse keeps the last).
+exec python3 benches/harness/bench.py \
+  --gateway "$target_dir/release/gateway" \
+  --hyper "$target_dir/release/hyper_hello" \
+  --h3load "$target_dir/release/h3load" \
+  "${args[@]}"

@@ -1,0 +1,94 @@
+"""The scenarios of the side-by-side benchmark: what is requested, from which servers, with which
+load generator, at which concurrencies.
+
+A scenario expands into cells (one per concurrency); a cell's targets (a server, or a variant of
+the gateway such as "wasm" vs "native") are measured in interleaved rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A realistic query for the WAF scenario: a search with parameters and a browser's headers, so the
+# detectors have something to look at (and nothing that should match).
+WAF_PATH = "/search?q=running+shoes&size=42&sort=price&page=2"
+BROWSER_HEADERS = [
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    "Accept-Language: en-GB,en;q=0.5",
+    "Cookie: session=3f2a9c0d7b1e4a6f; theme=dark",
+]
+
+
+@dataclass
+class Variant:
+    """A gateway-only comparison: the same server, another path (and capability)."""
+
+    label: str
+    path: str
+    needs: str
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    tool: str  # wrk | h2load | h3load
+    port: str  # http | tls | l4 | h3 (which port of each server)
+    path: str
+    needs: str  # a capability from servers.CAPABILITIES (or an optional gateway section)
+    conns: list[int]
+    quick_conns: list[int]
+    close: bool = False
+    streams: int = 1  # concurrent streams per connection (HTTP/2 and HTTP/3)
+    headers: list[str] = field(default_factory=list)
+    variants: list[Variant] = field(default_factory=list)
+    body_size: int | None = None  # expected body length, checked before the run
+    peers: list[str] | None = None  # restricts the kinds of server (None: all that can)
+    # Seconds per run at least: opening 10,000 connections takes seconds of the window itself.
+    min_duration: int = 0
+
+
+SCENARIOS = [
+    Scenario("hello", "Synthetic hello, keep-alive", "wrk", "http", "/hello", "hello",
+             [10, 200, 1000], [200], body_size=14),
+    Scenario("hello-close", "Synthetic hello, new connection per request", "wrk", "http",
+             "/hello", "hello", [10, 200], [200], close=True, body_size=14),
+    Scenario("static-1k", "Static file 1 KiB, keep-alive", "wrk", "http", "/static/1k.bin",
+             "static-small", [10, 200, 1000], [200], body_size=1024),
+    Scenario("static-1k-close", "Static file 1 KiB, new connection per request", "wrk", "http",
+             "/static/1k.bin", "static-small", [200], [200], close=True, body_size=1024),
+    Scenario("static-10k", "Static file 10 KiB, keep-alive", "wrk", "http", "/static/10k.bin",
+             "static-small", [200], [200], body_size=10240),
+    Scenario("static-100k", "Static file 100 KiB, keep-alive", "wrk", "http",
+             "/static/100k.bin", "static", [200], [200], body_size=102400),
+    Scenario("static-1m", "Static file 1 MiB, keep-alive", "wrk", "http", "/static/1m.bin",
+             "static", [50], [50], body_size=1048576),
+    Scenario("proxy", "Reverse proxy to the shared backend, keep-alive", "wrk", "http",
+             "/proxy/hello", "proxy", [10, 200, 1000], [200], body_size=14),
+    Scenario("proxy-close", "Reverse proxy, new client connection per request", "wrk", "http",
+             "/proxy/hello", "proxy", [200], [200], close=True, body_size=14),
+    Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
+             "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
+    Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",
+             "tls", "/static/1k.bin", "h2", [10, 200, 1000], [200], streams=10),
+    Scenario("h3-1k", "HTTP/3, static 1 KiB, 10 streams per connection", "h3load", "h3",
+             "/static/1k.bin", "h3", [10, 200], [200], streams=10),
+    Scenario("h3-1m", "HTTP/3, static 1 MiB, 1 stream per connection", "h3load", "h3",
+             "/static/1m.bin", "h3", [10, 50], [50], streams=1),
+    Scenario("stress-10k", "10,000 keep-alive connections, synthetic hello", "wrk", "http",
+             "/hello", "hello", [10000], [10000], body_size=14, min_duration=10),
+    Scenario("l4-tcp", "L4 TCP proxy (HTTP through it to the backend), keep-alive", "wrk", "l4",
+             "/hello", "l4", [10, 200, 1000], [200], body_size=14),
+    Scenario("l4-tcp-close", "L4 TCP proxy, new connection (and upstream connection) per request",
+             "wrk", "l4", "/hello", "l4", [200], [200], close=True, body_size=14),
+    Scenario("wasm", "Wasm add-header plugin vs the native headers filter, on respond", "wrk",
+             "http", "", "native", [200], [200], peers=["gateway"],
+             variants=[Variant("native", "/native", "native"), Variant("wasm", "/wasm", "wasm")]),
+    Scenario("waf", "WAF (built-in detectors) on vs off, on respond", "wrk", "http", "", "native",
+             [200], [200], headers=BROWSER_HEADERS, peers=["gateway"],
+             variants=[Variant("waf off", "/nowaf" + WAF_PATH, "native"),
+                       Variant("waf on", "/waf" + WAF_PATH, "waf")]),
+]  # fmt: skip
+
+BY_NAME = {s.name: s for s in SCENARIOS}

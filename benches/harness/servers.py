@@ -1,0 +1,301 @@
+"""The servers the harness starts: the shared backend, the peers, the gateway (one or two
+builds) and the bare hyper floor. Each gets its config from benches/harness/configs/ with the
+placeholders filled in, its own ports, and a CPU: the server under test on the server CPU, the
+backend on the load CPU.
+
+Ports of an instance, from its base: HTTP (base), HTTPS (base + 1), L4 TCP (base + 2), HTTP/3
+(base + 3, UDP; Caddy serves HTTP/3 on its HTTPS port instead).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import procstat
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = HERE / "configs"
+
+# What each kind of server can serve; a scenario runs on the servers that have what it needs.
+CAPABILITIES = {
+    "hyper": {"hello"},
+    "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
+    "nginx": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4"},
+    "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
+    "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
+}
+
+# Optional sections of configs/gateway.yaml and the capability each one brings.
+GATEWAY_SECTIONS = {"h3": "h3", "wasm": "wasm", "waf": "waf"}
+
+
+@dataclass
+class Env:
+    """Paths and CPUs shared by every server of a run."""
+
+    work: Path
+    root: Path
+    cert: Path
+    key: Path
+    pem: Path
+    plugin: Path | None
+    backend_port: int
+    server_cpu: str
+    backend_cpu: str
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    """Replaces every `{{NAME}}`; an unknown placeholder is an error (a typo in a config)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in values:
+            raise KeyError(f"no value for placeholder {{{{{m.group(1)}}}}}")
+        return values[m.group(1)]
+
+    return re.sub(r"\{\{([A-Z0-9_]+)\}\}", sub, template)
+
+
+def drop_sections(text: str, names: set[str]) -> str:
+    """Removes the lines between `# >>> NAME` and `# <<< NAME` for each name in `names`."""
+    out, skipping = [], None
+    for line in text.splitlines(keepends=True):
+        if m := re.match(r"# >>> (\S+)", line):
+            skipping = m.group(1) if m.group(1) in names else None
+            continue
+        if m := re.match(r"# <<< (\S+)", line):
+            skipping = None
+            continue
+        if skipping is None:
+            out.append(line)
+    return "".join(out)
+
+
+def port_free(port: int, udp: bool = False) -> bool:
+    kind = socket.SOCK_DGRAM if udp else socket.SOCK_STREAM
+    with socket.socket(socket.AF_INET, kind) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def udp_bound(port: int) -> bool:
+    """Whether some process has a UDP socket on 127.0.0.1:port (or any address)."""
+    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
+        local = line.split()[1]
+        if int(local.split(":")[1], 16) == port:
+            return True
+    return False
+
+
+def wait_tcp(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with status {proc.returncode} during start-up")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"not listening on port {port} after {timeout:.0f}s")
+
+
+@dataclass
+class Server:
+    """One running server instance."""
+
+    name: str
+    kind: str
+    base: int
+    env: Env
+    binary: Path | None = None
+    capabilities: set[str] = field(default_factory=set)
+    skipped_sections: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    idle_rss_kib: int = 0
+
+    def __post_init__(self) -> None:
+        self.capabilities = set(CAPABILITIES.get(self.kind, set()))
+
+    @property
+    def ports(self) -> dict[str, int]:
+        b = self.base
+        h3 = b + 1 if self.kind == "caddy" else b + 3
+        return {"http": b, "tls": b + 1, "l4": b + 2, "h3": h3}
+
+    def url(self, scheme_port: str, path: str) -> str:
+        scheme = "http" if scheme_port in ("http", "l4") else "https"
+        return f"{scheme}://127.0.0.1:{self.ports[scheme_port]}{path}"
+
+    @property
+    def log(self) -> Path:
+        return self.env.work / f"{self.name}.log"
+
+    def values(self) -> dict[str, str]:
+        e = self.env
+        return {
+            "WORK": str(e.work),
+            "ROOT": str(e.root),
+            "CERT": str(e.cert),
+            "KEY": str(e.key),
+            "PEM": str(e.pem),
+            "PLUGIN": str(e.plugin or ""),
+            "BACKEND": str(e.backend_port),
+            "HTTP": str(self.ports["http"]),
+            "TLS": str(self.ports["tls"]),
+            "L4": str(self.ports["l4"]),
+            "H3": str(self.ports["h3"]),
+        }
+
+    # === configuration ===
+
+    def write_config(self) -> Path | None:
+        """Writes this instance's config into the work dir; None for servers without one."""
+        templates = {
+            "backend": "backend-nginx.conf",
+            "nginx": "nginx.conf",
+            "haproxy": "haproxy.cfg",
+            "caddy": "Caddyfile",
+        }
+        if self.kind == "gateway":
+            return self._gateway_config()
+        if self.kind not in templates:
+            return None
+        text = fill((CONFIGS / templates[self.kind]).read_text(), self.values())
+        path = self.env.work / f"{self.name}-{templates[self.kind]}"
+        path.write_text(text)
+        return path
+
+    def _gateway_config(self) -> Path:
+        """The gateway config with every optional section the binary accepts. Sections are
+        tried one by one on top of the base (all optional sections dropped); a section whose
+        config `gateway validate` rejects is dropped and remembered with the error."""
+        template = fill((CONFIGS / "gateway.yaml").read_text(), self.values())
+        path = self.env.work / f"{self.name}-gateway.yaml"
+        wanted = set(GATEWAY_SECTIONS)
+        if self.env.plugin is None:
+            self.skipped_sections["wasm"] = "no add-header.wasm was built"
+            wanted.discard("wasm")
+        ok, err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS) - wanted), path)
+        if not ok:
+            base_ok, base_err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS)), path)
+            if not base_ok:
+                raise RuntimeError(f"the base gateway config is rejected: {base_err}")
+            keep: set[str] = set()
+            for name in sorted(wanted):
+                trial = drop_sections(template, set(GATEWAY_SECTIONS) - {name})
+                ok, err = self._validate(trial, path)
+                if ok:
+                    keep.add(name)
+                else:
+                    self.skipped_sections[name] = err
+            wanted = keep
+        path.write_text(drop_sections(template, set(GATEWAY_SECTIONS) - wanted))
+        self.capabilities |= {GATEWAY_SECTIONS[n] for n in wanted}
+        return path
+
+    def _validate(self, text: str, path: Path) -> tuple[bool, str]:
+        path.write_text(text)
+        proc = subprocess.run(
+            [str(self.binary), "validate", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        # The message names the scratch file; keep only its name (it ends up in the results).
+        msg = (proc.stderr or proc.stdout).strip().replace(f"{path.parent}/", "")
+        return proc.returncode == 0, msg
+
+    # === process ===
+
+    def command(self, config: Path | None) -> tuple[list[str], dict[str, str]]:
+        env = dict(os.environ)
+        cpu = self.env.backend_cpu if self.kind == "backend" else self.env.server_cpu
+        pin = ["taskset", "-c", cpu]
+        if self.kind in ("backend", "nginx"):
+            prefix = self.env.work / f"{self.name}-prefix"
+            prefix.mkdir(exist_ok=True)
+            err = str(self.env.work / f"{self.name}-error.log")
+            return pin + ["nginx", "-p", str(prefix), "-e", err, "-c", str(config)], env
+        if self.kind == "haproxy":
+            return pin + ["haproxy", "-db", "-f", str(config)], env
+        if self.kind == "caddy":
+            home = self.env.work / "caddy-home"
+            home.mkdir(exist_ok=True)
+            env |= {
+                "GOMAXPROCS": "1",
+                "HOME": str(home),
+                "XDG_DATA_HOME": str(home / "data"),
+                "XDG_CONFIG_HOME": str(home / "config"),
+            }
+            cmd = ["caddy", "run", "--config", str(config), "--adapter", "caddyfile"]
+            return pin + cmd, env
+        if self.kind == "gateway":
+            env["RUST_LOG"] = "warn"
+            return pin + [str(self.binary), "run", "--config", str(config)], env
+        if self.kind == "hyper":
+            return pin + [str(self.binary), f"127.0.0.1:{self.ports['http']}"], env
+        raise ValueError(self.kind)
+
+    def start(self) -> None:
+        config = self.write_config()
+        cmd, env = self.command(config)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.env.work
+            )
+        port = self.env.backend_port if self.kind == "backend" else self.ports["http"]
+        try:
+            wait_tcp(port, self.proc)
+        except RuntimeError as e:
+            tail = self.log.read_text(errors="replace")[-1500:]
+            self.stop()
+            raise RuntimeError(f"{self.name}: {e}\n{tail}") from None
+        if "h3" in self.capabilities:
+            # The config may accept http3 while the build does not serve it yet.
+            time.sleep(0.3)
+            if not udp_bound(self.ports["h3"]):
+                self.capabilities.discard("h3")
+                self.skipped_sections["h3"] = f"nothing listens on UDP port {self.ports['h3']}"
+
+    def pids(self) -> list[int]:
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return procstat.process_tree(self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM to the process this harness started (nginx's master takes its workers
+        down), then SIGKILL to whatever of its tree is left after 5 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        tree = [(pid, procstat.start_time(pid)) for pid in self.pids()[1:]]
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for pid, started in tree:
+            # Only the same process (a recycled pid has another start time).
+            if started is not None and procstat.start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
