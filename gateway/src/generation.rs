@@ -12,6 +12,7 @@ use crate::proxy::{ProxyRoute, Upstreams};
 use crate::router::{Matcher, Router};
 use crate::telemetry::{RouteMetrics, Telemetry};
 use crate::terminal::{Respond, Terminal};
+use crate::wasm::{Plugins, WasmFilterFactory, WasmStreamFilterFactory};
 
 /// One route, compiled.
 pub struct CompiledRoute {
@@ -42,12 +43,15 @@ pub struct Generation {
     pub unrouted: RouteMetrics,
     /// L4 streams, using the same upstream targets (balancers, health) as the routes.
     pub streams: stream_proxy::CompiledStreams,
+    /// Wasm plugins (their VMs and file watchers live as long as the generation).
+    pub plugins: Plugins,
 }
 
 impl Generation {
     /// Builds a generation; any failure is located in the config file.
     pub fn build(config: Arc<Config>, telemetry: &Telemetry) -> Result<Self, GatewayError> {
         let upstreams = Upstreams::build(&config)?;
+        let plugins = Plugins::build(&config, &upstreams)?;
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, route) in config.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
@@ -62,7 +66,13 @@ impl Generation {
                             HeadersFilterFactory::new(h).map_err(|m| config.error(fkey, m))?,
                         ));
                     }
-                    Filter::Waf(_) | Filter::RateLimit { .. } | Filter::Plugin(_) => {
+                    Filter::Plugin(name) => {
+                        let handle = plugins.get(name).ok_or_else(|| {
+                            config.error(format!("{fkey}.plugin"), "no such plugin")
+                        })?;
+                        factories.push(Arc::new(WasmFilterFactory::new(handle.clone())));
+                    }
+                    Filter::Waf(_) | Filter::RateLimit { .. } => {
                         return Err(config
                             .error(fkey, "this filter is not available in this build yet")
                             .into());
@@ -95,7 +105,7 @@ impl Generation {
                 },
             ));
         }
-        let streams = stream_proxy::CompiledStreams::build(&config, &StreamResolver(&upstreams))
+        let streams = stream_proxy::CompiledStreams::build(&config, &StreamResolver(&upstreams, &plugins))
             .map_err(|e| match e {
                 stream_proxy::StreamError::Config { key, message } => config.error(key, message),
                 other => config.error("streams", other.to_string()),
@@ -119,6 +129,7 @@ impl Generation {
             server_header,
             upstreams,
             streams,
+            plugins,
         })
     }
 
@@ -130,10 +141,15 @@ impl Generation {
 
 /// What streams take from a generation: its upstreams' targets, shared with the HTTP proxy so
 /// health learnt on one side applies to the other.
-struct StreamResolver<'a>(&'a Upstreams);
+struct StreamResolver<'a>(&'a Upstreams, &'a Plugins);
 
 impl stream_proxy::Resolver for StreamResolver<'_> {
     fn targets(&self, upstream: &str) -> Option<Arc<stream_proxy::upstream::Targets>> {
         self.0.get(upstream).map(|u| u.targets.clone())
+    }
+
+    fn plugin(&self, name: &str) -> Result<Arc<dyn stream_proxy::StreamFilterFactory>, String> {
+        let handle = self.1.get(name).ok_or("no such plugin")?;
+        Ok(Arc::new(WasmStreamFilterFactory::new(handle.clone())))
     }
 }

@@ -16,6 +16,7 @@ pub mod service;
 pub mod static_files;
 pub mod telemetry;
 pub mod terminal;
+pub mod wasm;
 
 pub use body::Body;
 pub use error::GatewayError;

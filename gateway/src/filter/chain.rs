@@ -34,6 +34,8 @@ struct State {
     status: StatusCode,
     local_reply: Option<Response<Body>>,
     logged: bool,
+    /// Filters that saw the request head; only they get the log phase.
+    started: usize,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -86,6 +88,7 @@ impl Chain {
             status: StatusCode::OK,
             local_reply: None,
             logged: false,
+            started: 0,
         }));
         let (mut parts, body) = req.into_parts();
 
@@ -94,6 +97,7 @@ impl Chain {
             let mut guard = state.lock().await;
             let st = &mut *guard;
             for i in 0..st.filters.len() {
+                st.started = i + 1;
                 let flow = st.filters[i]
                     .on_request_headers(&mut parts, &mut st.cx)
                     .await;
@@ -111,6 +115,8 @@ impl Chain {
 
         let body = match self.request_body {
             None | Some(BodyAccess::None) => body,
+            // A request without a body (most GETs) skips the buffering and the body hooks.
+            Some(BodyAccess::Buffer(_)) if body.is_end_stream() => body,
             Some(BodyAccess::Buffer(limit)) => {
                 match self.buffer_request_body(&state, body, limit).await {
                     Ok(body) => body,
@@ -262,7 +268,8 @@ async fn run_log(state: Shared) {
     }
     st.logged = true;
     let status = st.status;
-    for f in st.filters.iter_mut() {
+    let started = st.started;
+    for f in st.filters[..started].iter_mut() {
         f.on_log(&st.cx, status).await;
     }
 }
@@ -429,5 +436,268 @@ impl HttpBody for RequestBodyHooks {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The chain's contract: order of phases, local replies, body hooks, the log phase.
+
+    use std::net::SocketAddr;
+    use std::sync::Mutex as StdMutex;
+
+    use http::{request, response};
+
+    use super::*;
+    use crate::context::ConnInfo;
+    use crate::terminal::Respond;
+
+    type Journal = Arc<StdMutex<Vec<String>>>;
+
+    struct Recorder {
+        name: &'static str,
+        journal: Journal,
+        reply_on_request: bool,
+        body: BodyAccess,
+        upper_response_body: bool,
+    }
+
+    impl FilterFactory for Recorder {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn create(&self) -> Box<dyn HttpFilter> {
+            Box::new(RecorderFilter {
+                name: self.name,
+                journal: self.journal.clone(),
+                reply_on_request: self.reply_on_request,
+                upper: self.upper_response_body,
+            })
+        }
+        fn request_body(&self) -> BodyAccess {
+            self.body
+        }
+        fn response_body(&self) -> bool {
+            self.upper_response_body
+        }
+    }
+
+    struct RecorderFilter {
+        name: &'static str,
+        journal: Journal,
+        reply_on_request: bool,
+        upper: bool,
+    }
+
+    impl RecorderFilter {
+        fn note(&self, what: &str) {
+            self.journal
+                .lock()
+                .unwrap()
+                .push(format!("{}:{what}", self.name));
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpFilter for RecorderFilter {
+        async fn on_request_headers(
+            &mut self,
+            req: &mut request::Parts,
+            _cx: &mut RequestCx,
+        ) -> Result<Flow, BoxError> {
+            self.note("req");
+            req.headers
+                .append("x-seen", HeaderValue::from_static(self.name));
+            if self.reply_on_request {
+                return Ok(Flow::Respond(Response::new(Body::from("local reply"))));
+            }
+            Ok(Flow::Continue)
+        }
+        async fn on_request_body(
+            &mut self,
+            chunk: &mut Option<Bytes>,
+            eos: bool,
+            _cx: &mut RequestCx,
+        ) -> Result<Flow, BoxError> {
+            self.note(&format!(
+                "req_body:{}:{eos}",
+                chunk.as_ref().map_or(0, |c| c.len())
+            ));
+            Ok(Flow::Continue)
+        }
+        async fn on_response_headers(
+            &mut self,
+            res: &mut response::Parts,
+            _cx: &mut RequestCx,
+        ) -> Result<Flow, BoxError> {
+            self.note("res");
+            res.headers
+                .append("x-res", HeaderValue::from_static(self.name));
+            Ok(Flow::Continue)
+        }
+        async fn on_response_body(
+            &mut self,
+            chunk: &mut Option<Bytes>,
+            eos: bool,
+            _cx: &mut RequestCx,
+        ) -> Result<(), BoxError> {
+            if self.upper {
+                if let Some(c) = chunk.take() {
+                    *chunk = Some(Bytes::from(c.to_ascii_uppercase()));
+                }
+                if eos {
+                    let mut tail = chunk.take().map(|c| c.to_vec()).unwrap_or_default();
+                    tail.extend_from_slice(b"!");
+                    *chunk = Some(Bytes::from(tail));
+                }
+            }
+            Ok(())
+        }
+        async fn on_log(&mut self, _cx: &RequestCx, status: StatusCode) {
+            self.note(&format!("log:{}", status.as_u16()));
+        }
+    }
+
+    fn cx() -> RequestCx {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        RequestCx {
+            conn: Arc::new(ConnInfo {
+                client: addr,
+                local: addr,
+                listener: Arc::from("l"),
+                tls: false,
+                sni: None,
+            }),
+            route: Arc::from("r"),
+            start: tokio::time::Instant::now(),
+            trace: None,
+        }
+    }
+
+    fn respond(body: &str) -> Terminal {
+        let cfg: gateway_config::model::RespondConfig =
+            serde_yaml::from_str(&format!("{{ body: \"{body}\" }}")).unwrap();
+        Terminal::Respond(Respond::new(&cfg).unwrap())
+    }
+
+    fn recorder(name: &'static str, journal: &Journal) -> Recorder {
+        Recorder {
+            name,
+            journal: journal.clone(),
+            reply_on_request: false,
+            body: BodyAccess::None,
+            upper_response_body: false,
+        }
+    }
+
+    async fn body_text(res: Response<Body>) -> String {
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn request_in_order_response_in_reverse_log_once() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(recorder("a", &journal)),
+            Arc::new(recorder("b", &journal)),
+        ]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        let order: Vec<_> = res
+            .headers()
+            .get_all("x-res")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(order, ["b", "a"]);
+        assert_eq!(body_text(res).await, "ok");
+        tokio::task::yield_now().await;
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "b:req", "b:res", "a:res", "a:log:200", "b:log:200"]
+        );
+    }
+
+    #[tokio::test]
+    async fn local_reply_skips_the_rest_and_the_terminal() {
+        let journal: Journal = Arc::default();
+        let mut b = recorder("b", &journal);
+        b.reply_on_request = true;
+        let chain = Chain::new(vec![
+            Arc::new(recorder("a", &journal)),
+            Arc::new(b),
+            Arc::new(recorder("c", &journal)),
+        ]);
+        let res = chain
+            .run(
+                &respond("terminal"),
+                Request::new(Body::empty()),
+                cx(),
+                None,
+            )
+            .await;
+        assert_eq!(
+            res.headers().get_all("x-res").iter().count(),
+            1,
+            "only `a` sees the reply"
+        );
+        assert_eq!(body_text(res).await, "local reply");
+        let j = journal.lock().unwrap().clone();
+        assert!(!j.iter().any(|e| e.starts_with("c:")), "{j:?}");
+    }
+
+    #[tokio::test]
+    async fn buffered_request_body_is_seen_whole_and_limited() {
+        let journal: Journal = Arc::default();
+        let mut a = recorder("a", &journal);
+        a.body = BodyAccess::Buffer(8);
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let req = Request::new(Body::from("12345"));
+        let res = chain.run(&respond("ok"), req, cx(), None).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(
+            journal
+                .lock()
+                .unwrap()
+                .contains(&"a:req_body:5:true".to_owned())
+        );
+        let res = chain
+            .run(
+                &respond("ok"),
+                Request::new(Body::from("123456789")),
+                cx(),
+                None,
+            )
+            .await;
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn response_body_hooks_rewrite_and_append_at_eos() {
+        let journal: Journal = Arc::default();
+        let mut a = recorder("a", &journal);
+        a.upper_response_body = true;
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let res = chain
+            .run(&respond("hello"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert_eq!(body_text(res).await, "HELLO!");
+    }
+
+    #[tokio::test]
+    async fn server_header_is_added_before_response_filters() {
+        let chain = Chain::default();
+        let server = HeaderValue::from_static("gw");
+        let res = chain
+            .run(
+                &respond("x"),
+                Request::new(Body::empty()),
+                cx(),
+                Some(&server),
+            )
+            .await;
+        assert_eq!(res.headers()[header::SERVER], "gw");
     }
 }

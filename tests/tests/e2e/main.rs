@@ -12,3 +12,7 @@ mod reload;
 mod static_files;
 mod streams;
 mod tls;
+mod wasm;
+mod wasm_auth;
+mod wasm_isolation;
+mod wasm_reload;

@@ -1,0 +1,67 @@
+//! `hostile`: a plugin that misbehaves on purpose, for the isolation tests. By request path:
+//! `/trap` panics (a trap), `/oob` passes an out-of-bounds pointer to a host call, `/loop`
+//! never returns, `/memory` grows its memory until the limit; anything else gets an
+//! `x-hostile: calm` response header.
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
+
+unsafe extern "C" {
+    fn proxy_log(level: u32, ptr: *const u8, len: usize) -> u32;
+}
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Warn);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root) });
+}}
+
+struct Root;
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Hostile))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct Hostile;
+
+impl Context for Hostile {}
+
+impl HttpContext for Hostile {
+    fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+        let path = self.get_http_request_header(":path").unwrap_or_default();
+        match path.as_str() {
+            "/trap" => panic!("hostile plugin: trap requested"),
+            "/oob" => {
+                // A pointer far past the end of linear memory.
+                unsafe { proxy_log(2, 0xFFFF_FF00usize as *const u8, 4096) };
+            }
+            "/loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "/memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                for _ in 0..4096 {
+                    hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
+                }
+                std::hint::black_box(&hoard);
+            }
+            _ => {}
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
+        self.set_http_response_header("x-hostile", Some("calm"));
+        Action::Continue
+    }
+}
