@@ -84,6 +84,12 @@ impl Backend {
         Self::launch(name, "127.0.0.1:0".parse().expect("addr"), Some(acceptor)).await
     }
 
+    /// Like [`Backend::start_tls`], and clients must present a certificate issued by `ca`.
+    pub async fn start_mtls(name: &str, ca: &crate::TestCa) -> Self {
+        let acceptor = tls_acceptor_with(ca, true);
+        Self::launch(name, "127.0.0.1:0".parse().expect("addr"), Some(acceptor)).await
+    }
+
     async fn launch(name: &str, addr: SocketAddr, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let state = Arc::new(State {
             name: name.to_owned(),
@@ -210,6 +216,11 @@ async fn bind_reusable(addr: SocketAddr) -> TcpListener {
 }
 
 fn tls_acceptor(ca: &crate::TestCa) -> tokio_rustls::TlsAcceptor {
+    tls_acceptor_with(ca, false)
+}
+
+/// With `mutual`, clients must present a certificate issued by `ca`.
+fn tls_acceptor_with(ca: &crate::TestCa, mutual: bool) -> tokio_rustls::TlsAcceptor {
     use rustls_pki_types::pem::PemObject;
     let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], crate::KeyKind::Ecdsa);
     let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
@@ -217,12 +228,21 @@ fn tls_acceptor(ca: &crate::TestCa) -> tokio_rustls::TlsAcceptor {
         .expect("cert");
     let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key");
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("server config");
+        .expect("versions");
+    let builder = if mutual {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der()).expect("root");
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("verifier");
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut config = builder.with_single_cert(chain, key).expect("server config");
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }

@@ -389,6 +389,38 @@ routes:
 }
 
 #[tokio::test]
+async fn client_certificates_for_mutual_tls() {
+    let ca = TestCa::new();
+    let b = Backend::start_mtls("mtls", &ca).await;
+    let dir = gateway_tests::temp_dir();
+    std::fs::write(dir.path().join("ca.pem"), &ca.pem).unwrap();
+    ca.write(
+        dir.path(),
+        "client",
+        &["gateway.client"],
+        gateway_tests::KeyKind::Ecdsa,
+    );
+    let config = format!(
+        r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  with-cert: {{ targets: [{addr}], tls: {{ ca: ca.pem, server_name: localhost, cert: client.pem, key: client.key }} }}
+  without: {{ targets: [{addr}], tls: {{ ca: ca.pem, server_name: localhost }} }}
+routes:
+  - {{ match: {{ path_prefix: /with }}, proxy: {{ upstream: with-cert }} }}
+  - {{ match: {{ path_prefix: /without }}, proxy: {{ upstream: without }} }}
+"#,
+        addr = b.addr()
+    );
+    let gw = TestGateway::start_in(dir, &config).await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/with").await.text(), "mtls");
+    assert_eq!(c.get("/without").await.status(), 502);
+}
+
+#[tokio::test]
 async fn plain_connect_is_refused() {
     let b = Backend::start("a").await;
     let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", b.addr()), "")).await;
