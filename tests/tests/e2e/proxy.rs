@@ -335,7 +335,10 @@ async fn reload_keeps_in_flight_requests_and_stops_old_health_checks() {
     // The old generation is gone, and its health checks with it.
     let checks = old.health_checks();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(old.health_checks() <= checks + 1, "health checks still running");
+    assert!(
+        old.health_checks() <= checks + 1,
+        "health checks still running"
+    );
     assert_eq!(new.health_checks(), 0);
 }
 
@@ -343,7 +346,10 @@ async fn reload_keeps_in_flight_requests_and_stops_old_health_checks() {
 async fn idle_connections_are_closed_after_idle_timeout() {
     let b = Backend::start("a").await;
     let gw = TestGateway::start(&yaml(
-        &format!("    targets: [{}]\n    pool: {{ idle_timeout: 200ms }}", b.addr()),
+        &format!(
+            "    targets: [{}]\n    pool: {{ idle_timeout: 200ms }}",
+            b.addr()
+        ),
         "",
     ))
     .await;
@@ -352,5 +358,9 @@ async fn idle_connections_are_closed_after_idle_timeout() {
     assert_eq!(up.idle_connections(), [1]);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(up.idle_connections(), [0]);
-    assert_eq!(up.open_connections(), [0], "the reaped connection was closed");
+    assert_eq!(
+        up.open_connections(),
+        [0],
+        "the reaped connection was closed"
+    );
 }
