@@ -330,3 +330,24 @@ async fn connection_cap_refuses_extra_connections() {
     let mut c = http1(addr).await;
     assert_eq!(c.get("/hello").await.status(), 200);
 }
+
+#[tokio::test]
+async fn drain_finishes_in_flight_requests_and_stops_accepting() {
+    let backend = gateway_tests::backend::Backend::start("slow").await;
+    let yaml = format!(
+        "listeners:\n  - name: main\n    bind: 127.0.0.1:0\nupstreams:\n  slow: {{ targets: [\"{}\"] }}\nroutes:\n  - match: {{ path_prefix: /slow }}\n    proxy: {{ upstream: slow }}\n",
+        backend.addr()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let addr = gw.addr("main");
+    let mut c = http1(addr).await;
+    let in_flight = tokio::spawn(async move { c.get("/slow/600").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = tokio::time::Instant::now();
+    gw.shutdown().await;
+    // The drain waited for the request in flight, which completed normally.
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let res = in_flight.await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer accepting");
+}
