@@ -58,6 +58,7 @@ fn request_cx() -> RequestCx {
         conn: Arc::new(conn),
         route: Arc::from("hello"),
         start: tokio::time::Instant::now(),
+        trace: None,
     }
 }
 

@@ -1,10 +1,12 @@
 //! Per-request facts every filter and terminal may need: who the client is, which listener and
-//! route took the request, and when it started.
+//! route took the request, when it started, and its place in a trace.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::time::Instant;
+
+use crate::telemetry::trace::TraceCx;
 
 /// Facts about the connection a request arrived on, shared by its requests.
 #[derive(Debug)]
@@ -30,6 +32,9 @@ pub struct RequestCx {
     pub route: Arc<str>,
     /// When the request arrived.
     pub start: Instant,
+    /// The request's trace (its server span), when tracing is configured: the proxy starts
+    /// its attempts' spans under it and sends its `traceparent` upstream.
+    pub trace: Option<TraceCx>,
 }
 
 impl RequestCx {

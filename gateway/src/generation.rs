@@ -10,6 +10,7 @@ use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
 use crate::proxy::{ProxyRoute, Upstreams};
 use crate::router::{Matcher, Router};
+use crate::telemetry::trace::stream::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
 use crate::terminal::{Respond, Terminal};
 use crate::wasm::{Plugins, WasmFilterFactory, WasmStreamFilterFactory};
@@ -105,8 +106,10 @@ impl Generation {
                 },
             ));
         }
-        let streams = stream_proxy::CompiledStreams::build(&config, &StreamResolver(&upstreams, &plugins))
-            .map_err(|e| match e {
+        let resolver = StreamResolver(&upstreams, &plugins);
+        let resolver = observed(&resolver, &config, &telemetry.tracer);
+        let streams =
+            stream_proxy::CompiledStreams::build(&config, &resolver).map_err(|e| match e {
                 stream_proxy::StreamError::Config { key, message } => config.error(key, message),
                 other => config.error("streams", other.to_string()),
             })?;

@@ -1,6 +1,6 @@
 //! The request entry point shared by every protocol: route lookup, the filter chain and
-//! terminal, request metrics and the access log. Errors never reach hyper; they are responses
-//! by now.
+//! terminal, request metrics, the request's server span and the access log. Errors never reach
+//! hyper; they are responses by now.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,6 +17,8 @@ use crate::filter::with_server;
 use crate::generation::Generation;
 use crate::router::request_host;
 use crate::server::idle::Activity;
+use crate::telemetry::trace::context::hex;
+use crate::telemetry::trace::{self, ServerSpan, TraceCx};
 use crate::telemetry::{AccessRecord, RouteMetrics, Telemetry, protocol_text};
 
 /// State shared by the requests of one connection.
@@ -54,11 +56,27 @@ impl ConnService {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
         let facts = log.as_ref().map(|_| RequestFacts::of(&req));
+        // Without `telemetry.traces` this load is all the tracing a request costs.
+        let span = self
+            .telemetry
+            .tracer
+            .load()
+            .as_ref()
+            .map(|t| ServerSpan::start(t, &req, &self.conn));
+        let trace_cx = span.as_ref().map(|s| s.context().clone());
 
-        let (res, route_name, metrics) = self.dispatch(&generation, req, start).await;
+        let routed = self.dispatch(&generation, req, start, trace_cx.clone());
+        let (res, route_name, metrics) = match trace_cx {
+            // The trace is also the task's current one, for work started without a context.
+            Some(cx) => trace::scope(cx, routed).await,
+            None => routed.await,
+        };
         metrics.record(version, res.status(), start.elapsed());
+        let trace_id = span.and_then(|s| s.end(res.status(), &route_name));
         if let (Some(log), Some(facts)) = (log, facts) {
-            log.log(facts.into_record(&self.conn, version, &res, start, route_name));
+            let mut record = facts.into_record(&self.conn, version, &res, start, route_name);
+            record.trace_id = trace_id.map(|id| hex(&id));
+            log.log(record);
         }
         res
     }
@@ -68,6 +86,7 @@ impl ConnService {
         generation: &'g Generation,
         req: Request<Body>,
         start: Instant,
+        trace: Option<TraceCx>,
     ) -> (Response<Body>, Arc<str>, &'g RouteMetrics) {
         let server = generation.server_header.as_ref();
         let unrouted = |status| {
@@ -96,6 +115,7 @@ impl ConnService {
             conn: self.conn.clone(),
             route: route.name.clone(),
             start,
+            trace,
         };
         let res = route.chain.run(&route.terminal, req, cx, server).await;
         (res, route.name.clone(), &route.metrics)

@@ -32,6 +32,14 @@ pub trait Resolver {
         let _ = name;
         Err("plugin stream filters are not available in this build".into())
     }
+
+    /// A filter put first on every stream, so it sees every connection and session the
+    /// stream's own filters see, including the ones they refuse: the gateway's tracing turns
+    /// its `on_close` summary into a span. It should not inspect data (that would turn off
+    /// splice). `None`, the default, adds nothing.
+    fn observer(&self) -> Option<Arc<dyn StreamFilterFactory>> {
+        None
+    }
 }
 
 /// An upstream as a stream uses it.
@@ -162,7 +170,8 @@ fn build_filters(
     key: &str,
     resolver: &dyn Resolver,
 ) -> Result<FilterChain, StreamError> {
-    let mut factories: Vec<Arc<dyn StreamFilterFactory>> = Vec::with_capacity(s.filters.len());
+    let mut factories: Vec<Arc<dyn StreamFilterFactory>> = Vec::with_capacity(s.filters.len() + 1);
+    factories.extend(resolver.observer());
     for (j, f) in s.filters.iter().enumerate() {
         let fkey = format!("{key}.filters[{j}]");
         factories.push(match f {

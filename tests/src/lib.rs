@@ -3,6 +3,7 @@
 //! certificates generated per test.
 
 pub mod backend;
+pub mod otlp;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -6,7 +6,8 @@
 //! `timeout`. Idempotent requests whose body is empty or was never sent are retried on another
 //! target (up to `retries`) after a connect failure, a timeout, a broken response, or a 502, 503
 //! or 504 from the upstream. Every outcome feeds the target's passive health. The response body
-//! streams back through [`body`], which returns the connection to its pool at the end.
+//! streams back through [`body`], which returns the connection to its pool at the end. When the
+//! request is traced, each attempt gets a client span and carries its `traceparent` upstream.
 //!
 //! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
 //! connections), [`connect`] (TCP, TLS, handshakes), [`tls`], [`headers`], [`body`],
@@ -40,6 +41,7 @@ use self::pool::{Checkout, Pool, PooledH1};
 use crate::body::Body;
 use crate::context::RequestCx;
 use crate::error::{GatewayError, error_response};
+use crate::telemetry::trace::http_spans::Target;
 
 /// A route's proxy terminal: the upstream (shared by every route naming it) and this route's
 /// rewriting settings.
@@ -157,7 +159,15 @@ impl ProxyRoute {
                 (_, h) => h.take().unwrap_or_default(),
             };
             let pool = &up.pools[index];
-            let req = self.request(&head, hdrs, body.take().unwrap_or_default(), pool);
+            let mut req = self.request(&head, hdrs, body.take().unwrap_or_default(), pool);
+            let span = cx.trace.as_ref().map(|t| {
+                let target = Target {
+                    upstream: &up.name,
+                    authority: &pool.endpoint.authority,
+                    addr: pool.endpoint.addr,
+                };
+                t.start_client(&head.method, target, tried.len(), req.headers_mut())
+            });
             match self.attempt(pool, req).await {
                 Ok(sent) => {
                     let status = sent.response.status();
@@ -167,7 +177,11 @@ impl ProxyRoute {
                     } else {
                         up.targets.report_success(index);
                     }
-                    if failed && retry_left && body_empty {
+                    let retry = failed && retry_left && body_empty;
+                    if let Some(span) = span {
+                        span.end_response(status, retry);
+                    }
+                    if retry {
                         tried.push(index);
                         last = Some(Ok((sent, selection)));
                         continue;
@@ -182,7 +196,11 @@ impl ProxyRoute {
                     if let Some(req) = unsent {
                         body = Some(req.into_body());
                     }
-                    if retry_left && error.retryable() && (body_empty || body.is_some()) {
+                    let retry = retry_left && error.retryable() && (body_empty || body.is_some());
+                    if let Some(span) = span {
+                        span.end_error(&error, retry);
+                    }
+                    if retry {
                         tried.push(index);
                         last = Some(Err(error));
                         continue;

@@ -54,6 +54,7 @@ impl Gateway {
         let config = Arc::new(config);
         let generation = Generation::build(config.clone(), &telemetry)?;
         configure_access_log(&telemetry, &config)?;
+        telemetry.tracer.store(tracer_for(&telemetry, &config)?);
         let cx = ListenerContext {
             generation: Arc::new(ArcSwap::from_pointee(generation)),
             telemetry,
@@ -173,6 +174,8 @@ impl Gateway {
         let config = Arc::new(config);
         let cx = &self.inner.cx;
         let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);
+        // Built before anything is swapped, so a bad endpoint rejects the whole reload.
+        let tracer = tracer_for(&cx.telemetry, &config)?;
         self.inner
             .listeners
             .lock()
@@ -183,6 +186,9 @@ impl Gateway {
             .reload(&generation.streams, config.server.drain_timeout.get())
             .map_err(stream_error)?;
         cx.generation.store(generation);
+        // A replaced tracer's exporter sends what it holds and stops once the requests still
+        // using it end.
+        cx.telemetry.tracer.store(tracer);
         configure_access_log(&cx.telemetry, &config)?;
         self.apply_admin(&config)?;
         Ok(())
@@ -249,6 +255,10 @@ impl Gateway {
             }
         };
         tokio::join!(http, self.inner.streams.drain(drain));
+        // Spans of the last requests: sent if the collector answers soon, else dropped.
+        if let Some(tracer) = cx.telemetry.tracer.swap(None) {
+            tracer.shutdown(drain.min(TRACE_FLUSH_TIMEOUT)).await;
+        }
     }
 
     /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
@@ -298,6 +308,19 @@ fn stream_error(e: stream_proxy::StreamError) -> GatewayError {
         other => GatewayError::Internal(other.to_string()),
     }
 }
+
+/// The tracer for `config` (the running one when unchanged), its endpoint error located.
+fn tracer_for(
+    telemetry: &Telemetry,
+    config: &Config,
+) -> Result<Option<Arc<crate::telemetry::Tracer>>, GatewayError> {
+    telemetry
+        .tracer_for(&config.telemetry)
+        .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m).into())
+}
+
+/// Longest a shutdown waits for the last spans to reach the collector.
+const TRACE_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn configure_access_log(telemetry: &Telemetry, config: &Config) -> Result<(), GatewayError> {
     let cfg = config.telemetry.access_log.as_ref();

@@ -1,9 +1,10 @@
-//! Observability shared by every config generation: the metrics registry, the access log, and
-//! per-route request metrics. Handles are registered when a generation is built, so recording a
-//! request is a few relaxed atomic adds.
+//! Observability shared by every config generation: the metrics registry, the access log,
+//! per-route request metrics, and the tracer (OTLP traces, see [`trace`]). Handles are
+//! registered when a generation is built, so recording a request is a few relaxed atomic adds.
 
 pub mod access_log;
 pub mod metrics;
+pub mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use http::{StatusCode, Version};
 
 pub use access_log::{AccessLog, AccessRecord};
 pub use metrics::{Counter, Gauge, Histogram, Registry};
+pub use trace::Tracer;
 
 /// Process-wide telemetry, owned by the running gateway.
 pub struct Telemetry {
@@ -20,6 +22,9 @@ pub struct Telemetry {
     pub registry: Arc<Registry>,
     /// The access log, when configured (swapped on reload).
     pub access_log: ArcSwapOption<AccessLog>,
+    /// The tracer, when `telemetry.traces` is configured (replaced on reload when its settings
+    /// change; shared with the stream observers, which read it when a connection ends).
+    pub tracer: Arc<ArcSwapOption<Tracer>>,
     /// Successful config reloads.
     pub reloads_ok: Counter,
     /// Rejected config reloads.
@@ -41,6 +46,7 @@ impl Telemetry {
             reloads_ok: reloads("ok"),
             reloads_failed: reloads("failed"),
             access_log: ArcSwapOption::empty(),
+            tracer: Arc::new(ArcSwapOption::empty()),
             registry,
         })
     }
@@ -56,6 +62,20 @@ impl Telemetry {
         };
         self.access_log.store(log);
         Ok(())
+    }
+
+    /// The tracer `cfg` asks for: the running one when its settings are unchanged (so a reload
+    /// keeps its exporter and connection), a new one when they changed, none without
+    /// `traces`. Nothing is swapped in yet: the caller stores it once the whole config is
+    /// accepted. `Err` is a message about `telemetry.traces.otlp_endpoint`.
+    pub fn tracer_for(
+        &self,
+        cfg: &gateway_config::model::TelemetryConfig,
+    ) -> Result<Option<Arc<Tracer>>, String> {
+        match self.tracer.load_full() {
+            Some(t) if t.matches(cfg) => Ok(Some(t)),
+            _ => Tracer::start(cfg, &self.registry),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 mod cli;
 mod core;
 mod observability;
+mod otel;
 mod proxy;
 mod proxy_grpc;
 mod proxy_http;

@@ -1,0 +1,116 @@
+//! What tracing adds to a request: the server span (start with the request head, end with the
+//! response status) and one upstream attempt's client span with its `traceparent` injection.
+//!
+//! * `off`: no `telemetry.traces` (the one atomic load `ConnService::handle` does).
+//! * `unsampled`: traces configured, ratio 0, no incoming parent: a new trace id and span id,
+//!   nothing recorded; the attempt only gets a `traceparent` header.
+//! * `sampled`: a sampled incoming `traceparent`: both spans recorded and queued for export.
+//!
+//! The exporter points at a port nothing listens on, so batches are dropped quickly and the
+//! queue stays drained; the cost measured is the request path's only.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use gateway::Body;
+use gateway::context::ConnInfo;
+use gateway::telemetry::trace::ServerSpan;
+use gateway::telemetry::trace::http_spans::Target;
+use gateway::telemetry::{Registry, Tracer};
+use gateway_config::model::{TelemetryConfig, TracesConfig};
+use http::uri::Authority;
+use http::{HeaderMap, Method, Request, StatusCode};
+
+fn tracer(ratio: f64) -> Arc<Tracer> {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let cfg = TelemetryConfig {
+        service_name: None,
+        traces: Some(TracesConfig {
+            otlp_endpoint: format!("http://{dead}"),
+            sample_ratio: ratio,
+        }),
+        access_log: None,
+    };
+    Tracer::start(&cfg, &Registry::new())
+        .expect("tracer")
+        .expect("traces configured")
+}
+
+fn request(traceparent: Option<&'static str>) -> Request<Body> {
+    let mut b = Request::get("/api/users/42?page=2")
+        .header("host", "example.com")
+        .header("user-agent", "bench/1.0");
+    if let Some(tp) = traceparent {
+        b = b.header("traceparent", tp);
+    }
+    b.body(Body::empty()).expect("request")
+}
+
+/// One request's tracing work: server span, one attempt, end of both.
+fn traced_request(
+    slot: &ArcSwapOption<Tracer>,
+    req: &Request<Body>,
+    conn: &ConnInfo,
+    route: &Arc<str>,
+    upstream: &Arc<str>,
+    authority: &Authority,
+) {
+    let span = slot
+        .load()
+        .as_ref()
+        .map(|t| ServerSpan::start(t, req, conn));
+    if let Some(cx) = span.as_ref().map(|s| s.context().clone()) {
+        let mut headers = HeaderMap::new();
+        let target = Target {
+            upstream,
+            authority,
+            addr: SocketAddr::from(([10, 0, 0, 1], 8080)),
+        };
+        let attempt = cx.start_client(&Method::GET, target, 0, &mut headers);
+        black_box(&headers);
+        attempt.end_response(StatusCode::OK, false);
+    }
+    black_box(span.and_then(|s| s.end(StatusCode::OK, route)));
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _guard = rt.enter();
+    let conn = ConnInfo {
+        client: SocketAddr::from(([127, 0, 0, 1], 40000)),
+        local: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        listener: Arc::from("main"),
+        tls: false,
+        sni: None,
+    };
+    let route: Arc<str> = Arc::from("users");
+    let upstream: Arc<str> = Arc::from("users");
+    let authority = Authority::from_static("users.internal:8080");
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    let mut g = c.benchmark_group("trace");
+    let cases = [
+        ("off", None, None),
+        ("unsampled", Some(tracer(0.0)), None),
+        ("sampled", Some(tracer(1.0)), Some(parent)),
+    ];
+    for (name, t, tp) in cases {
+        let slot = ArcSwapOption::new(t);
+        let req = request(tp);
+        g.bench_function(name, |b| {
+            b.iter(|| traced_request(&slot, &req, &conn, &route, &upstream, &authority))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

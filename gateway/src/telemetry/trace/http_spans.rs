@@ -1,0 +1,374 @@
+//! HTTP spans with the OpenTelemetry semantic conventions (HTTP server and client spans,
+//! stable since semconv 1.23): a [`ServerSpan`] per request, started in `ConnService::handle`
+//! for every protocol, and a [`ClientSpan`] per upstream attempt, started by the proxy.
+//!
+//! An unsampled request costs a header parse and two random ids: it records nothing, and its
+//! upstream requests carry the trace on with the `sampled` flag clear.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::USER_AGENT;
+use http::uri::{Authority, PathAndQuery};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Version};
+
+use super::context::{SpanContext, TraceId, inject, new_span_id};
+use super::span::{self, Kind, Parent, SpanData, Status, Value, port_of};
+use super::{TraceCx, Tracer};
+use crate::body::Body;
+use crate::context::ConnInfo;
+use crate::error::GatewayError;
+
+/// A span's attributes.
+pub type Attributes = Vec<(&'static str, Value)>;
+
+/// The span of one request, from its head to its response head.
+pub struct ServerSpan {
+    cx: TraceCx,
+    start: Duration,
+    /// Request attributes; empty (never allocated) when the span is not recorded.
+    attributes: Attributes,
+}
+
+impl ServerSpan {
+    /// Continues the request's trace or starts one, and notes the request's attributes when
+    /// the span is recorded.
+    pub fn start(tracer: &Arc<Tracer>, req: &Request<Body>, conn: &ConnInfo) -> Self {
+        let cx = tracer.begin(req.headers());
+        if !cx.sampled() {
+            return Self {
+                cx,
+                start: Duration::ZERO,
+                attributes: Vec::new(),
+            };
+        }
+        let mut a = Vec::with_capacity(13);
+        push_method(&mut a, req.method());
+        a.push((
+            "url.path",
+            Value::Path(
+                req.uri()
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            ),
+        ));
+        a.push((
+            "url.scheme",
+            Value::Static(if conn.tls { "https" } else { "http" }),
+        ));
+        let host = req.headers().get(http::header::HOST);
+        let port = match (req.uri().authority(), host) {
+            (Some(authority), _) => {
+                a.push(("server.address", Value::Host(authority.clone())));
+                authority.port_u16()
+            }
+            (None, Some(h)) => {
+                a.push(("server.address", Value::HostHeader(h.clone())));
+                port_of(h.as_bytes())
+            }
+            (None, None) => None,
+        };
+        let port = port.unwrap_or_else(|| conn.local.port());
+        a.push(("server.port", Value::Int(i64::from(port))));
+        a.push(("client.address", Value::Ip(conn.client.ip())));
+        a.push((
+            "network.protocol.version",
+            Value::Static(protocol_version(req.version())),
+        ));
+        if let Some(ua) = req.headers().get(USER_AGENT) {
+            a.push(("user_agent.original", Value::Header(ua.clone())));
+        }
+        a.push(("gateway.listener", Value::Shared(conn.listener.clone())));
+        Self {
+            cx,
+            start: span::now(),
+            attributes: a,
+        }
+    }
+
+    /// The context handed to filters and terminals.
+    pub fn context(&self) -> &TraceCx {
+        &self.cx
+    }
+
+    /// Ends the span with the response status and the matched route ("" when none matched).
+    /// Returns the trace id when the span was recorded.
+    pub fn end(self, status: StatusCode, route: &Arc<str>) -> Option<TraceId> {
+        if !self.cx.sampled() {
+            return None;
+        }
+        let Self {
+            cx,
+            start,
+            attributes: mut a,
+        } = self;
+        let method = a.first().map_or(Value::Static("HTTP"), |(_, m)| match m {
+            Value::Static("_OTHER") => Value::Static("HTTP"),
+            m => m.clone(),
+        });
+        let route = (!route.is_empty()).then(|| Value::Shared(route.clone()));
+        if let Some(r) = &route {
+            a.push(("http.route", r.clone()));
+        }
+        a.push((
+            "http.response.status_code",
+            Value::Int(i64::from(status.as_u16())),
+        ));
+        // Server spans fail on 5xx only: a 4xx is the client's error, not the gateway's.
+        let status = if status.is_server_error() {
+            a.push(("error.type", Value::Owned(status.as_str().into())));
+            Status::Error("".into())
+        } else {
+            Status::Unset
+        };
+        let trace_id = cx.span.trace_id;
+        cx.tracer.record(SpanData {
+            trace_id,
+            span_id: cx.span.span_id,
+            parent: cx.parent,
+            trace_state: cx.state,
+            name: (method, route),
+            kind: Kind::Server,
+            start,
+            end: span::now(),
+            attributes: a,
+            status,
+        });
+        Some(trace_id)
+    }
+}
+
+/// Where an upstream attempt goes.
+pub struct Target<'a> {
+    /// The upstream's name in the config.
+    pub upstream: &'a Arc<str>,
+    /// The target's configured `host:port`.
+    pub authority: &'a Authority,
+    /// Its resolved address.
+    pub addr: SocketAddr,
+}
+
+/// The span of one upstream attempt; not recorded when the request's span is not.
+pub struct ClientSpan {
+    recording: Option<Recording>,
+}
+
+struct Recording {
+    tracer: Arc<Tracer>,
+    span: SpanContext,
+    parent: SpanContext,
+    state: Option<HeaderValue>,
+    start: Duration,
+    attributes: Attributes,
+}
+
+impl TraceCx {
+    /// Starts the span of an upstream attempt and puts its `traceparent` (and the carried
+    /// `tracestate`) into the attempt's headers, replacing the client's.
+    pub fn start_client(
+        &self,
+        method: &Method,
+        target: Target<'_>,
+        resend_count: usize,
+        headers: &mut HeaderMap,
+    ) -> ClientSpan {
+        if !self.sampled() {
+            inject(headers, &self.span, self.state.as_ref());
+            return ClientSpan { recording: None };
+        }
+        let span = SpanContext {
+            span_id: new_span_id(),
+            ..self.span
+        };
+        inject(headers, &span, self.state.as_ref());
+        let mut a = Vec::with_capacity(9);
+        push_method(&mut a, method);
+        a.push(("server.address", Value::Host(target.authority.clone())));
+        a.push(("server.port", Value::Int(i64::from(target.addr.port()))));
+        a.push(("network.peer.address", Value::Ip(target.addr.ip())));
+        a.push(("gateway.upstream", Value::Shared(target.upstream.clone())));
+        if resend_count > 0 {
+            a.push(("http.request.resend_count", Value::Int(resend_count as i64)));
+        }
+        ClientSpan {
+            recording: Some(Recording {
+                tracer: self.tracer.clone(),
+                span,
+                parent: self.span,
+                state: self.state.clone(),
+                start: span::now(),
+                attributes: a,
+            }),
+        }
+    }
+}
+
+impl ClientSpan {
+    /// Ends the attempt with the upstream's status; `retried` when the gateway tried another
+    /// target after it (a 502, 503 or 504).
+    pub fn end_response(self, status: StatusCode, retried: bool) {
+        let Some(mut r) = self.recording else { return };
+        r.attributes.push((
+            "http.response.status_code",
+            Value::Int(i64::from(status.as_u16())),
+        ));
+        // Client spans fail on 4xx too (semantic conventions): the call did not do its job.
+        let outcome = if status.is_client_error() || status.is_server_error() || retried {
+            r.attributes
+                .push(("error.type", Value::Owned(status.as_str().into())));
+            let message = if retried {
+                "retried on another target"
+            } else {
+                ""
+            };
+            Status::Error(message.into())
+        } else {
+            Status::Unset
+        };
+        r.finish(outcome);
+    }
+
+    /// Ends the attempt with the error that ended it (connect, timeout, broken response).
+    pub fn end_error(self, error: &GatewayError, retried: bool) {
+        let Some(mut r) = self.recording else { return };
+        let kind = match error {
+            GatewayError::UpstreamConnect { .. } => "connect_error",
+            GatewayError::UpstreamTimeout(_) => "timeout",
+            GatewayError::UpstreamFailed { .. } => "response_error",
+            _ => "_OTHER",
+        };
+        r.attributes.push(("error.type", Value::Static(kind)));
+        let mut message = error.to_string();
+        if let Some(source) = std::error::Error::source(error) {
+            message.push_str(": ");
+            message.push_str(&source.to_string());
+        }
+        if retried {
+            message.push_str("; retried on another target");
+        }
+        r.finish(Status::Error(message.into()));
+    }
+}
+
+impl Recording {
+    fn finish(self, status: Status) {
+        let method = self
+            .attributes
+            .first()
+            .map_or(Value::Static("HTTP"), |(_, m)| match m {
+                Value::Static("_OTHER") => Value::Static("HTTP"),
+                m => m.clone(),
+            });
+        self.tracer.record(SpanData {
+            trace_id: self.span.trace_id,
+            span_id: self.span.span_id,
+            parent: Parent::Local(self.parent.span_id),
+            trace_state: self.state,
+            name: (method, None),
+            kind: Kind::Client,
+            start: self.start,
+            end: span::now(),
+            attributes: self.attributes,
+            status,
+        });
+    }
+}
+
+/// A span the gateway opens around work it does for a trace, such as a plugin's HTTP call:
+/// the proxy's attempts become its children. A child of the request's span when there is one,
+/// else the root of a new trace.
+pub struct InternalSpan {
+    cx: TraceCx,
+    start: Duration,
+    name: &'static str,
+    attributes: Attributes,
+}
+
+impl InternalSpan {
+    /// Starts the span `name` under `parent` (or a new trace on `tracer`).
+    pub fn start(
+        tracer: &Arc<Tracer>,
+        parent: Option<&TraceCx>,
+        name: &'static str,
+        attributes: Attributes,
+    ) -> Self {
+        let cx = match parent {
+            Some(p) => TraceCx {
+                tracer: p.tracer.clone(),
+                span: SpanContext {
+                    span_id: new_span_id(),
+                    ..p.span
+                },
+                parent: Parent::Local(p.span.span_id),
+                state: p.state.clone(),
+            },
+            None => tracer.root(),
+        };
+        Self {
+            cx,
+            start: span::now(),
+            name,
+            attributes,
+        }
+    }
+
+    /// The context its children start under.
+    pub fn context(&self) -> &TraceCx {
+        &self.cx
+    }
+
+    /// Ends the span, failed when `error` says why.
+    pub fn end(self, error: Option<String>) {
+        if !self.cx.sampled() {
+            return;
+        }
+        self.cx.tracer.record(SpanData {
+            trace_id: self.cx.span.trace_id,
+            span_id: self.cx.span.span_id,
+            parent: self.cx.parent,
+            trace_state: self.cx.state,
+            name: (Value::Static(self.name), None),
+            kind: Kind::Internal,
+            start: self.start,
+            end: span::now(),
+            attributes: self.attributes,
+            status: error.map_or(Status::Unset, |e| Status::Error(e.into())),
+        });
+    }
+}
+
+/// `http.request.method` (first, so the span name can reuse it): the method when it is one
+/// of the standard ones, else `_OTHER` with the original in `http.request.method_original`.
+fn push_method(a: &mut Attributes, m: &Method) {
+    let known = match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => "_OTHER",
+    };
+    a.push(("http.request.method", Value::Static(known)));
+    if known == "_OTHER" {
+        a.push((
+            "http.request.method_original",
+            Value::Owned(m.as_str().into()),
+        ));
+    }
+}
+
+fn protocol_version(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}

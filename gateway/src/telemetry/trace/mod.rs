@@ -1,0 +1,285 @@
+//! OpenTelemetry traces, exported over OTLP (gRPC or HTTP/protobuf) by a lean tracer of our
+//! own rather than the OpenTelemetry SDK: the request path needs only "continue or start a
+//! trace, decide sampling, queue a finished span", and owning that keeps a span to one small
+//! allocation, lets the queue count what it drops, and needs no exporter thread
+//! (docs/architecture.md, "Choices and why").
+//!
+//! * [`context`]: W3C `traceparent`/`tracestate` parsing and formatting, ids.
+//! * [`sampler`]: parent-based, ratio for new traces.
+//! * [`span`]: a finished span as queued; [`http_spans`] builds the HTTP server and client spans
+//!   with the semantic-convention attributes; [`stream`] the L4 connection spans.
+//! * [`export`]: batching task; [`transport`]: OTLP over hyper; [`proto`]: the wire messages.
+//!
+//! Without `telemetry.traces` there is no [`Tracer`], and the request path does one atomic
+//! load to find that out. A [`Tracer`] lives until the config changes its settings: reload
+//! builds a new one (new exporter), and the old one's exporter sends what it has and stops
+//! when its last request ends.
+
+pub mod context;
+mod export;
+pub mod http_spans;
+mod proto;
+pub mod sampler;
+pub mod span;
+pub mod stream;
+mod transport;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_config::model::TelemetryConfig;
+use http::HeaderValue;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::context::{RemoteParent, SpanContext, new_span_id, new_trace_id};
+use self::sampler::Sampler;
+use self::span::{Parent, SpanData};
+use super::metrics::{Counter, Registry};
+
+pub use self::http_spans::{ClientSpan, InternalSpan, ServerSpan};
+pub use self::stream::StreamTraceFactory;
+
+/// `service.name` when the config names none.
+pub const DEFAULT_SERVICE_NAME: &str = "gateway";
+
+/// What a tracer was built from; a reload with equal settings keeps the running tracer.
+#[derive(Debug, Clone, PartialEq)]
+struct Settings {
+    endpoint: String,
+    ratio: f64,
+    service_name: String,
+}
+
+impl Settings {
+    fn of(config: &TelemetryConfig) -> Option<Self> {
+        let traces = config.traces.as_ref()?;
+        Some(Self {
+            endpoint: traces.otlp_endpoint.clone(),
+            ratio: traces.sample_ratio,
+            service_name: config
+                .service_name
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+        })
+    }
+}
+
+/// Samples, and queues finished spans for its exporter task.
+pub struct Tracer {
+    sampler: Sampler,
+    queue: mpsc::Sender<SpanData>,
+    dropped: Counter,
+    settings: Settings,
+    stop: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("endpoint", &self.settings.endpoint)
+            .field("ratio", &self.settings.ratio)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tracer {
+    /// Starts a tracer and its exporter for `config.traces`; `Ok(None)` when traces are off.
+    /// Must run inside the Tokio runtime. `Err` is a message for `telemetry.traces.otlp_endpoint`.
+    pub fn start(
+        config: &TelemetryConfig,
+        registry: &Registry,
+    ) -> Result<Option<Arc<Self>>, String> {
+        let Some(settings) = Settings::of(config) else {
+            return Ok(None);
+        };
+        let endpoint = transport::Endpoint::parse(&settings.endpoint)?;
+        let counters = counters(registry);
+        let (queue, rx) = mpsc::channel(export::QUEUE);
+        let exporter = export::Exporter::new(
+            rx,
+            transport::Transport::new(endpoint),
+            resource(&settings.service_name),
+            counters.clone(),
+            settings.endpoint.clone(),
+        );
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(exporter.run(stop.clone()));
+        Ok(Some(Arc::new(Self {
+            sampler: Sampler::new(settings.ratio),
+            queue,
+            dropped: counters.dropped,
+            settings,
+            stop,
+            task: Mutex::new(Some(task)),
+        })))
+    }
+
+    /// Whether `config` asks for exactly this tracer.
+    pub fn matches(&self, config: &TelemetryConfig) -> bool {
+        Settings::of(config).as_ref() == Some(&self.settings)
+    }
+
+    /// The context of a request's server span: a child of the request's valid `traceparent`
+    /// (sampled as its parent is), else the root of a new trace (sampled by ratio).
+    pub fn begin(self: &Arc<Self>, headers: &http::HeaderMap) -> TraceCx {
+        match context::extract(headers) {
+            Some(parent) => self.child_of(parent),
+            None => self.root(),
+        }
+    }
+
+    /// The context of a new trace's root span.
+    pub fn root(self: &Arc<Self>) -> TraceCx {
+        let trace_id = new_trace_id();
+        TraceCx {
+            tracer: self.clone(),
+            span: SpanContext {
+                trace_id,
+                span_id: new_span_id(),
+                sampled: self.sampler.sample_new(&trace_id),
+            },
+            parent: Parent::None,
+            state: None,
+        }
+    }
+
+    fn child_of(self: &Arc<Self>, parent: RemoteParent) -> TraceCx {
+        let p = parent.context;
+        TraceCx {
+            tracer: self.clone(),
+            span: SpanContext {
+                trace_id: p.trace_id,
+                span_id: new_span_id(),
+                sampled: self.sampler.sample(Some(&p), &p.trace_id),
+            },
+            parent: Parent::Remote(p.span_id),
+            state: parent.state,
+        }
+    }
+
+    /// Queues a finished span; never waits (a full queue drops it, counted).
+    pub fn record(&self, span: SpanData) {
+        match self.queue.try_send(span) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Closed(_)) => self.dropped.inc(),
+        }
+    }
+
+    /// Sends what is queued and stops the exporter, waiting at most `within` (shutdown).
+    pub async fn shutdown(&self, within: Duration) {
+        self.stop.cancel();
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(within, task).await.is_err() {
+                abort.abort();
+                tracing::warn!(
+                    "trace export did not finish within the drain; queued spans are lost"
+                );
+            }
+        }
+    }
+}
+
+fn counters(registry: &Registry) -> export::Counters {
+    export::Counters {
+        exported: registry.counter(
+            "gateway_trace_spans_exported_total",
+            "Spans the trace collector accepted.",
+            &[],
+        ),
+        dropped: registry.counter(
+            "gateway_trace_spans_dropped_total",
+            "Spans dropped: export queue full, export failed or timed out.",
+            &[],
+        ),
+        failures: registry.counter(
+            "gateway_trace_export_failures_total",
+            "OTLP export requests that failed or timed out.",
+            &[],
+        ),
+    }
+}
+
+/// The resource every span is reported under.
+fn resource(service_name: &str) -> proto::Resource {
+    proto::Resource {
+        attributes: vec![
+            proto::string_kv("service.name", service_name),
+            proto::string_kv("service.version", crate::VERSION),
+            proto::string_kv("host.name", host_name()),
+            proto::string_kv("telemetry.sdk.name", "gateway"),
+            proto::string_kv("telemetry.sdk.language", "rust"),
+        ],
+    }
+}
+
+/// The kernel's host name (no libc call, so no `unsafe`), else `$HOSTNAME`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+tokio::task_local! {
+    /// The trace of the request the current task is serving, for work that is started without
+    /// a [`crate::context::RequestCx`] at hand: a plugin's `proxy_http_call` is dispatched from
+    /// inside a VM call and performed by a task of its own.
+    static CURRENT: TraceCx;
+}
+
+/// Runs `fut` (a request) with `cx` as the current trace.
+pub async fn scope<F: std::future::Future>(cx: TraceCx, fut: F) -> F::Output {
+    CURRENT.scope(cx, fut).await
+}
+
+/// The trace of the request the current task is serving, if it is traced.
+pub fn current() -> Option<TraceCx> {
+    CURRENT.try_with(TraceCx::clone).ok()
+}
+
+/// `fut` carrying the current trace along, for a task spawned on a request's behalf.
+pub fn in_current<F>(fut: F) -> impl std::future::Future<Output = F::Output>
+where
+    F: std::future::Future,
+{
+    let cx = current();
+    async move {
+        match cx {
+            Some(cx) => CURRENT.scope(cx, fut).await,
+            None => fut.await,
+        }
+    }
+}
+
+/// A request's place in its trace, carried in [`crate::context::RequestCx`] so terminals can
+/// start child spans and propagate the trace upstream.
+#[derive(Debug, Clone)]
+pub struct TraceCx {
+    tracer: Arc<Tracer>,
+    /// The request's (server) span.
+    pub span: SpanContext,
+    /// Its parent.
+    pub parent: Parent,
+    /// `tracestate` to carry on.
+    pub state: Option<HeaderValue>,
+}
+
+impl TraceCx {
+    /// The tracer.
+    pub fn tracer(&self) -> &Arc<Tracer> {
+        &self.tracer
+    }
+
+    /// Whether spans of this trace are recorded.
+    pub fn sampled(&self) -> bool {
+        self.span.sampled
+    }
+}

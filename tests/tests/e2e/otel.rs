@@ -1,0 +1,481 @@
+//! OpenTelemetry traces end to end: the gateway exports to a real OTLP receiver (gRPC and
+//! HTTP/protobuf, decoded with `opentelemetry-proto`), continues incoming `traceparent`s,
+//! sends its own upstream, samples parent-based, survives a dead collector without slowing
+//! requests, follows reloads, and reports L4 connections.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_tests::backend::Backend;
+use gateway_tests::backend::l4::{Mode, TcpBackend};
+use gateway_tests::otlp::{OtlpReceiver, Received, Span, attr_int, attr_str, hex};
+use gateway_tests::{TestGateway, http1};
+use http::Request;
+use http_body_util::Full;
+
+const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// A gateway with listener `main`, admin, upstream `app` on `targets`, routes `api` (proxy,
+/// one retry) and `broken` (respond 503), and `telemetry` as given (YAML lines indented by
+/// two spaces).
+fn config(telemetry: &str, targets: &[std::net::SocketAddr]) -> String {
+    let list: Vec<String> = targets.iter().map(ToString::to_string).collect();
+    format!(
+        r#"
+admin: {{ bind: 127.0.0.1:0 }}
+server: {{ watch_config: false }}
+telemetry:
+{telemetry}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  app:
+    targets: [{}]
+    retries: 1
+routes:
+  - name: broken
+    match: {{ path: /broken }}
+    respond: {{ status: 503 }}
+  - name: api
+    match: {{ path_prefix: / }}
+    proxy: {{ upstream: app }}
+"#,
+        list.join(", ")
+    )
+}
+
+fn traces(endpoint: &str, ratio: f64) -> String {
+    format!(
+        "  service_name: edge-test\n  traces: {{ otlp_endpoint: \"{endpoint}\", sample_ratio: {ratio} }}\n"
+    )
+}
+
+fn get(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut b = Request::get(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Full::new(Bytes::new())).expect("request")
+}
+
+fn traceparent(flags: &str) -> String {
+    format!("00-{PARENT_TRACE}-{PARENT_SPAN}-{flags}")
+}
+
+fn find(spans: &[Received], kind: i32) -> Vec<&Span> {
+    spans
+        .iter()
+        .map(|r| &r.span)
+        .filter(|s| s.kind == kind)
+        .collect()
+}
+
+const SERVER: i32 = 2;
+const CLIENT: i32 = 3;
+
+async fn admin_metrics(gw: &TestGateway) -> String {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let req = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    gateway_tests::raw(addr, req.as_bytes()).await
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn grpc_export_continues_the_client_trace_with_semconv_attributes() {
+    let collector = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&collector.grpc_endpoint(), 1.0),
+        &[backend.addr()],
+    ))
+    .await;
+    let addr = gw.addr("main");
+    let mut c = http1(addr).await;
+    let tp = traceparent("01");
+    let res = c
+        .send(get(
+            "/hello?token=secret",
+            &[
+                ("traceparent", &tp),
+                ("tracestate", "vendor=abc"),
+                ("user-agent", "otel-test/1.0"),
+            ],
+        ))
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 200);
+
+    // The backend got the trace, with the gateway's client span as parent.
+    let seen = backend.last().expect("backend saw the request");
+    let sent = seen.header("traceparent").to_owned();
+    assert_eq!(sent.len(), 55, "{sent}");
+    assert!(sent.starts_with(&format!("00-{PARENT_TRACE}-")), "{sent}");
+    assert!(sent.ends_with("-01"), "{sent}");
+    assert_ne!(&sent[36..52], PARENT_SPAN);
+    assert_eq!(seen.header("tracestate"), "vendor=abc");
+
+    let spans = collector.trace(PARENT_TRACE, 2).await;
+    let server = find(&spans, SERVER);
+    let client = find(&spans, CLIENT);
+    assert_eq!((server.len(), client.len()), (1, 1), "{spans:#?}");
+    let (server, client) = (server[0], client[0]);
+
+    // Parentage: incoming span -> server span -> client span -> backend.
+    assert_eq!(hex(&server.parent_span_id), PARENT_SPAN);
+    assert_eq!(client.parent_span_id, server.span_id);
+    assert_eq!(hex(&client.span_id), &sent[36..52]);
+    assert_eq!(server.trace_state, "vendor=abc");
+    assert_eq!(server.flags & 0x301, 0x301, "sampled, parent remote");
+
+    let a = &server.attributes;
+    assert_eq!(server.name, "GET api");
+    assert_eq!(attr_str(a, "http.request.method"), "GET");
+    assert_eq!(attr_str(a, "url.path"), "/hello");
+    assert_eq!(attr_str(a, "url.scheme"), "http");
+    assert_eq!(attr_str(a, "http.route"), "api");
+    assert_eq!(attr_int(a, "http.response.status_code"), Some(200));
+    assert_eq!(attr_str(a, "server.address"), "127.0.0.1");
+    assert_eq!(attr_int(a, "server.port"), Some(i64::from(addr.port())));
+    assert_eq!(attr_str(a, "client.address"), "127.0.0.1");
+    assert_eq!(attr_str(a, "network.protocol.version"), "1.1");
+    assert_eq!(attr_str(a, "user_agent.original"), "otel-test/1.0");
+    assert!(server.status.is_none(), "{:?}", server.status);
+    assert!(server.end_time_unix_nano >= server.start_time_unix_nano);
+    assert!(server.start_time_unix_nano <= client.start_time_unix_nano);
+
+    let a = &client.attributes;
+    assert_eq!(client.name, "GET");
+    assert_eq!(attr_str(a, "http.request.method"), "GET");
+    assert_eq!(attr_str(a, "server.address"), "127.0.0.1");
+    assert_eq!(
+        attr_int(a, "server.port"),
+        Some(i64::from(backend.addr().port()))
+    );
+    assert_eq!(attr_int(a, "http.response.status_code"), Some(200));
+    assert!(client.status.is_none());
+
+    let resource = &spans[0].resource;
+    assert_eq!(attr_str(resource, "service.name"), "edge-test");
+    assert_eq!(attr_str(resource, "service.version"), gateway::VERSION);
+    assert!(!attr_str(resource, "host.name").is_empty());
+    assert!(collector.requests().0 > 0, "sent over gRPC");
+}
+
+#[tokio::test]
+async fn http_export_marks_5xx_and_retried_attempts_as_errors() {
+    let collector = OtlpReceiver::start().await;
+    let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
+    let gw = TestGateway::start(&config(
+        &traces(&collector.http_endpoint(), 1.0),
+        &[b1.addr(), b2.addr()],
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/broken").await.status(), 503);
+    assert_eq!(c.get("/status/503").await.status(), 503);
+
+    // Three spans: the local 503, and the proxied one with its two attempts.
+    let spans = collector
+        .wait_for(Duration::from_secs(10), |s| s.len() >= 4)
+        .await;
+    let servers = find(&spans, SERVER);
+    let clients = find(&spans, CLIENT);
+    assert_eq!((servers.len(), clients.len()), (2, 2), "{spans:#?}");
+    for s in &servers {
+        assert_eq!(s.status.as_ref().map(|s| s.code), Some(2), "{s:?}");
+        assert_eq!(attr_str(&s.attributes, "error.type"), "503");
+        assert!(s.parent_span_id.is_empty(), "a new trace");
+    }
+    let broken = servers
+        .iter()
+        .find(|s| attr_str(&s.attributes, "http.route") == "broken")
+        .expect("span of /broken");
+    assert_eq!(broken.name, "GET broken");
+    let proxied = servers
+        .iter()
+        .find(|s| attr_str(&s.attributes, "http.route") == "api")
+        .expect("span of /status/503");
+    for c in &clients {
+        assert_eq!(c.trace_id, proxied.trace_id);
+        assert_eq!(c.parent_span_id, proxied.span_id);
+        assert_eq!(c.status.as_ref().map(|s| s.code), Some(2));
+        assert_eq!(
+            attr_int(&c.attributes, "http.response.status_code"),
+            Some(503)
+        );
+    }
+    let resent: Vec<Option<i64>> = clients
+        .iter()
+        .map(|c| attr_int(&c.attributes, "http.request.resend_count"))
+        .collect();
+    assert!(
+        resent.contains(&None) && resent.contains(&Some(1)),
+        "{resent:?}"
+    );
+    let (grpc, http) = collector.requests();
+    assert_eq!(grpc, 0);
+    assert!(http > 0, "sent over OTLP/HTTP");
+}
+
+#[tokio::test]
+async fn ratio_zero_still_keeps_sampled_parents_and_propagates_the_rest() {
+    let collector = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&collector.grpc_endpoint(), 0.0),
+        &[backend.addr()],
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+
+    // New trace at ratio 0: not recorded, but propagated unsampled.
+    assert_eq!(c.get("/new").await.status(), 200);
+    let sent = backend
+        .last()
+        .expect("seen")
+        .header("traceparent")
+        .to_owned();
+    assert!(sent.starts_with("00-") && sent.ends_with("-00"), "{sent}");
+    let unsampled_trace = sent[3..35].to_owned();
+
+    // An unsampled parent stays unsampled, with its trace id.
+    let tp = traceparent("00");
+    c.send(get("/unsampled", &[("traceparent", &tp)]))
+        .await
+        .expect("request");
+    let sent = backend
+        .last()
+        .expect("seen")
+        .header("traceparent")
+        .to_owned();
+    assert!(sent.starts_with(&format!("00-{PARENT_TRACE}-")), "{sent}");
+    assert!(sent.ends_with("-00"), "{sent}");
+
+    // An invalid traceparent starts a new trace (unsampled here).
+    c.send(get("/invalid", &[("traceparent", "00-zz-yy-01")]))
+        .await
+        .expect("request");
+    let sent = backend
+        .last()
+        .expect("seen")
+        .header("traceparent")
+        .to_owned();
+    assert!(
+        !sent.contains(PARENT_TRACE) && sent.ends_with("-00"),
+        "{sent}"
+    );
+
+    // A sampled parent is always kept.
+    let sampled = "0af7651916cd43dd8448eb211c80319c";
+    let tp = format!("00-{sampled}-b7ad6b7169203331-01");
+    c.send(get("/sampled", &[("traceparent", &tp)]))
+        .await
+        .expect("request");
+    let spans = collector.trace(sampled, 2).await;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    // Spans are exported in order, so anything recorded earlier has arrived by now.
+    let all = collector.received();
+    assert!(
+        all.iter().all(|r| hex(&r.span.trace_id) == sampled),
+        "only the sampled trace: {all:#?} (unsampled was {unsampled_trace})"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_collector_costs_spans_not_latency() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&format!("http://{dead}"), 1.0),
+        &[backend.addr()],
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    let start = std::time::Instant::now();
+    for _ in 0..200 {
+        assert_eq!(c.get("/broken").await.status(), 503);
+    }
+    // Generous for a debug build on a busy machine; an export on the request path would take
+    // a connect attempt per request.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let mut dropped = 0;
+    for _ in 0..100 {
+        let text = admin_metrics(&gw).await;
+        dropped = metric(&text, "gateway_trace_spans_dropped_total");
+        if dropped >= 200 {
+            assert_eq!(metric(&text, "gateway_trace_spans_exported_total"), 0);
+            assert!(metric(&text, "gateway_trace_export_failures_total") > 0);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(dropped, 200);
+}
+
+#[tokio::test]
+async fn a_silent_collector_does_not_hold_requests() {
+    // Accepts connections and never answers: every export waits for its timeout.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            held.push(tcp);
+        }
+    });
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&format!("http://{addr}"), 1.0),
+        &[backend.addr()],
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    // Past one batch and the flush interval, so an export is stuck while requests go on.
+    for i in 0..3 {
+        let start = std::time::Instant::now();
+        for _ in 0..300 {
+            assert_eq!(c.get("/broken").await.status(), 503);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "round {i}: {:?}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    hold.abort();
+}
+
+#[tokio::test]
+async fn reload_switches_the_exporter() {
+    let first = OtlpReceiver::start().await;
+    let second = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let targets = [backend.addr()];
+    let gw = TestGateway::start(&config(&traces(&first.grpc_endpoint(), 1.0), &targets)).await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/one").await.status(), 200);
+    first
+        .wait_for(Duration::from_secs(10), |s| !s.is_empty())
+        .await;
+
+    let path = gw.dir().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        config(&traces(&second.http_endpoint(), 1.0), &targets),
+    )
+    .expect("write");
+    gw.gateway().reload().await.expect("reload");
+    assert_eq!(c.get("/two").await.status(), 200);
+    let spans = second
+        .wait_for(Duration::from_secs(10), |s| s.len() >= 2)
+        .await;
+    assert!(
+        spans
+            .iter()
+            .any(|r| attr_str(&r.span.attributes, "url.path") == "/two"),
+        "{spans:#?}"
+    );
+    assert!(
+        first
+            .received()
+            .iter()
+            .all(|r| attr_str(&r.span.attributes, "url.path") != "/two")
+    );
+
+    // Without `traces` nothing is traced and nothing is injected.
+    std::fs::write(&path, config("  service_name: edge-test\n", &targets)).expect("write");
+    gw.gateway().reload().await.expect("reload");
+    assert_eq!(c.get("/three").await.status(), 200);
+    assert_eq!(backend.last().expect("seen").header("traceparent"), "");
+}
+
+#[tokio::test]
+async fn access_log_carries_the_trace_id() {
+    let collector = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let telemetry = traces(&collector.grpc_endpoint(), 1.0)
+        + "  access_log: { path: access.log, format: json }\n";
+    let gw = TestGateway::start(&config(&telemetry, &[backend.addr()])).await;
+    let mut c = http1(gw.addr("main")).await;
+    let tp = traceparent("01");
+    c.send(get("/logged", &[("traceparent", &tp)]))
+        .await
+        .expect("request");
+    let log = gw.dir().join("access.log");
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("/logged") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        text.contains(&format!("\"trace_id\":\"{PARENT_TRACE}\"")),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn tcp_stream_connections_get_a_span() {
+    let collector = OtlpReceiver::start().await;
+    let echo = TcpBackend::start(Mode::Echo, false).await;
+    let yaml = format!(
+        r#"
+telemetry:
+{}
+upstreams:
+  db:
+    targets: [{}]
+streams:
+  - name: echo
+    bind: 127.0.0.1:0
+    protocol: tcp
+    upstream: db
+"#,
+        traces(&collector.grpc_endpoint(), 1.0),
+        echo.addr()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let reply = crate::streams::exchange(gw.stream_addr("echo"), b"hello, stream").await;
+    assert_eq!(reply, b"hello, stream");
+    let spans = collector
+        .wait_for(Duration::from_secs(10), |s| !s.is_empty())
+        .await;
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let s = &spans[0].span;
+    assert_eq!(s.name, "tcp echo");
+    assert_eq!(s.kind, SERVER);
+    let a = &s.attributes;
+    assert_eq!(attr_str(a, "network.transport"), "tcp");
+    assert_eq!(attr_str(a, "gateway.stream"), "echo");
+    assert_eq!(
+        attr_str(a, "gateway.stream.target"),
+        echo.addr().to_string()
+    );
+    assert_eq!(attr_str(a, "client.address"), "127.0.0.1");
+    assert_eq!(attr_int(a, "gateway.stream.bytes_in"), Some(13));
+    assert_eq!(attr_int(a, "gateway.stream.bytes_out"), Some(13));
+    assert!(s.status.is_none(), "{:?}", s.status);
+    assert!(s.end_time_unix_nano >= s.start_time_unix_nano);
+}
