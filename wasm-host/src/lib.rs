@@ -13,6 +13,7 @@
 //! loops and memory growth past the cap become a [`PluginError`] and the VM is marked failed.
 
 mod abi;
+mod cpu;
 pub mod engine;
 pub mod error;
 mod exports;

@@ -291,6 +291,8 @@ pub struct HostState {
     /// Reused for serialising maps before they are copied into the guest.
     pub(crate) scratch: Vec<u8>,
     pub(crate) queue_owner: Option<crate::shared::QueueNotify>,
+    /// Thread CPU time when the current call last passed its epoch deadline.
+    pub(crate) deadline_cpu: Option<std::time::Duration>,
 }
 
 impl HostState {
@@ -316,6 +318,7 @@ impl HostState {
             log_level: 0,
             scratch: Vec::new(),
             queue_owner: None,
+            deadline_cpu: None,
         }
     }
 

@@ -68,7 +68,7 @@ impl Vm {
         state.queue_owner = queue_owner;
         let mut store = Store::new(&engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_trap();
+        store.epoch_deadline_callback(crate::cpu::on_deadline);
         let limits = plugin.info.limits;
         // Start-up may legitimately take longer than a request callback (large rule sets).
         let startup = (limits.time * 20).max(Duration::from_secs(5));
@@ -160,6 +160,7 @@ impl Vm {
         }
         let s = self.store.data_mut();
         s.fault = None;
+        s.deadline_cpu = None;
         s.effective = ctx;
         self.store
             .set_epoch_deadline(HostEngine::ticks_for(self.plugin.info.limits.time));

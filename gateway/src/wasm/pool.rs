@@ -178,9 +178,7 @@ impl Slot {
             out.started_calls = true;
             for call in effects.calls {
                 g.pending_calls += 1;
-                // Performed by a task of its own, still within the caller's trace.
-                let run = run_call(Arc::downgrade(self), g.incarnation, call);
-                spawn(crate::telemetry::trace::in_current(run));
+                spawn(run_call(Arc::downgrade(self), g.incarnation, call));
             }
         }
         if !g.timer {

@@ -16,4 +16,5 @@ mod tls;
 mod wasm;
 mod wasm_auth;
 mod wasm_isolation;
+mod wasm_plugins;
 mod wasm_reload;

@@ -40,6 +40,7 @@ async fn swap_under_load_with_zero_failures_then_reject_a_broken_module() {
             while !stop.load(Relaxed) {
                 let r = c.get("/").await;
                 if r.status() != 200 {
+                    eprintln!("failed: {} {}", r.status(), r.text());
                     failures.fetch_add(1, Relaxed);
                 }
                 served.fetch_add(1, Relaxed);
@@ -74,7 +75,14 @@ async fn swap_under_load_with_zero_failures_then_reject_a_broken_module() {
     for t in load {
         all.extend(t.await.unwrap());
     }
-    assert_eq!(failures.load(Relaxed), 0, "no request failed across the swaps");
+    let s = &handle.stats;
+    assert_eq!(
+        failures.load(Relaxed),
+        0,
+        "no request failed across the swaps (traps {}, timeouts {})",
+        s.traps.load(Relaxed),
+        s.timeouts.load(Relaxed)
+    );
     assert!(served.load(Relaxed) > 50);
     assert!(all.iter().any(|v| v == "one"), "the old module served before the swap");
 }
