@@ -178,6 +178,8 @@ pub fn register_collectors(
 ) {
     telemetry.registry.add_collector(Box::new(move |out| {
         render_upstreams(&generation.load().upstreams, out);
+        // Plugin metrics: guest-defined series and per-plugin reload/failure counters.
+        crate::wasm::render_prometheus(out);
     }));
 }
 
