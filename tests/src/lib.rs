@@ -3,6 +3,7 @@
 //! certificates generated per test.
 
 pub mod backend;
+pub mod h3;
 pub mod otlp;
 pub mod tls;
 

@@ -39,6 +39,8 @@ pub struct ListenerRuntime {
     pub max_uri: usize,
     /// Expect a PROXY protocol header (from a front load balancer) before anything else.
     pub accept_proxy_protocol: bool,
+    /// `Alt-Svc` advertising the listener's HTTP/3 side, added to every response.
+    pub alt_svc: Option<http::HeaderValue>,
     /// Live generation.
     pub generation: Arc<ArcSwap<Generation>>,
     /// Metrics and access log.
@@ -178,7 +180,17 @@ async fn serve_http<IO>(
         max_uri: rt.max_uri,
         telemetry: rt.telemetry.clone(),
     });
-    let service = hyper::service::service_fn(move |req| svc.clone().call(req));
+    let alt_svc = rt.alt_svc.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let (svc, alt_svc) = (svc.clone(), alt_svc.clone());
+        async move {
+            let mut res = svc.call(req).await?;
+            if let Some(v) = alt_svc {
+                res.headers_mut().insert(http::header::ALT_SVC, v);
+            }
+            Ok::<_, std::convert::Infallible>(res)
+        }
+    });
     let io = TokioIo::new(TrackedIo::new(io, activity.clone()));
     let builder = match (h1, h2) {
         (true, false) => rt.builder.clone().http1_only(),

@@ -2,6 +2,8 @@
 //! unchanged keeps its socket (and its open connections) and gets its new settings; removed
 //! listeners stop accepting (their connections finish); new ones are bound. New sockets are all
 //! bound before anything changes, so a reload that cannot bind leaves everything as it was.
+//! An `http3` listener has a QUIC side on the same port (UDP), kept, reconfigured or drained
+//! (GOAWAY) the same way; its TCP side then advertises it with `Alt-Svc`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ListenerRuntime};
+use super::h3::{self, QuicListener};
 use super::tls::{self, LoadedCert};
 use crate::error::GatewayError;
 use crate::generation::Generation;
@@ -27,10 +30,31 @@ pub struct BoundListener {
     pub local: SocketAddr,
     /// The configured bind address.
     pub configured: SocketAddr,
+    /// HTTP/1.1 and HTTP/2 over TCP; absent on an HTTP/3-only listener.
+    tcp: Option<TcpSide>,
+    /// HTTP/3 over QUIC, on the same port.
+    quic: Option<QuicListener>,
+}
+
+/// The TCP side of a listener.
+struct TcpSide {
     /// Settings used by new connections; swapped on reload.
     runtime: Arc<ArcSwap<ListenerRuntime>>,
     /// Stops the accept loop.
     stop: CancellationToken,
+}
+
+/// What a reload prepares for one listener before anything changes.
+struct Prepared<'c> {
+    listener: &'c Listener,
+    /// Name of the bound listener it keeps the sockets of.
+    reuse: Option<String>,
+    tcp: Option<(Arc<ListenerRuntime>, Option<TcpListener>)>,
+    quic: Option<(
+        quinn::ServerConfig,
+        Arc<h3::H3Runtime>,
+        Option<std::net::UdpSocket>,
+    )>,
 }
 
 /// Everything the listeners share.
@@ -62,17 +86,12 @@ impl ListenerSet {
     /// Makes the set match `config`: keep, rebind, add, remove.
     pub fn apply(&mut self, config: &Config, cx: &ListenerContext) -> Result<(), GatewayError> {
         let certs = tls::load_certificates(config)?;
-        let wanted: Vec<(usize, &Listener)> = config
-            .listeners
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.http1 || l.http2)
-            .collect();
-
         // Build every runtime and bind every new socket first; only then change anything.
         let mut prepared = Vec::new();
-        for (index, l) in &wanted {
-            let runtime = runtime_for(config, *index, l, &certs, cx)?;
+        for (index, l) in config.listeners.iter().enumerate() {
+            if !(l.http1 || l.http2 || l.http3) {
+                continue;
+            }
             let reuse = self
                 .by_name
                 .iter()
@@ -84,43 +103,172 @@ impl ListenerSet {
                         .filter(|b| b.configured == l.addr)
                         .map(|_| l.name.clone())
                 });
-            let socket = match &reuse {
-                Some(_) => None,
-                None => Some(bind_tcp(l.addr).map_err(|source| GatewayError::Bind {
-                    what: format!("listener `{}`", l.name),
-                    addr: l.addr,
-                    source,
-                })?),
+            let kept = reuse.as_ref().and_then(|n| self.by_name.get(n));
+            let (tcp_socket, udp_socket, port) = bind_missing(l, kept)?;
+            let tcp = if l.http1 || l.http2 {
+                let alt_svc = l.http3.then(|| h3::alt_svc(port));
+                let runtime = runtime_for(config, index, l, &certs, cx, alt_svc)?;
+                Some((runtime, tcp_socket))
+            } else {
+                None
             };
-            prepared.push((l.name.clone(), l, runtime, reuse, socket));
+            let quic = if l.http3 {
+                let (server, runtime) = h3::prepare(config, index, l, &certs, cx)?;
+                Some((server, runtime, udp_socket))
+            } else {
+                None
+            };
+            prepared.push(Prepared {
+                listener: l,
+                reuse,
+                tcp,
+                quic,
+            });
         }
 
         let mut next = HashMap::new();
-        for (name, l, runtime, reuse, socket) in prepared {
-            let bound = match (reuse.and_then(|old| self.by_name.remove(&old)), socket) {
-                (Some(kept), _) => {
-                    kept.runtime.store(runtime);
-                    kept
-                }
-                (None, Some(socket)) => start(l, socket, runtime, cx)?,
-                (None, None) => continue,
+        for p in prepared {
+            let l = p.listener;
+            let kept = p.reuse.and_then(|old| self.by_name.remove(&old));
+            let (mut local, old_tcp, old_quic) = match kept {
+                Some(k) => (Some(k.local), k.tcp, k.quic),
+                None => (None, None, None),
             };
-            next.insert(name, bound);
+            let tcp = match (old_tcp, p.tcp) {
+                (Some(side), Some((runtime, _))) => {
+                    side.runtime.store(runtime);
+                    Some(side)
+                }
+                (Some(side), None) => {
+                    tracing::info!(listener = %l.name, "HTTP/1.1 and HTTP/2 turned off; open connections finish");
+                    side.stop.cancel();
+                    None
+                }
+                (None, Some((runtime, Some(socket)))) => {
+                    let started = start(l, socket, runtime, cx)?;
+                    local.get_or_insert(started.local);
+                    Some(started.side)
+                }
+                (None, _) => None,
+            };
+            let quic = match (old_quic, p.quic) {
+                (Some(q), Some((server, runtime, _))) => {
+                    q.reconfigure(server, runtime);
+                    Some(q)
+                }
+                (Some(q), None) => {
+                    tracing::info!(listener = %l.name, "HTTP/3 turned off; its connections drain");
+                    q.drain();
+                    None
+                }
+                (None, Some((server, runtime, Some(socket)))) => {
+                    let q = QuicListener::start(
+                        socket,
+                        server,
+                        runtime,
+                        cx.shutdown.child_token(),
+                        &cx.acceptors,
+                        cx.connections.clone(),
+                    )?;
+                    local.get_or_insert(q.local);
+                    Some(q)
+                }
+                (None, _) => None,
+            };
+            let Some(local) = local else { continue };
+            let bound = BoundListener {
+                local,
+                configured: l.addr,
+                tcp,
+                quic,
+            };
+            next.insert(l.name.clone(), bound);
         }
         for (name, old) in self.by_name.drain() {
             tracing::info!(listener = %name, addr = %old.local, "listener removed; open connections finish");
-            old.stop.cancel();
+            old.stop();
         }
         self.by_name = next;
         Ok(())
     }
 
-    /// Stops every accept loop.
+    /// Stops every accept loop; QUIC connections get GOAWAY.
     pub fn stop_all(&self) {
         for l in self.by_name.values() {
-            l.stop.cancel();
+            l.stop();
         }
     }
+
+    /// The QUIC endpoints, so shutdown can let their closing packets out.
+    pub fn quic_endpoints(&self) -> Vec<quinn::Endpoint> {
+        self.by_name
+            .values()
+            .filter_map(|l| l.quic.as_ref().map(|q| q.endpoint().clone()))
+            .collect()
+    }
+}
+
+impl BoundListener {
+    fn stop(&self) {
+        if let Some(t) = &self.tcp {
+            t.stop.cancel();
+        }
+        if let Some(q) = &self.quic {
+            q.drain();
+        }
+    }
+}
+
+/// Binds the sockets `l` needs that `kept` does not already have: TCP for HTTP/1.1 and HTTP/2,
+/// UDP for HTTP/3, on one port. Returns them with that port.
+fn bind_missing(
+    l: &Listener,
+    kept: Option<&BoundListener>,
+) -> Result<(Option<TcpListener>, Option<std::net::UdpSocket>, u16), GatewayError> {
+    let bind_error = |addr, source| GatewayError::Bind {
+        what: format!("listener `{}`", l.name),
+        addr,
+        source,
+    };
+    let want_tcp = (l.http1 || l.http2) && kept.is_none_or(|k| k.tcp.is_none());
+    let want_udp = l.http3 && kept.is_none_or(|k| k.quic.is_none());
+    let mut addr = kept.map_or(l.addr, |k| SocketAddr::new(l.addr.ip(), k.local.port()));
+    // With port 0 the TCP port is picked first; if that UDP port is taken, pick another.
+    let attempts = if addr.port() == 0 && want_tcp && want_udp {
+        16
+    } else {
+        1
+    };
+    for attempt in 1..=attempts {
+        let tcp = match want_tcp {
+            true => Some(bind_tcp(addr).map_err(|e| bind_error(addr, e))?),
+            false => None,
+        };
+        let mut udp_addr = addr;
+        if let Some(t) = &tcp {
+            udp_addr.set_port(t.local_addr().map_err(|e| bind_error(addr, e))?.port());
+        }
+        let udp = match want_udp {
+            false => None,
+            true => match h3::bind_udp(udp_addr) {
+                Ok(u) => Some(u),
+                Err(e) if attempt < attempts && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    continue;
+                }
+                Err(e) => return Err(bind_error(udp_addr, e)),
+            },
+        };
+        let port = match &udp {
+            Some(u) => u.local_addr().map_err(|e| bind_error(addr, e))?.port(),
+            None => udp_addr.port(),
+        };
+        addr.set_port(port);
+        return Ok((tcp, udp, port));
+    }
+    Err(bind_error(
+        addr,
+        std::io::Error::from(std::io::ErrorKind::AddrInUse),
+    ))
 }
 
 fn runtime_for(
@@ -129,6 +277,7 @@ fn runtime_for(
     l: &Listener,
     certs: &HashMap<String, Arc<LoadedCert>>,
     cx: &ListenerContext,
+    alt_svc: Option<http::HeaderValue>,
 ) -> Result<Arc<ListenerRuntime>, GatewayError> {
     let tls = tls::server_config(config, index, l, certs)?.map(tokio_rustls::TlsAcceptor::from);
     Ok(Arc::new(ListenerRuntime {
@@ -141,10 +290,17 @@ fn runtime_for(
         header_timeout: l.settings.header_read_timeout.get(),
         max_uri: l.settings.max_uri_length.as_usize(),
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
+        alt_svc,
         generation: cx.generation.clone(),
         telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::new(&cx.telemetry.registry, &l.name),
     }))
+}
+
+/// A started TCP side and its bound address.
+struct StartedTcp {
+    local: SocketAddr,
+    side: TcpSide,
 }
 
 fn start(
@@ -152,7 +308,7 @@ fn start(
     socket: TcpListener,
     runtime: Arc<ListenerRuntime>,
     cx: &ListenerContext,
-) -> Result<BoundListener, GatewayError> {
+) -> Result<StartedTcp, GatewayError> {
     let local = socket
         .local_addr()
         .map_err(|e| GatewayError::Internal(e.to_string()))?;
@@ -168,11 +324,9 @@ fn start(
         cx.connections.clone(),
     ));
     tracing::info!(listener = %l.name, addr = %local, tls = l.tls.is_some(), "listening");
-    Ok(BoundListener {
+    Ok(StartedTcp {
         local,
-        configured: l.addr,
-        runtime,
-        stop,
+        side: TcpSide { runtime, stop },
     })
 }
 

@@ -5,6 +5,7 @@
 //! `server.drain_timeout`) and returns.
 
 pub mod conn;
+pub mod h3;
 pub mod idle;
 pub mod listeners;
 pub mod tls;
@@ -235,11 +236,15 @@ impl Gateway {
         let cx = &self.inner.cx;
         let drain = self.generation().config.server.drain_timeout.get();
         cx.shutdown.cancel();
-        self.inner
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .stop_all();
+        let quic = {
+            let listeners = self
+                .inner
+                .listeners
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            listeners.stop_all();
+            listeners.quic_endpoints()
+        };
         let http = async {
             cx.acceptors.close();
             cx.acceptors.wait().await;
@@ -253,6 +258,10 @@ impl Gateway {
                     "drain timeout reached; closing the remaining connections"
                 );
             }
+            // Let QUIC's closing packets out before the runtime stops (bounded: a peer that
+            // never answers must not hold the exit).
+            let idle = futures_util::future::join_all(quic.iter().map(|e| e.wait_idle()));
+            let _ = tokio::time::timeout(Duration::from_secs(1), idle).await;
         };
         tokio::join!(http, self.inner.streams.drain(drain));
         // Spans of the last requests: sent if the collector answers soon, else dropped.

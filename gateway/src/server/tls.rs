@@ -176,7 +176,7 @@ pub fn server_config(
         MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
     };
-    let mut server = build(config, index, listener, certs, versions)?;
+    let mut server = build(config, index, listener, certs, versions, true)?;
     if listener.http2 {
         server.alpn_protocols.push(b"h2".to_vec());
     }
@@ -199,13 +199,13 @@ pub fn quic_server_config(
     if listener.tls.is_none() {
         return Ok(None);
     }
-    let mut server = build(config, index, listener, certs, &[&rustls::version::TLS13])?;
+    let early = listener.settings.http3.enable_0rtt;
+    // rustls accepts early data only on stateful resumption, whose tickets are single use: a
+    // replayed first flight cannot resume twice in this process.
+    let tls13 = &[&rustls::version::TLS13];
+    let mut server = build(config, index, listener, certs, tls13, !early)?;
     server.alpn_protocols = vec![b"h3".to_vec()];
-    server.max_early_data_size = if listener.settings.http3.enable_0rtt {
-        u32::MAX
-    } else {
-        0
-    };
+    server.max_early_data_size = if early { u32::MAX } else { 0 };
     Ok(Some(server))
 }
 
@@ -215,6 +215,7 @@ fn build(
     listener: &Listener,
     certs: &HashMap<String, Arc<LoadedCert>>,
     versions: &[&'static rustls::SupportedProtocolVersion],
+    stateless_tickets: bool,
 ) -> Result<ServerConfig, GatewayError> {
     let key = format!("listeners[{index}].tls");
     let Some(tls) = &listener.tls else {
@@ -250,6 +251,9 @@ fn build(
     };
     let mut server = builder.with_cert_resolver(Arc::new(SniResolver::new(chosen)));
     server.session_storage = ServerSessionMemoryCache::new(16 * 1024);
-    server.ticketer = aws_lc_rs::Ticketer::new().map_err(|e| config.error(&key, e.to_string()))?;
+    if stateless_tickets {
+        server.ticketer =
+            aws_lc_rs::Ticketer::new().map_err(|e| config.error(&key, e.to_string()))?;
+    }
     Ok(server)
 }

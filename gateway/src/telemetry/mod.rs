@@ -136,7 +136,7 @@ pub fn protocol_text(v: Version) -> &'static str {
     }
 }
 
-/// Connection counters of one listener.
+/// Connection counters of one listener and transport (`tcp`, or `quic` for HTTP/3).
 #[derive(Clone)]
 pub struct ListenerMetrics {
     /// Open connections.
@@ -150,22 +150,31 @@ pub struct ListenerMetrics {
 impl ListenerMetrics {
     /// Registers (or finds) the series of `listener`.
     pub fn new(registry: &Registry, listener: &str) -> Self {
-        let labels = [("listener", listener)];
+        Self::with_labels(registry, &[("listener", listener)])
+    }
+
+    /// The series of `listener`'s QUIC (HTTP/3) connections: the same families, labelled
+    /// `transport="quic"`, so TCP series keep their labels.
+    pub fn quic(registry: &Registry, listener: &str) -> Self {
+        Self::with_labels(registry, &[("listener", listener), ("transport", "quic")])
+    }
+
+    fn with_labels(registry: &Registry, labels: &[(&str, &str)]) -> Self {
         Self {
             active: registry.gauge(
                 "gateway_listener_active_connections",
                 "Open connections per listener.",
-                &labels,
+                labels,
             ),
             accepted: registry.counter(
                 "gateway_listener_connections_total",
                 "Connections accepted per listener.",
-                &labels,
+                labels,
             ),
             refused: registry.counter(
                 "gateway_listener_refused_connections_total",
                 "Connections refused because the listener was at max_connections.",
-                &labels,
+                labels,
             ),
         }
     }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod core;
+mod h3;
 mod observability;
 mod otel;
 mod proxy;

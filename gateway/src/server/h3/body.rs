@@ -49,7 +49,10 @@ impl RequestBody {
         body
     }
 
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_stream(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         loop {
             match self.state {
                 State::Data => match ready!(self.stream.poll_recv_data(cx)) {
@@ -126,8 +129,11 @@ pub(super) async fn send_response(
 ) -> Result<(), h3::error::StreamError> {
     let (mut parts, mut body) = res.into_parts();
     strip_connection_headers(&mut parts.headers);
-    let no_body = head_only || parts.status.is_informational() || parts.status == 204 || parts.status == 304;
-    stream.send_response(Response::from_parts(parts, ())).await?;
+    let no_body =
+        head_only || parts.status.is_informational() || parts.status == 204 || parts.status == 304;
+    stream
+        .send_response(Response::from_parts(parts, ()))
+        .await?;
     if !no_body {
         while let Some(frame) = body.frame().await {
             let frame = match frame {

@@ -41,7 +41,7 @@ pub struct H3Runtime {
 }
 
 /// The quinn server config (TLS plus transport) for one listener.
-pub fn server_config(
+pub(super) fn server_config(
     tls: rustls::ServerConfig,
     settings: &Http3Settings,
     listener_idle: Duration,

@@ -161,8 +161,8 @@ impl<B: Buf> quic::OpenStreams<B> for Opener {
     ) -> Poll<Result<BidiStream<B>, StreamErrorIncoming>> {
         let start =
             |c: quinn::Connection| -> Accepted<Bidi> { Box::pin(async move { c.open_bi().await }) };
-        let (send, recv) =
-            ready!(poll_accept(&mut self.opening_bi, &self.conn, start, cx)).map_err(stream_error)?;
+        let (send, recv) = ready!(poll_accept(&mut self.opening_bi, &self.conn, start, cx))
+            .map_err(stream_error)?;
         Poll::Ready(BidiStream::new(send, recv).map_err(stream_error))
     }
 
@@ -173,8 +173,8 @@ impl<B: Buf> quic::OpenStreams<B> for Opener {
         let start = |c: quinn::Connection| -> Accepted<quinn::SendStream> {
             Box::pin(async move { c.open_uni().await })
         };
-        let send =
-            ready!(poll_accept(&mut self.opening_uni, &self.conn, start, cx)).map_err(stream_error)?;
+        let send = ready!(poll_accept(&mut self.opening_uni, &self.conn, start, cx))
+            .map_err(stream_error)?;
         Poll::Ready(SendStream::new(send).map_err(stream_error))
     }
 
@@ -304,7 +304,8 @@ impl quic::RecvStream for RecvStream {
     }
 }
 
-type Stopped = Pin<Box<dyn Future<Output = Result<Option<VarInt>, quinn::StoppedError>> + Send + Sync>>;
+type Stopped =
+    Pin<Box<dyn Future<Output = Result<Option<VarInt>, quinn::StoppedError>> + Send + Sync>>;
 
 /// The sending half of a stream.
 pub(super) struct SendStream<B: Buf> {
