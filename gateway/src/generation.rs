@@ -73,10 +73,26 @@ impl Generation {
                         })?;
                         factories.push(Arc::new(WasmFilterFactory::new(handle.clone())));
                     }
-                    Filter::Waf(_) | Filter::RateLimit { .. } => {
-                        return Err(config
-                            .error(fkey, "this filter is not available in this build yet")
-                            .into());
+                    Filter::Waf(name) => {
+                        let policy = config.waf.get(name).ok_or_else(|| {
+                            config.error(format!("{fkey}.waf"), "no such WAF policy")
+                        })?;
+                        factories.push(Arc::new(
+                            crate::filter::WafFilterFactory::new(policy, &telemetry.registry)
+                                .map_err(|m| config.error(format!("{fkey}.waf"), m))?,
+                        ));
+                    }
+                    Filter::RateLimit { settings, key } => {
+                        factories.push(Arc::new(
+                            crate::filter::RateLimitFilterFactory::new(
+                                &route.name,
+                                j,
+                                settings,
+                                key,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.rate_limit"), m))?,
+                        ));
                     }
                 }
             }

@@ -8,12 +8,16 @@
 
 mod chain;
 mod headers;
+pub mod rate_limit;
+pub mod waf;
 
 use bytes::Bytes;
 use http::{Response, request, response};
 
 pub use chain::{Chain, with_server};
 pub use headers::HeadersFilterFactory;
+pub use rate_limit::RateLimitFilterFactory;
+pub use waf::WafFilterFactory;
 
 use crate::body::{Body, BoxError};
 use crate::context::RequestCx;

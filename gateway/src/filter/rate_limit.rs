@@ -1,0 +1,508 @@
+//! The native `rate_limit` filter: a token bucket per key (the client IP, or a header value),
+//! refilled at `requests / per` and holding `requests + burst` tokens. Over the limit the
+//! request gets `429` with `Retry-After`; every answer carries the IETF draft's `RateLimit-Limit`,
+//! `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy` headers.
+//!
+//! A bucket is stored as one number, its GCRA "theoretical arrival time" (the instant it will
+//! be full again), so a key costs 16 bytes plus the map's overhead. Keys are a keyed 64-bit hash
+//! of the client IP or header value (collisions need ~2^32 keys, and an attacker cannot aim
+//! them). The table is split into [`SHARDS`] mutex-guarded maps; idle buckets (already full
+//! again) are dropped lazily by a sweep of a shard every [`SWEEP_EVERY`] when it is touched, and
+//! a shard never holds more than [`MAX_KEYS_PER_SHARD`] keys, so memory stays bounded (about
+//! 36 MiB per filter at the cap of 1,048,576 keys) however many clients there are.
+//!
+//! Requests without the configured header are limited by client IP (not by a bucket shared by
+//! all of them, which one client could drain for every other).
+//!
+//! Buckets survive a config reload when the route keeps the same name and the filter the same
+//! position and settings: generations of one gateway find them in [`store`].
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode, request, response};
+use tokio::time::Instant;
+
+use super::{FilterFactory, Flow, HttpFilter};
+use crate::body::{Body, BoxError};
+use crate::context::RequestCx;
+use crate::error::error_response;
+use crate::telemetry::{Counter, Registry};
+use gateway_config::RateLimitKey;
+use gateway_config::model::RateLimitConfig;
+
+/// Shards of a limiter's table (a power of two).
+pub const SHARDS: usize = 64;
+/// Most keys one shard holds; past it, idle buckets are swept and then some evicted.
+pub const MAX_KEYS_PER_SHARD: usize = 1 << 14;
+/// How often a touched shard drops its idle buckets.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+static LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+static RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+static POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+// === The limiter ===
+
+/// The outcome of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request may proceed.
+    pub allowed: bool,
+    /// Tokens left after this request.
+    pub remaining: u64,
+    /// Until the bucket is full again.
+    pub reset: Duration,
+    /// Until the next request would be allowed (zero when allowed).
+    pub retry_after: Duration,
+}
+
+/// Identity hasher: keys are already keyed SipHash outputs.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    /// Key → theoretical arrival time (ns since the limiter's epoch).
+    buckets: HashMap<u64, u64, BuildHasherDefault<Prehashed>>,
+    next_sweep: u64,
+}
+
+/// Token buckets for one filter.
+pub struct Limiter {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    epoch: Instant,
+    /// Nanoseconds per token.
+    interval: u64,
+    /// How far ahead of now a bucket's arrival time may run: `(capacity - 1) × interval`.
+    tolerance: u64,
+    capacity: u64,
+}
+
+impl Limiter {
+    /// Buckets refilled at `requests / per`, holding `requests + burst` tokens.
+    pub fn new(requests: u64, per: Duration, burst: u64) -> Self {
+        let requests = requests.max(1);
+        let per_ns = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let interval = (per_ns / requests).max(1);
+        let capacity = requests.saturating_add(burst);
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            epoch: Instant::now(),
+            interval,
+            tolerance: interval.saturating_mul(capacity - 1),
+            capacity,
+        }
+    }
+
+    /// Tokens a full bucket holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The key of a client address (IPv4-mapped IPv6 counts as IPv4).
+    pub fn ip_key(&self, ip: IpAddr) -> u64 {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.hasher.hash_one((0u8, ip))
+    }
+
+    /// The key of a header value.
+    pub fn value_key(&self, value: &[u8]) -> u64 {
+        self.hasher.hash_one((1u8, value))
+    }
+
+    /// Takes a token from `key`'s bucket, if it has one.
+    pub fn check(&self, key: u64) -> Decision {
+        self.check_at(key, self.now())
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// [`Limiter::check`] at `now` ns since the epoch (tests drive time directly).
+    pub fn check_at(&self, key: u64, now: u64) -> Decision {
+        // Middle bits pick the shard: the map uses the low bits for its index and the top
+        // seven for its control bytes.
+        let shard = &self.shards[(key >> 32) as usize & (SHARDS - 1)];
+        let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if now >= shard.next_sweep {
+            shard.buckets.retain(|_, tat| *tat > now);
+            shard.next_sweep = now.saturating_add(SWEEP_EVERY.as_nanos() as u64);
+        }
+        let tat = shard.buckets.get(&key).copied().unwrap_or(now).max(now);
+        let ahead = tat - now;
+        if ahead > self.tolerance {
+            return Decision {
+                allowed: false,
+                remaining: 0,
+                reset: Duration::from_nanos(ahead),
+                retry_after: Duration::from_nanos(ahead - self.tolerance),
+            };
+        }
+        let new_tat = tat.saturating_add(self.interval);
+        if shard.buckets.len() >= MAX_KEYS_PER_SHARD && !shard.buckets.contains_key(&key) {
+            make_room(&mut shard.buckets, now);
+        }
+        shard.buckets.insert(key, new_tat);
+        let used = new_tat - now;
+        Decision {
+            allowed: true,
+            remaining: (self.tolerance + self.interval).saturating_sub(used) / self.interval,
+            reset: Duration::from_nanos(used),
+            retry_after: Duration::ZERO,
+        }
+    }
+
+    /// Keys stored (all shards).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).buckets.len())
+            .sum()
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Frees room in a full shard: idle buckets first; if every bucket is in use (a flood of
+/// distinct keys), a sixteenth of the shard in the map's (effectively random) order, so the
+/// scan is paid once per that many new keys rather than once per key.
+fn make_room(buckets: &mut HashMap<u64, u64, BuildHasherDefault<Prehashed>>, now: u64) {
+    buckets.retain(|_, tat| *tat > now);
+    if buckets.len() < MAX_KEYS_PER_SHARD {
+        return;
+    }
+    let victims: Vec<u64> = buckets
+        .keys()
+        .take(MAX_KEYS_PER_SHARD / 16)
+        .copied()
+        .collect();
+    for k in victims {
+        buckets.remove(&k);
+    }
+}
+
+// === Buckets across reloads ===
+
+/// Where generations of one gateway find the limiters of the previous one.
+pub mod store {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, Weak};
+
+    use super::Limiter;
+    use crate::telemetry::Registry;
+
+    /// Route name, filter position and settings: a limiter is reused only when all are equal.
+    pub type Key = (String, usize, String);
+
+    struct Entry {
+        /// The gateway's registry: identifies the gateway (several run in one test process).
+        /// Holding a `Weak` keeps its address from being reused while the entry exists.
+        registry: Weak<Registry>,
+        limiters: HashMap<Key, Weak<Limiter>>,
+    }
+
+    static STORE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+    /// The live limiter for `key` in the gateway owning `registry`, or a new one from `make`.
+    pub fn get_or_insert(
+        registry: &Arc<Registry>,
+        key: Key,
+        make: impl FnOnce() -> Limiter,
+    ) -> Arc<Limiter> {
+        let mut store = STORE.lock().unwrap_or_else(|e| e.into_inner());
+        store.retain_mut(|e| {
+            e.limiters.retain(|_, l| l.strong_count() > 0);
+            e.registry.strong_count() > 0
+        });
+        let idx = match store
+            .iter()
+            .position(|e| e.registry.as_ptr() == Arc::as_ptr(registry))
+        {
+            Some(i) => i,
+            None => {
+                store.push(Entry {
+                    registry: Arc::downgrade(registry),
+                    limiters: HashMap::new(),
+                });
+                store.len() - 1
+            }
+        };
+        let limiters = &mut store[idx].limiters;
+        if let Some(live) = limiters.get(&key).and_then(Weak::upgrade) {
+            return live;
+        }
+        let limiter = Arc::new(make());
+        limiters.insert(key, Arc::downgrade(&limiter));
+        limiter
+    }
+}
+
+// === The filter ===
+
+/// What a bucket is chosen by.
+#[derive(Debug, Clone)]
+enum KeyBy {
+    ClientIp,
+    Header(HeaderName),
+}
+
+/// Factory of the `rate_limit` filter for one route.
+pub struct RateLimitFilterFactory {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    limiter: Arc<Limiter>,
+    key: KeyBy,
+    limit: HeaderValue,
+    policy: HeaderValue,
+    limited: Counter,
+}
+
+impl RateLimitFilterFactory {
+    /// Builds the filter at position `index` of route `route`, reusing the buckets of the
+    /// previous generation when nothing about it changed.
+    pub fn new(
+        route: &str,
+        index: usize,
+        settings: &RateLimitConfig,
+        key: &RateLimitKey,
+        registry: &Arc<Registry>,
+    ) -> Result<Self, String> {
+        let per = settings.per.get();
+        let identity = format!(
+            "{}/{:?}/{}/{:?}",
+            settings.requests, per, settings.burst, key
+        );
+        let limiter = store::get_or_insert(registry, (route.to_owned(), index, identity), || {
+            Limiter::new(settings.requests, per, settings.burst)
+        });
+        let key = match key {
+            RateLimitKey::ClientIp => KeyBy::ClientIp,
+            RateLimitKey::Header(name) => KeyBy::Header(
+                HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("key header: {e}"))?,
+            ),
+        };
+        let window = ceil_secs(per).max(1);
+        let policy = format!("{};w={window}", limiter.capacity());
+        Ok(Self {
+            shared: Arc::new(Shared {
+                limit: HeaderValue::from(limiter.capacity()),
+                policy: HeaderValue::from_str(&policy).map_err(|e| e.to_string())?,
+                limiter,
+                key,
+                limited: registry.counter(
+                    "gateway_rate_limited_total",
+                    "Requests refused with 429 by a rate_limit filter, by route.",
+                    &[("route", route)],
+                ),
+            }),
+        })
+    }
+}
+
+impl FilterFactory for RateLimitFilterFactory {
+    fn name(&self) -> &'static str {
+        "rate_limit"
+    }
+
+    fn create(&self) -> Box<dyn HttpFilter> {
+        Box::new(RateLimitFilter {
+            shared: self.shared.clone(),
+            decision: None,
+        })
+    }
+}
+
+struct RateLimitFilter {
+    shared: Arc<Shared>,
+    decision: Option<Decision>,
+}
+
+/// Whole seconds, rounded up (a client told 0 would retry at once).
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+impl Shared {
+    fn key(&self, req: &request::Parts, client: IpAddr) -> u64 {
+        match &self.key {
+            KeyBy::Header(name) => match req.headers.get(name) {
+                Some(v) => self.limiter.value_key(v.as_bytes()),
+                None => self.limiter.ip_key(client),
+            },
+            KeyBy::ClientIp => self.limiter.ip_key(client),
+        }
+    }
+
+    fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
+        headers.insert(LIMIT.clone(), self.limit.clone());
+        headers.insert(REMAINING.clone(), HeaderValue::from(d.remaining));
+        headers.insert(RESET.clone(), HeaderValue::from(ceil_secs(d.reset)));
+        headers.insert(POLICY.clone(), self.policy.clone());
+    }
+
+    fn too_many(&self, d: &Decision) -> Response<Body> {
+        self.limited.inc();
+        let mut res = error_response(StatusCode::TOO_MANY_REQUESTS);
+        let headers = res.headers_mut();
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from(ceil_secs(d.retry_after).max(1)),
+        );
+        self.add_headers(headers, d);
+        res
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpFilter for RateLimitFilter {
+    async fn on_request_headers(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &mut RequestCx,
+    ) -> Result<Flow, BoxError> {
+        let d = self
+            .shared
+            .limiter
+            .check(self.shared.key(req, cx.client_ip()));
+        if !d.allowed {
+            return Ok(Flow::Respond(self.shared.too_many(&d)));
+        }
+        self.decision = Some(d);
+        Ok(Flow::Continue)
+    }
+
+    async fn on_response_headers(
+        &mut self,
+        res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Result<Flow, BoxError> {
+        if let Some(d) = &self.decision {
+            self.shared.add_headers(&mut res.headers, d);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// The decision for a request of `client` (benchmarks and tests call it without a chain).
+pub fn decide(factory: &RateLimitFilterFactory, req: &request::Parts, client: IpAddr) -> Decision {
+    let s = &factory.shared;
+    s.limiter.check(s.key(req, client))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    #[test]
+    fn bucket_allows_capacity_then_refills_at_the_rate() {
+        let l = Limiter::new(10, Duration::from_secs(1), 5);
+        let k = l.value_key(b"a");
+        let mut allowed = 0;
+        for _ in 0..20 {
+            allowed += u64::from(l.check_at(k, 0).allowed);
+        }
+        assert_eq!(allowed, 15, "requests + burst at once");
+        let d = l.check_at(k, 0);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after, Duration::from_millis(100));
+        // A tenth of a second later one token is back.
+        assert!(l.check_at(k, SEC / 10).allowed);
+        assert!(!l.check_at(k, SEC / 10).allowed);
+        // After a long pause the bucket is full again.
+        let d = l.check_at(k, 100 * SEC);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 14);
+        assert_eq!(d.reset, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn remaining_counts_down() {
+        let l = Limiter::new(3, Duration::from_secs(1), 0);
+        let k = l.value_key(b"k");
+        let r: Vec<u64> = (0..3).map(|_| l.check_at(k, 0).remaining).collect();
+        assert_eq!(r, [2, 1, 0]);
+        assert!(!l.check_at(k, 0).allowed);
+    }
+
+    #[test]
+    fn keys_are_independent() {
+        let l = Limiter::new(1, Duration::from_secs(60), 0);
+        assert!(l.check_at(l.value_key(b"a"), 0).allowed);
+        assert!(!l.check_at(l.value_key(b"a"), 0).allowed);
+        assert!(l.check_at(l.value_key(b"b"), 0).allowed);
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(l.ip_key(v4), l.ip_key(mapped));
+        assert_ne!(l.ip_key(v4), l.value_key(b"10.0.0.1"));
+    }
+
+    #[test]
+    fn idle_buckets_are_swept_and_shards_are_capped() {
+        let l = Limiter::new(1, Duration::from_secs(1), 0);
+        for i in 0..10_000u64 {
+            l.check_at(l.value_key(&i.to_le_bytes()), 0);
+        }
+        assert_eq!(l.len(), 10_000);
+        // Past the sweep interval every bucket is full again and goes on the next touch.
+        let later = SWEEP_EVERY.as_nanos() as u64 + 2 * SEC;
+        for i in 0..SHARDS as u64 * 64 {
+            l.check_at(l.value_key(&(1_000_000 + i).to_le_bytes()), later);
+        }
+        assert!(l.len() <= SHARDS * 64, "{}", l.len());
+        // A flood of distinct keys at one instant never exceeds the cap.
+        let l = Limiter::new(1, Duration::from_secs(3600), 0);
+        for i in 0..(SHARDS * MAX_KEYS_PER_SHARD + 50_000) as u64 {
+            l.check_at(l.value_key(&i.to_le_bytes()), 0);
+        }
+        assert!(l.len() <= SHARDS * MAX_KEYS_PER_SHARD);
+    }
+
+    #[test]
+    fn store_reuses_live_limiters_per_gateway() {
+        let reg = Registry::new();
+        let key = || ("r".to_owned(), 0, "x".to_owned());
+        let a = store::get_or_insert(&reg, key(), || Limiter::new(1, Duration::from_secs(1), 0));
+        let b = store::get_or_insert(&reg, key(), || Limiter::new(1, Duration::from_secs(1), 0));
+        assert!(Arc::ptr_eq(&a, &b));
+        let other = Registry::new();
+        let c = store::get_or_insert(&other, key(), || Limiter::new(1, Duration::from_secs(1), 0));
+        assert!(!Arc::ptr_eq(&a, &c));
+        drop((a, b));
+        let d = store::get_or_insert(&reg, key(), || Limiter::new(1, Duration::from_secs(1), 0));
+        assert_eq!(d.len(), 0, "a dropped limiter is not resurrected");
+    }
+}

@@ -1,0 +1,202 @@
+//! SQL injection: libinjection's tokenizer and fingerprint blacklist (the `libinjectionrs` port),
+//! behind a sound pre-check.
+//!
+//! The pre-check skips values that cannot tokenize into a blacklisted fingerprint. Every one of
+//! libinjection's ~8,300 blacklisted fingerprints contains a token other than a bareword, a
+//! number, a comma or an operator (checked by a test below against the library's own table). A
+//! value made only of letters, digits, whitespace, `_ . , : - / = +` and non-ASCII bytes, with no
+//! `--` comment, tokenizes into exactly those unless one of its words is an SQL keyword,
+//! function or operator word. So such a value with no keyword word is skipped; anything else
+//! goes to libinjection.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
+
+use super::feat;
+
+/// The longest SQL word (bytes); longer words are barewords.
+const MAX_WORD: usize = 32;
+
+/// Whether libinjection must look at `v` (`f` = [`super::features`] of `v`).
+pub fn may_match(v: &[u8], f: u32) -> bool {
+    if f & feat::SQL_SPECIAL != 0 {
+        return true;
+    }
+    if f & feat::DASH != 0 && memchr::memmem::find(v, b"--").is_some() {
+        return true;
+    }
+    // Without letters only numbers, operators and commas can be formed.
+    f & feat::ALPHA != 0 && has_sql_word(v)
+}
+
+/// The full libinjection check (all quote contexts, ANSI and MySQL).
+pub fn detect(v: &[u8]) -> bool {
+    super::guarded(|| libinjectionrs::detect_sqli(v).is_injection())
+}
+
+/// Whether any word libinjection could read out of `v` is in its keyword table.
+fn has_sql_word(v: &[u8]) -> bool {
+    let words = sql_words();
+    let is_word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    v.split(|b| !is_word(b))
+        .filter(|r| !r.is_empty())
+        .any(|run| {
+            if !run[0].is_ascii_digit() {
+                return lookup(words, run);
+            }
+            // libinjection reads `1union` as the number `1` then the word `union` (also `1e1union`,
+            // `0x1fUNION`): try every suffix that starts with a letter.
+            (1..run.len())
+                .filter(|&i| !run[i].is_ascii_digit() && run.len() - i <= MAX_WORD)
+                .any(|i| lookup(words, &run[i..]))
+        })
+}
+
+fn lookup(words: &Words, w: &[u8]) -> bool {
+    if w.len() > MAX_WORD {
+        return false;
+    }
+    let mut buf = [0u8; MAX_WORD];
+    let up = &mut buf[..w.len()];
+    up.copy_from_slice(w);
+    up.make_ascii_uppercase();
+    words.contains(&*up)
+}
+
+/// FNV-1a: the set is fixed and built from the library's table, so no keyed hash is needed.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type Words = HashSet<Box<[u8]>, BuildHasherDefault<Fnv>>;
+
+/// Every word of every non-fingerprint entry of libinjection's keyword table, split the way
+/// [`has_sql_word`] splits input (so multi-word keywords such as `UNION ALL` and dotted names
+/// are covered by their parts).
+fn sql_words() -> &'static Words {
+    static WORDS: OnceLock<Words> = OnceLock::new();
+    WORDS.get_or_init(|| {
+        libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
+            .iter()
+            .filter(|k| k.token_type != b'F')
+            .flat_map(|k| {
+                k.word
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            })
+            .filter(|w| !w.is_empty() && w.len() <= MAX_WORD)
+            .map(|w| w.to_ascii_uppercase().into_bytes().into_boxed_slice())
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::features;
+    use super::*;
+
+    fn full(v: &str) -> bool {
+        may_match(v.as_bytes(), features(v.as_bytes())) && detect(v.as_bytes())
+    }
+
+    #[test]
+    fn blacklist_has_no_fingerprint_of_only_inert_tokens() {
+        // The soundness argument of the pre-check, checked against the table in use.
+        for k in libinjectionrs::sqli::sqli_data::SQL_KEYWORDS {
+            if k.token_type == b'F' {
+                let fp = k.word.strip_prefix('0').unwrap_or(k.word);
+                assert!(
+                    !fp.bytes().all(|b| matches!(b, b'N' | b'1' | b',' | b'O')),
+                    "fingerprint {fp} is made of inert tokens"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pre_check_skips_plain_text_but_not_keywords() {
+        let m = |v: &str| may_match(v.as_bytes(), features(v.as_bytes()));
+        assert!(!m("running shoes"));
+        assert!(!m("550e8400-e29b-41d4-a716-446655440000"));
+        assert!(!m("42"));
+        assert!(m("1 union select password from users"));
+        assert!(m("1union"));
+        assert!(m("1e1union"));
+        assert!(m("x' --"));
+        assert!(m("admin'--"));
+        assert!(m("1--"));
+    }
+
+    #[test]
+    fn the_pre_check_never_hides_a_libinjection_hit() {
+        // Random values from the inert alphabet and SQL words: whenever libinjection flags one,
+        // the pre-check must have let it through.
+        let words = [
+            "1", "union", "select", "or", "and", "0x1", "sleep", "admin", "null", "from", "having",
+            "by", "a", "x", "char", "3e1", "0", "_", "e", "version", "shoes",
+        ];
+        let seps = ["", " ", ".", "-", "_", ",", ":", "/", "=", "+", "é"];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for _ in 0..20_000 {
+            let mut v = String::new();
+            for _ in 0..1 + next() % 5 {
+                v.push_str(words[(next() % words.len() as u64) as usize]);
+                v.push_str(seps[(next() % seps.len() as u64) as usize]);
+            }
+            if libinjectionrs::detect_sqli(v.as_bytes()).is_injection() {
+                assert!(may_match(v.as_bytes(), features(v.as_bytes())), "{v:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn detects_classic_payloads() {
+        for v in [
+            "1' OR '1'='1",
+            "' or 1=1--",
+            "1 UNION SELECT username, password FROM users",
+            "1; DROP TABLE users",
+            "admin'--",
+            "1' AND SLEEP(5)#",
+            "') or ('a'='a",
+        ] {
+            assert!(full(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn passes_prose() {
+        for v in [
+            "O'Brien",
+            "select a plan",
+            "drop me a line",
+            "Order by phone or email",
+            "I'd like to update my address",
+            "page 2 of 10",
+        ] {
+            assert!(!full(v), "{v}");
+        }
+    }
+}

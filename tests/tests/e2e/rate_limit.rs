@@ -1,0 +1,94 @@
+//! The `rate_limit` filter end to end: the bucket allows `requests + burst`, then answers 429
+//! with `Retry-After` and the RateLimit headers, recovers after the window, counts refusals, and
+//! keys by client IP or by a header (requests without it fall back to their IP).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_tests::{TestGateway, http1, raw};
+use http::Request;
+use http_body_util::Full;
+
+const CONFIG: &str = r#"
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+routes:
+  - name: per-ip
+    match: { path: /ip }
+    filters:
+      - rate_limit: { requests: 3, per: 1s }
+    respond: { body: "ok" }
+  - name: per-key
+    match: { path: /key }
+    filters:
+      - rate_limit: { requests: 2, per: 1m, burst: 1, key: "header:x-api-key" }
+    respond: { body: "ok" }
+"#;
+
+fn with_key(path: &str, key: Option<&str>) -> Request<Full<Bytes>> {
+    let mut b = Request::get(path);
+    if let Some(k) = key {
+        b = b.header("x-api-key", k);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+#[tokio::test]
+async fn over_the_limit_gets_429_with_headers_then_recovers() {
+    let gw = TestGateway::start(CONFIG).await;
+    let mut c = http1(gw.addr("main")).await;
+    for remaining in ["2", "1", "0"] {
+        let res = c.get("/ip").await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.header("ratelimit-limit"), "3");
+        assert_eq!(res.header("ratelimit-remaining"), remaining);
+        assert_eq!(res.header("ratelimit-reset"), "1");
+        assert_eq!(res.header("ratelimit-policy"), "3;w=1");
+    }
+    let res = c.get("/ip").await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(res.header("retry-after"), "1");
+    assert_eq!(res.header("ratelimit-limit"), "3");
+    assert_eq!(res.header("ratelimit-remaining"), "0");
+    assert_eq!(res.header("ratelimit-reset"), "1");
+    assert_eq!(res.text(), "429 Too Many Requests\n");
+
+    // A full window later the bucket is full again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let res = c.get("/ip").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.header("ratelimit-remaining"), "2");
+
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let m = raw(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        m.contains("gateway_rate_limited_total{route=\"per-ip\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn header_keys_have_their_own_buckets() {
+    let gw = TestGateway::start(CONFIG).await;
+    let mut c = http1(gw.addr("main")).await;
+    for key in [Some("alice"), Some("bob"), None] {
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(c.send(with_key("/key", key)).await.unwrap().status());
+        }
+        // requests 2 + burst 1 = 3, then 429; each key (and the keyless client's IP) apart.
+        assert_eq!(got, [200, 200, 200, 429], "{key:?}");
+    }
+    let res = c.send(with_key("/key", Some("alice"))).await.unwrap();
+    assert_eq!(res.status(), 429);
+    let retry: u64 = res.header("retry-after").parse().unwrap();
+    assert!((1..=30).contains(&retry), "{retry}");
+    assert_eq!(res.header("ratelimit-limit"), "3");
+}
