@@ -33,6 +33,17 @@ pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
 pub use error::StreamError;
 pub use filter::{CloseSummary, ConnectionInfo, Decision, StreamFilter, StreamFilterFactory};
 pub use rewind::Rewind;
-pub use server::StreamServer;
+pub use server::{PreparedStreams, StreamServer};
 pub use stats::{StreamStats, StreamStatsSnapshot};
 pub use udp::MAX_DATAGRAM;
+
+/// `fut` bounded by `deadline` when there is one.
+async fn within<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    fut: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await,
+        None => Ok(fut.await),
+    }
+}

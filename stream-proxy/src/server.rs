@@ -52,6 +52,13 @@ impl Running {
     }
 }
 
+/// Sockets bound by [`StreamServer::prepare`], not serving yet. Dropping it releases them (the
+/// reload failed elsewhere and nothing changes).
+pub struct PreparedStreams {
+    streams: CompiledStreams,
+    added: Vec<(Arc<CompiledStream>, Bound, SocketAddr)>,
+}
+
 impl StreamServer {
     /// Binds and starts every stream; `shutdown` cancelled stops accepting (as
     /// [`StreamServer::drain`] does, without waiting). Needs a Tokio runtime.
@@ -72,13 +79,22 @@ impl StreamServer {
 
     /// Applies a new generation's streams (see the module docs); removed streams' connections
     /// get `drain_timeout`. Sockets for added streams are bound first; if one fails, nothing
-    /// changes.
+    /// changes. [`StreamServer::prepare`] and [`StreamServer::commit`] are the two halves, for a
+    /// caller that has other things to prepare in between.
     pub fn reload(
         &self,
         streams: &CompiledStreams,
         drain_timeout: Duration,
     ) -> Result<(), StreamError> {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let prepared = self.prepare(streams)?;
+        self.commit(prepared, drain_timeout);
+        Ok(())
+    }
+
+    /// Binds the sockets a reload to `streams` needs, without changing anything yet. Reloads
+    /// must be serialised by the caller between `prepare` and `commit`.
+    pub fn prepare(&self, streams: &CompiledStreams) -> Result<PreparedStreams, StreamError> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let mut kept = vec![false; running.len()];
         let mut added = Vec::new();
         for rt in &streams.streams {
@@ -95,21 +111,33 @@ impl StreamServer {
                 }
             }
         }
-        // Everything bound: apply.
-        let mut next = Vec::with_capacity(streams.streams.len());
-        for (r, keep) in std::mem::take(&mut *running).into_iter().zip(kept) {
-            if keep {
-                next.push(r);
-            } else {
-                self.retire(r, drain_timeout);
+        Ok(PreparedStreams {
+            streams: streams.clone(),
+            added,
+        })
+    }
+
+    /// Applies a prepared reload: swaps kept streams to their new settings, retires removed
+    /// ones, starts added ones on the sockets `prepare` bound.
+    pub fn commit(&self, prepared: PreparedStreams, drain_timeout: Duration) {
+        let order: Vec<Arc<str>> = prepared
+            .streams
+            .streams
+            .iter()
+            .map(|rt| rt.name.clone())
+            .collect();
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = Vec::with_capacity(order.len());
+        for r in std::mem::take(&mut *running) {
+            match prepared.streams.streams.iter().find(|rt| r.keeps(rt)) {
+                Some(rt) => {
+                    r.listening.swap(rt.clone());
+                    next.push(r);
+                }
+                None => self.retire(r, drain_timeout),
             }
         }
-        for r in next.iter_mut() {
-            if let Some(rt) = streams.streams.iter().find(|rt| r.keeps(rt)) {
-                r.listening.swap(rt.clone());
-            }
-        }
-        for (rt, bound, local) in added {
+        for (rt, bound, local) in prepared.added {
             let listening = Arc::new(Listening::new(rt.clone()));
             let (stop, hard) = (self.stop.child_token(), self.hard.child_token());
             tracing::info!(stream = %rt.name, addr = %local, protocol = ?rt.protocol, "stream listening");
@@ -129,8 +157,12 @@ impl StreamServer {
                 hard,
             });
         }
+        // Config order, for listings.
+        next.sort_by_key(|r| {
+            let name = r.listening.name();
+            order.iter().position(|n| **n == *name)
+        });
         *running = next;
-        Ok(())
     }
 
     /// A removed stream: stop accepting now, close what is still open after the drain timeout.

@@ -56,7 +56,8 @@ impl ProxyHeader {
 
 const WHAT: &str = "PROXY protocol header";
 
-/// Reads a header from `io` into `buf` (which may already hold bytes) within `timeout`. On
+/// Reads a header from `io` into `buf` (which may already hold bytes) within `timeout` (zero:
+/// no limit). On
 /// success the header's bytes are removed from `buf` and whatever followed them stays there:
 /// the caller must use those bytes before reading `io` again.
 pub async fn read_header<R: AsyncRead + Unpin>(
@@ -64,7 +65,8 @@ pub async fn read_header<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     timeout: Duration,
 ) -> Result<ProxyHeader, StreamError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    // Zero: no deadline.
+    let deadline = (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout);
     loop {
         if let Some((header, len)) = parse(buf)? {
             buf.advance(len);
@@ -75,7 +77,7 @@ pub async fn read_header<R: AsyncRead + Unpin>(
         buf.reserve(512);
         let room = (V2_MAX + 1).saturating_sub(buf.len()).max(1) as u64;
         let mut limited = (&mut *io).take(room);
-        match tokio::time::timeout_at(deadline, limited.read_buf(buf)).await {
+        match crate::within(deadline, limited.read_buf(buf)).await {
             Ok(Ok(0)) => return Err(StreamError::HeaderEof(WHAT)),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e.into()),

@@ -25,13 +25,15 @@ const WHAT: &str = "TLS ClientHello";
 /// Reads into `buf` (which may already hold bytes) until it starts with a complete ClientHello
 /// or is shown not to be one. A client that sends nothing before the deadline is `NotTls` (a
 /// server-speaks-first protocol may take the fallback); a partial hello that stalls, ends or
-/// outgrows the buffer is an error, which closes the connection.
+/// outgrows the buffer is an error, which closes the connection. A zero `timeout` waits as long
+/// as it takes.
 pub async fn read_client_hello<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
     timeout: Duration,
 ) -> Result<ClientHello, StreamError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    // Zero: no deadline.
+    let deadline = (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout);
     loop {
         let verdict = parse_client_hello(buf);
         if verdict != ClientHello::Incomplete {
@@ -42,7 +44,7 @@ pub async fn read_client_hello<R: AsyncRead + Unpin>(
         }
         buf.reserve(MAX_CLIENT_HELLO - buf.len());
         let mut limited = (&mut *io).take((MAX_CLIENT_HELLO - buf.len()) as u64);
-        match tokio::time::timeout_at(deadline, limited.read_buf(buf)).await {
+        match crate::within(deadline, limited.read_buf(buf)).await {
             Ok(Ok(0)) => return Err(StreamError::HeaderEof(WHAT)),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e.into()),
