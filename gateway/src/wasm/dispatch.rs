@@ -16,6 +16,7 @@ use wasm_host::{HttpCallOut, HttpCallResponse};
 use crate::body::{Body, BoxError};
 use crate::context::{ConnInfo, RequestCx};
 use crate::proxy::{ProxyRoute, Upstreams};
+use crate::telemetry::trace::{self, InternalSpan, span::Value};
 
 /// Largest HTTP call response body kept for the guest.
 const MAX_RESPONSE_BODY: usize = 4 << 20;
@@ -52,6 +53,7 @@ impl Dispatch {
             }),
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),
+            trace: None,
         };
         Self { routes, cx }
     }
@@ -81,7 +83,24 @@ impl Dispatch {
         }
         let mut cx = self.cx.clone();
         cx.start = Instant::now();
+        // A call made while serving a traced request gets a span under the request's, and its
+        // upstream attempts carry the trace on (`traceparent`; see telemetry/trace).
+        let span = trace::current().map(|parent| {
+            let upstream = Value::Owned(call.upstream.as_str().into());
+            let attributes = vec![("gateway.upstream", upstream)];
+            InternalSpan::start(
+                parent.tracer(),
+                Some(&parent),
+                "plugin http_call",
+                attributes,
+            )
+        });
+        cx.trace = span.as_ref().map(|s| s.context().clone());
         let res = route.forward(req, &cx).await;
+        if let Some(span) = span {
+            let failed = res.status().is_server_error();
+            span.end(failed.then(|| res.status().to_string()));
+        }
         let (parts, body) = res.into_parts();
         let collected = Limited::new(body, MAX_RESPONSE_BODY).collect().await?;
         let trailers = collected

@@ -178,7 +178,10 @@ impl Slot {
             out.started_calls = true;
             for call in effects.calls {
                 g.pending_calls += 1;
-                spawn(run_call(Arc::downgrade(self), g.incarnation, call));
+                // Performed by a task of its own, still within the caller's trace (the
+                // request's `traceparent` goes on with the call: telemetry/trace).
+                let run = run_call(Arc::downgrade(self), g.incarnation, call);
+                spawn(crate::telemetry::trace::in_current(run));
             }
         }
         if !g.timer {

@@ -240,10 +240,10 @@ impl Transport {
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/x-protobuf"),
                 );
-                if let Some(a) = self.endpoint.uri.authority() {
-                    if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                        h.insert(HOST, v);
-                    }
+                if let Some(a) = self.endpoint.uri.authority()
+                    && let Ok(v) = HeaderValue::from_str(a.as_str())
+                {
+                    h.insert(HOST, v);
                 }
             }
         }
