@@ -121,13 +121,17 @@ async fn least_requests_avoids_the_busy_target() {
 
     // One slow request in flight on one target: the next requests all go to the other.
     let addr = gw.addr("main");
-    let slow = tokio::spawn(async move { http1(addr).await.get("/slow/1500").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let busy = if b[0].last().unwrap().uri.path() == "/slow/1500" {
-        "a"
-    } else {
-        "b"
-    };
+    let slow = tokio::spawn(async move { http1(addr).await.get("/slow/2000").await });
+    let is_slow = |b: &Backend| b.last().is_some_and(|s| s.uri.path() == "/slow/2000");
+    let mut busy = None;
+    for _ in 0..100 {
+        if is_slow(&b[0]) || is_slow(&b[1]) {
+            busy = Some(if is_slow(&b[0]) { "a" } else { "b" });
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let busy = busy.expect("the slow request reached a backend");
     let t = tally(&gw, "/", 10).await;
     assert_eq!(t.get(busy), None, "{t:?}");
     assert_eq!(slow.await.unwrap().status(), 200);

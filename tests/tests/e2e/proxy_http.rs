@@ -142,7 +142,7 @@ async fn slow_upstream_gets_504_within_the_timeout() {
     assert_eq!(c.get("/slow/3000").await.status(), 504);
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_millis(1500),
+        took >= Duration::from_millis(300) && took < Duration::from_millis(2500),
         "{took:?}"
     );
     assert_eq!(upstream(&gw).targets.snapshot()[0].failures, 1);
