@@ -125,9 +125,11 @@ async fn metrics_count_requests_by_route_status_and_protocol() {
 #[tokio::test]
 async fn config_endpoint_redacts_secrets() {
     let dir = temp_dir();
-    std::fs::write(dir.path().join("p.wasm"), b"\0asm\x01\0\0\0").unwrap();
-    let yaml = YAML.replace("plugins: {}", "plugins:\n  auth:\n    wasm: p.wasm\n    config: { jwt_secret: very-secret-value, header: x-api-key }");
-    // The plugin is defined but unused, so the gateway starts without a Wasm runtime involved.
+    crate::wasm::install(dir.path(), "add_header", "p.wasm");
+    let yaml = YAML.replace(
+        "plugins: {}",
+        "plugins:\n  auth:\n    wasm: p.wasm\n    config: { jwt_secret: very-secret-value, header: x-api-key }",
+    );
     let gw = TestGateway::start_in(dir, &yaml).await;
     let (status, body) = admin_get(&gw, "/config").await;
     assert_eq!(status, 200);
