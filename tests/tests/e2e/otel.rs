@@ -479,3 +479,119 @@ streams:
     assert!(s.status.is_none(), "{:?}", s.status);
     assert!(s.end_time_unix_nano >= s.start_time_unix_nano);
 }
+
+#[tokio::test]
+async fn udp_sessions_get_a_span_when_they_expire() {
+    let collector = OtlpReceiver::start().await;
+    let echo = gateway_tests::backend::l4::UdpEcho::start().await;
+    let yaml = format!(
+        r#"
+telemetry:
+{}
+upstreams:
+  dns:
+    targets: [{}]
+streams:
+  - name: dns
+    bind: 127.0.0.1:0
+    protocol: udp
+    upstream: dns
+    idle_timeout: 200ms
+"#,
+        traces(&collector.grpc_endpoint(), 1.0),
+        echo.addr()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    socket
+        .send_to(b"query", gw.stream_addr("dns"))
+        .await
+        .expect("send");
+    let mut buf = [0u8; 64];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+        .await
+        .expect("echo in time")
+        .expect("recv");
+    assert_eq!(&buf[..n], b"query");
+    let spans = collector
+        .wait_for(Duration::from_secs(10), |s| !s.is_empty())
+        .await;
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let s = &spans[0].span;
+    assert_eq!(s.name, "udp dns");
+    let a = &s.attributes;
+    assert_eq!(attr_str(a, "network.transport"), "udp");
+    assert_eq!(
+        attr_str(a, "gateway.stream.target"),
+        echo.addr().to_string()
+    );
+    assert_eq!(
+        attr_int(a, "client.port"),
+        Some(i64::from(socket.local_addr().expect("addr").port()))
+    );
+    assert_eq!(attr_int(a, "gateway.stream.bytes_in"), Some(5));
+    assert_eq!(attr_int(a, "gateway.stream.bytes_out"), Some(5));
+}
+
+#[tokio::test]
+async fn plugin_http_calls_carry_the_request_trace() {
+    let collector = OtlpReceiver::start().await;
+    let auth = Backend::start("auth").await;
+    let app = Backend::start("app").await;
+    let dir = gateway_tests::temp_dir();
+    crate::wasm::install(dir.path(), "http_auth", "auth.wasm");
+    let yaml = format!(
+        r#"
+telemetry:
+{}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  auth: {{ targets: [{}] }}
+  app: {{ targets: [{}] }}
+plugins:
+  auth:
+    wasm: auth.wasm
+    config: {{ upstream: auth, path: /check, timeout_ms: 2000 }}
+routes:
+  - name: guarded
+    match: {{ path_prefix: / }}
+    filters: [ {{ plugin: auth }} ]
+    proxy: {{ upstream: app }}
+"#,
+        traces(&collector.grpc_endpoint(), 1.0),
+        auth.addr(),
+        app.addr()
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let mut c = http1(gw.addr("main")).await;
+    let tp = traceparent("01");
+    c.send(get(
+        "/private",
+        &[("traceparent", &tp), ("authorization", "Bearer x")],
+    ))
+    .await
+    .expect("request");
+
+    // The call reached the auth service inside the request's trace.
+    let seen = auth.last().expect("the plugin called the auth service");
+    let sent = seen.header("traceparent").to_owned();
+    assert!(sent.starts_with(&format!("00-{PARENT_TRACE}-")), "{sent}");
+
+    let spans = collector.trace(PARENT_TRACE, 3).await;
+    let server = find(&spans, SERVER);
+    let internal = find(&spans, 1);
+    assert_eq!((server.len(), internal.len()), (1, 1), "{spans:#?}");
+    let call = internal[0];
+    assert_eq!(call.name, "plugin http_call");
+    assert_eq!(attr_str(&call.attributes, "gateway.upstream"), "auth");
+    assert_eq!(call.parent_span_id, server[0].span_id);
+    let attempt = find(&spans, CLIENT)
+        .into_iter()
+        .find(|s| s.parent_span_id == call.span_id)
+        .expect("the call's upstream attempt");
+    assert_eq!(hex(&attempt.span_id), &sent[36..52]);
+}

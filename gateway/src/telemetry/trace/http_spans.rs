@@ -237,6 +237,7 @@ impl ClientSpan {
             GatewayError::UpstreamConnect { .. } => "connect_error",
             GatewayError::UpstreamTimeout(_) => "timeout",
             GatewayError::UpstreamFailed { .. } => "response_error",
+            GatewayError::RequestBody(_) => "request_body_error",
             _ => "_OTHER",
         };
         r.attributes.push(("error.type", Value::Static(kind)));
