@@ -261,10 +261,11 @@ impl<'a> Inspection<'a> {
             }
         }
         let ua = req.headers.get(USER_AGENT).map(|v| v.as_bytes());
-        if let (true, Some(ua)) = (enabled.scanner, ua) {
-            if let Some(hit) = scanner::detect(ua) {
-                self.builtin(hit, Location::Header("user-agent"), ua)?;
-            }
+        if enabled.scanner
+            && let Some(ua) = ua
+            && let Some(hit) = scanner::detect(ua)
+        {
+            self.builtin(hit, Location::Header("user-agent"), ua)?;
         }
         if enabled.inspects_values() {
             // The headers applications commonly log or reflect.

@@ -244,13 +244,13 @@ pub fn html_entity_decode(v: &[u8]) -> Option<Vec<u8>> {
     let mut changed = false;
     let mut i = 0;
     while i < v.len() {
-        if v[i] == b'&' {
-            if let Some((cp, len)) = entity_at(v, i) {
-                push_code_point(&mut out, cp);
-                i += len;
-                changed = true;
-                continue;
-            }
+        if v[i] == b'&'
+            && let Some((cp, len)) = entity_at(v, i)
+        {
+            push_code_point(&mut out, cp);
+            i += len;
+            changed = true;
+            continue;
         }
         out.push(v[i]);
         i += 1;

@@ -168,10 +168,10 @@ pub fn detect(v: &[u8], f: u32) -> Option<Hit> {
     if trimmed.starts_with(b"() {") {
         return Some(Hit::new(ids::SHELLSHOCK, v.len() - trimmed.len()));
     }
-    if f & feat::SHELL != 0 {
-        if let Some(at) = memchr::memmem::find(v, b"$IFS").or(memchr::memmem::find(v, b"${IFS")) {
-            return Some(Hit::new(ids::CMDI, at));
-        }
+    if f & feat::SHELL != 0
+        && let Some(at) = memchr::memmem::find(v, b"$IFS").or(memchr::memmem::find(v, b"${IFS"))
+    {
+        return Some(Hit::new(ids::CMDI, at));
     }
     if f & feat::SPACE != 0 && command_at(v, 0, Boundary::Start) {
         return Some(Hit::new(ids::CMDI, 0));

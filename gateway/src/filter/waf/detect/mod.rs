@@ -295,15 +295,17 @@ impl Detectors {
         }
         let f = features(v);
         // Cheap detectors first; they also decide whether the expensive ones must run.
-        if self.enabled.traversal && kind != Kind::Name {
-            if let Some(h) = traversal::detect(v, f, kind == Kind::Path) {
-                return Some(h);
-            }
+        if self.enabled.traversal
+            && kind != Kind::Name
+            && let Some(h) = traversal::detect(v, f, kind == Kind::Path)
+        {
+            return Some(h);
         }
-        if self.enabled.cmdi && matches!(kind, Kind::Value | Kind::Header | Kind::Filename) {
-            if let Some(h) = cmdi::detect(v, f) {
-                return Some(h);
-            }
+        if self.enabled.cmdi
+            && matches!(kind, Kind::Value | Kind::Header | Kind::Filename)
+            && let Some(h) = cmdi::detect(v, f)
+        {
+            return Some(h);
         }
         let sqli = self.enabled.sqli && sqli::may_match(v, f);
         let xss = self.enabled.xss && xss::may_match(f);
@@ -322,10 +324,8 @@ impl Detectors {
     }
 
     fn expensive(&self, kind: Kind, v: &[u8], f: u32, sqli: bool, xss: bool) -> Option<Hit> {
-        if xss {
-            if let Some(h) = xss::detect(v, f) {
-                return Some(h);
-            }
+        if xss && let Some(h) = xss::detect(v, f) {
+            return Some(h);
         }
         if sqli {
             if kind == Kind::Path {

@@ -53,15 +53,15 @@ fn files() -> Option<&'static AhoCorasick> {
 
 /// Looks for traversal in a decoded value or normalised path (`f` = [`super::features`]).
 pub fn detect(v: &[u8], f: u32, _is_path: bool) -> Option<Hit> {
-    if f & feat::DOT != 0 {
-        if let Some(at) = dot_dot_segment(v) {
-            return Some(Hit::new(ids::TRAVERSAL, at));
-        }
+    if f & feat::DOT != 0
+        && let Some(at) = dot_dot_segment(v)
+    {
+        return Some(Hit::new(ids::TRAVERSAL, at));
     }
-    if f & (feat::SEP | feat::DOT) != 0 {
-        if let Some(m) = files().and_then(|ac| ac.find(v)) {
-            return Some(Hit::new(ids::SENSITIVE_FILE, m.start()));
-        }
+    if f & (feat::SEP | feat::DOT) != 0
+        && let Some(m) = files().and_then(|ac| ac.find(v))
+    {
+        return Some(Hit::new(ids::SENSITIVE_FILE, m.start()));
     }
     None
 }
