@@ -309,7 +309,8 @@ def targets_for(
             if need not in srv.capabilities:
                 if srv.kind == "gateway" and need in srv.skipped_sections:
                     why = srv.skipped_sections[need].splitlines()[-1][:200]
-                    skipped.append(f"{sc.name}: {srv.name} {v.label if v else ''}: {why}")
+                    who = f"{srv.name} {v.label}" if v else srv.name
+                    skipped.append(f"{sc.name}: {who}: {why}")
                 continue
             label = srv.name + (f" {v.label}" if v else "")
             out.append(Target(label, srv, srv.url(sc.port, v.path if v else sc.path)))
@@ -373,6 +374,7 @@ def measure(
         "req_per_core": round(load.rps * 100.0 / cpu_pct, 1) if cpu_pct > 0 else None,
         "peak_rss_kib": rss.peak,
         "idle_rss_kib": t.server.idle_rss_kib,
+        "_raw": load.raw,
     }
 
 
@@ -454,7 +456,11 @@ def main(argv: list[str]) -> int:
         log("cannot hold /dev/cpu_dma_latency at 0 (not root?): expect noisier numbers")
 
     started: list[Server] = []
+    base_idle: dict[str, int] = {}
     try:
+        for s in servers:
+            if s.kind == "gateway":
+                base_idle[s.name] = s.base_idle_rss()
         for s in [backend, *servers]:
             s.start()
             started.append(s)
@@ -506,6 +512,10 @@ def main(argv: list[str]) -> int:
             w.writeheader()
             for s in servers:
                 w.writerow(idle_row(run_id, args, s, "idle"))
+                if s.name in base_idle:
+                    row = idle_row(run_id, args, s, "idle-base")
+                    row["idle_rss_kib"] = row["peak_rss_kib"] = base_idle[s.name]
+                    w.writerow(row)
             for sc, conns, targets in plan:
                 run_cell(w, f, run_id, args, sc, conns, targets, skipped)
             for s in servers:
@@ -585,6 +595,11 @@ def run_cell(
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 log(f"  {t.label} round {rnd}: {e}")
                 continue
+            # The load generator's own report, kept out of git, for when a figure looks wrong.
+            raw_dir = RESULTS / "raw" / run_id
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            name = f"{sc.name}-c{conns}-{t.label.replace(' ', '_')}-r{rnd}.txt"
+            (raw_dir / name).write_text(str(row.pop("_raw")))
             row |= {
                 "run_id": run_id,
                 "label": args.label,

@@ -247,8 +247,22 @@ class Server:
             return pin + [str(self.binary), f"127.0.0.1:{self.ports['http']}"], env
         raise ValueError(self.kind)
 
+    def base_idle_rss(self) -> int:
+        """The gateway's idle RSS with its base config (no optional section: no plugin, no WAF,
+        no HTTP/3), the fair figure for the idle-memory target: started, left 2 s, stopped."""
+        template = fill((CONFIGS / "gateway.yaml").read_text(), self.values())
+        path = self.env.work / f"{self.name}-base-gateway.yaml"
+        path.write_text(drop_sections(template, set(GATEWAY_SECTIONS)))
+        self._launch(path)
+        time.sleep(2)
+        rss = procstat.rss_kib(self.pids())
+        self.stop()
+        return rss
+
     def start(self) -> None:
-        config = self.write_config()
+        self._launch(self.write_config())
+
+    def _launch(self, config: Path | None) -> None:
         cmd, env = self.command(config)
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
