@@ -191,7 +191,9 @@ impl ProxyRoute {
                         .await;
                 }
                 Err(Failed { error, unsent }) => {
-                    up.targets.report_failure(index);
+                    if !matches!(error, GatewayError::RequestBody(_)) {
+                        up.targets.report_failure(index);
+                    }
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                     if let Some(req) = unsent {
                         body = Some(req.into_body());
@@ -328,13 +330,18 @@ impl ProxyRoute {
                 Some(Err(mut e)) => match e.take_message() {
                     Some(again) if reused => req = again,
                     unsent => {
-                        return Err(Failed {
-                            error: GatewayError::UpstreamFailed {
+                        let e = e.into_error();
+                        // A "user" error is ours or the client's (above all, the client's
+                        // request body failing mid-upload), not the target's.
+                        let error = if e.is_user() {
+                            GatewayError::RequestBody(e.into())
+                        } else {
+                            GatewayError::UpstreamFailed {
                                 addr: pool.endpoint.addr.to_string(),
-                                source: e.into_error().into(),
-                            },
-                            unsent,
-                        });
+                                source: e.into(),
+                            }
+                        };
+                        return Err(Failed { error, unsent });
                     }
                 },
             }

@@ -237,6 +237,43 @@ async fn client_disconnect_cancels_the_upstream_request() {
 }
 
 #[tokio::test]
+async fn a_client_abandoning_its_upload_cancels_cleanly() {
+    let b = Backend::start("a").await;
+    let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", b.addr()), "")).await;
+    let mut client = tokio::net::TcpStream::connect(gw.addr("main"))
+        .await
+        .unwrap();
+    client
+        .write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000\r\n\r\n")
+        .await
+        .unwrap();
+    client.write_all(&[b'x'; 1000]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = &upstream(&gw).targets.snapshot()[0];
+    assert_eq!((s.attempts, s.failures, s.in_flight), (1, 0, 0));
+    // And the target is still in use.
+    assert_eq!(http1(gw.addr("main")).await.get("/").await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_broken_request_body_is_not_the_targets_failure() {
+    let b = Backend::start("a").await;
+    let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", b.addr()), "")).await;
+    // A chunked body that turns to garbage after its first chunk, on a connection kept open.
+    let out = raw_with_timeout(
+        gw.addr("main"),
+        b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZZ\r\n",
+        Duration::from_millis(800),
+    )
+    .await;
+    assert_eq!(raw_status(&out), 400, "{out}");
+    let s = &upstream(&gw).targets.snapshot()[0];
+    assert_eq!((s.attempts, s.failures, s.in_flight), (1, 0, 0));
+}
+
+#[tokio::test]
 async fn idempotent_requests_retry_on_another_target() {
     let b = Backend::start("b").await;
     let gw = TestGateway::start(&yaml(
