@@ -222,7 +222,17 @@ impl ProxyRoute {
     }
 
     fn fail(&self, error: GatewayError) -> Response<Body> {
-        tracing::warn!(upstream = %self.upstream.name, error = %error, cause = ?std::error::Error::source(&error), "proxying failed");
+        let cause = std::error::Error::source(&error);
+        match &error {
+            // Every request while all targets are out would log this; the ejections that led
+            // here were logged once each.
+            GatewayError::NoHealthyTarget(_) => {
+                tracing::debug!(upstream = %self.upstream.name, error = %error, "proxying failed")
+            }
+            _ => {
+                tracing::warn!(upstream = %self.upstream.name, error = %error, cause = ?cause, "proxying failed")
+            }
+        }
         error.into_response()
     }
 
