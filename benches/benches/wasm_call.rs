@@ -39,7 +39,7 @@ fn host(c: &mut Criterion) {
     let bytes = std::fs::read(add_header_wasm()).expect("plugin");
     let info = PluginInfo {
         name: "add-header".into(),
-        config: Bytes::from_static(br#"{"name":"x-powered-by","value":"gateway"}"#).into(),
+        config: Bytes::from_static(br#"{"name":"x-powered-by","value":"gateway"}"#),
         ..Default::default()
     };
     let compiled = CompiledPlugin::load(&HostEngine::new(), Shared::new(), info, &bytes).unwrap();
@@ -126,7 +126,10 @@ fn e2e(c: &mut Criterion) {
     let mut group = c.benchmark_group("wasm_call/h1_e2e");
     group.throughput(Throughput::Elements(1));
     group.measurement_time(Duration::from_secs(5));
-    for (name, path) in [("native_headers_filter", "/native"), ("wasm_add_header", "/wasm")] {
+    for (name, path) in [
+        ("native_headers_filter", "/native"),
+        ("wasm_add_header", "/wasm"),
+    ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {

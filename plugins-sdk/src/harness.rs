@@ -62,7 +62,11 @@ impl Harness {
             source,
         })?;
         let info = PluginInfo {
-            name: Arc::from(path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin")),
+            name: Arc::from(
+                path.file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("plugin"),
+            ),
             config: Bytes::copy_from_slice(config.as_bytes()),
             limits,
             ..Default::default()

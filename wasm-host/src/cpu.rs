@@ -13,7 +13,10 @@ use crate::error::PluginError;
 use crate::state::HostState;
 
 /// CPU time consumed by the calling thread (`None` where the platform has no such clock).
-#[allow(unsafe_code, reason = "clock_gettime on a stack timespec; std has no thread CPU clock")]
+#[allow(
+    unsafe_code,
+    reason = "clock_gettime on a stack timespec; std has no thread CPU clock"
+)]
 pub(crate) fn thread_cpu_time() -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -25,7 +28,9 @@ pub(crate) fn thread_cpu_time() -> Option<Duration> {
 }
 
 /// The store's epoch-deadline callback.
-pub(crate) fn on_deadline(mut cx: StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> {
+pub(crate) fn on_deadline(
+    mut cx: StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<UpdateDeadline> {
     let limit = cx.data().plugin.limits.time;
     let s = cx.data_mut();
     let Some(now) = thread_cpu_time() else {

@@ -10,6 +10,7 @@ type F2 = TypedFunc<(u32, u32), ()>;
 type F1R = TypedFunc<u32, u32>;
 type F2R = TypedFunc<(u32, u32), u32>;
 type F3R = TypedFunc<(u32, u32, u32), u32>;
+type F5 = TypedFunc<(u32, u32, u32, u32, u32), ()>;
 
 /// Header callbacks: three arguments since ABI 0.2.0, two before.
 pub(crate) enum HeadersFn {
@@ -54,7 +55,7 @@ pub(crate) struct Exports {
     pub(crate) response_headers: Option<HeadersFn>,
     pub(crate) response_body: Option<F3R>,
     pub(crate) response_trailers: Option<F2R>,
-    pub(crate) http_call_response: Option<TypedFunc<(u32, u32, u32, u32, u32), ()>>,
+    pub(crate) http_call_response: Option<F5>,
     pub(crate) new_connection: Option<F1R>,
     pub(crate) downstream_data: Option<F3R>,
     pub(crate) upstream_data: Option<F3R>,

@@ -199,7 +199,8 @@ impl Metrics {
         if plugins.is_empty() {
             return;
         }
-        let families: [(&str, &str, fn(&PluginStats) -> &AtomicU64); 7] = [
+        type Field = fn(&PluginStats) -> &AtomicU64;
+        let families: [(&str, &str, Field); 7] = [
             ("gateway_plugin_reloads_total", "result=\"ok\"", |s| {
                 &s.reloads_ok
             }),

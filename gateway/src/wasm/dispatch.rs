@@ -73,8 +73,10 @@ impl Dispatch {
                 ":authority" => authority = Some(HeaderValue::from_bytes(v)?),
                 k if k.starts_with(':') => {}
                 k => {
-                    req.headers_mut()
-                        .append(HeaderName::from_bytes(k.as_bytes())?, HeaderValue::from_bytes(v)?);
+                    req.headers_mut().append(
+                        HeaderName::from_bytes(k.as_bytes())?,
+                        HeaderValue::from_bytes(v)?,
+                    );
                 }
             }
         }
@@ -120,9 +122,7 @@ impl Dispatch {
     }
 }
 
-fn pairs<'a>(
-    it: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
-) -> Vec<(String, Bytes)> {
+fn pairs<'a>(it: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>) -> Vec<(String, Bytes)> {
     it.map(|(k, v)| (k.as_str().to_owned(), Bytes::copy_from_slice(v.as_bytes())))
         .collect()
 }

@@ -12,15 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue, TRANSFER_ENCODING};
-use http::{Response, StatusCode, Version, request, response};
+use bytes::Bytes;
+use http::{StatusCode, request, response};
 use wasm_host::state::{empty_request, empty_response};
-use wasm_host::{Action, HttpStream, LocalResponse, PluginError, StreamInfo, Vm};
+use wasm_host::{Action, HttpStream, PluginError, StreamInfo, Vm};
 
 use super::plugin::{PluginHandle, PluginRuntime};
 use super::pool::{Own, Resume, Slot, pick};
-use crate::body::{Body, BoxError};
+use super::reply::{fail, headers_only, outcome, take_body};
+use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{BodyAccess, FilterFactory, Flow, HttpFilter};
@@ -87,13 +87,12 @@ enum Skip {
     Failed(PluginError),
 }
 
-fn fail(e: PluginError) -> BoxError {
-    Box::new(e)
-}
-
 impl WasmFilter {
     /// Runs `f` on this request's VM and applies the call's effects.
-    fn call<R>(&self, f: impl FnOnce(&mut Vm, u32) -> Result<R, PluginError>) -> Result<(R, Own), Skip> {
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Vm, u32) -> Result<R, PluginError>,
+    ) -> Result<(R, Own), Skip> {
         let slot = self.slot.as_ref().ok_or(Skip::Gone)?;
         let mut g = slot.lock();
         if g.incarnation != self.incarnation {
@@ -174,46 +173,6 @@ impl WasmFilter {
 
 fn slot_vm(g: &mut super::pool::SlotInner) -> Option<&mut Vm> {
     g.vm_mut().filter(|vm| vm.failed().is_none())
-}
-
-/// `end_of_stream` for the request head: HTTP/1.1 without a length or chunked coding has no
-/// body; otherwise a declared length of 0.
-fn headers_only(req: &request::Parts) -> bool {
-    let len = req.headers.get(CONTENT_LENGTH).map(HeaderValue::as_bytes);
-    match len {
-        Some(l) => l == b"0",
-        None => req.version <= Version::HTTP_11 && !req.headers.contains_key(TRANSFER_ENCODING),
-    }
-}
-
-/// The response for a guest's local reply.
-pub(crate) fn local_response(r: LocalResponse) -> Response<Body> {
-    let mut res = Response::new(Body::full(r.body));
-    *res.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    for (k, v) in r.headers {
-        if k.starts_with(':') {
-            continue;
-        }
-        if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_bytes(&v)) {
-            res.headers_mut().append(k, v);
-        }
-    }
-    res
-}
-
-fn outcome(resume: Resume) -> Result<Option<Response<Body>>, BoxError> {
-    match resume {
-        Resume::Continue => Ok(None),
-        Resume::Local(r) => Ok(Some(local_response(r))),
-        Resume::Close => Ok(Some(error_response(StatusCode::FORBIDDEN))),
-        Resume::Failed => Err(fail(PluginError::Unavailable(
-            "the plugin VM failed while the request was paused".into(),
-        ))),
-    }
-}
-
-fn take_body(buf: &mut BytesMut) -> Option<Bytes> {
-    (!buf.is_empty()).then(|| std::mem::take(buf).freeze())
 }
 
 #[async_trait::async_trait]
@@ -419,11 +378,13 @@ impl HttpFilter for WasmFilter {
                 return Ok(None);
             };
             // Paused chunks stay buffered until the guest continues or the body ends.
-            Ok(Some(if action == Action::Continue || eos || held > MAX_BUFFER {
-                take_body(&mut h.response_body)
-            } else {
-                None
-            }))
+            Ok(Some(
+                if action == Action::Continue || eos || held > MAX_BUFFER {
+                    take_body(&mut h.response_body)
+                } else {
+                    None
+                },
+            ))
         });
         match r {
             Ok((Some(out), _)) => *chunk = out,
@@ -450,10 +411,10 @@ impl Drop for WasmFilter {
         let Some(slot) = self.slot.take() else { return };
         let mut g = slot.lock();
         slot.unwait(&mut g, self.ctx);
-        if g.incarnation == self.incarnation {
-            if let Some(vm) = g.vm_mut() {
-                vm.forget(self.ctx);
-            }
+        if g.incarnation == self.incarnation
+            && let Some(vm) = g.vm_mut()
+        {
+            vm.forget(self.ctx);
         }
     }
 }

@@ -18,6 +18,7 @@ mod network_filter;
 mod plugin;
 mod pool;
 mod reload;
+mod reply;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

@@ -193,10 +193,10 @@ impl WasmStreamFilter {
     fn forget(&mut self) {
         let Some(slot) = self.slot.take() else { return };
         let mut g = slot.lock();
-        if g.incarnation == self.incarnation {
-            if let Some(vm) = g.vm_mut() {
-                vm.forget(self.ctx);
-            }
+        if g.incarnation == self.incarnation
+            && let Some(vm) = g.vm_mut()
+        {
+            vm.forget(self.ctx);
         }
     }
 }

@@ -72,7 +72,13 @@ impl PluginHandle {
         if digest == self.digest() {
             return Ok(false);
         }
-        let runtime = build_runtime(&self.spec, &self.dispatch, &self.stats, self.workers, &bytes)?;
+        let runtime = build_runtime(
+            &self.spec,
+            &self.dispatch,
+            &self.stats,
+            self.workers,
+            &bytes,
+        )?;
         self.runtime.store(Arc::new(runtime));
         Ok(true)
     }

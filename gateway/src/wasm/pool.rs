@@ -157,7 +157,12 @@ impl Slot {
     }
 
     /// Applies effects after a guest call made for context `own` (0: the root context).
-    pub(crate) fn after_call(self: &Arc<Self>, g: &mut SlotInner, effects: Effects, own: u32) -> Own {
+    pub(crate) fn after_call(
+        self: &Arc<Self>,
+        g: &mut SlotInner,
+        effects: Effects,
+        own: u32,
+    ) -> Own {
         let mut out = Own::default();
         for action in effects.actions {
             let (ctx, resume) = match action {
@@ -184,11 +189,11 @@ impl Slot {
                 spawn(crate::telemetry::trace::in_current(run));
             }
         }
-        if !g.timer {
-            if let Some(period) = g.vm.as_ref().map(Vm::tick_period).filter(|p| !p.is_zero()) {
-                g.timer = true;
-                spawn(run_timer(Arc::downgrade(self), g.incarnation, period));
-            }
+        if !g.timer
+            && let Some(period) = g.vm.as_ref().map(Vm::tick_period).filter(|p| !p.is_zero())
+        {
+            g.timer = true;
+            spawn(run_timer(Arc::downgrade(self), g.incarnation, period));
         }
         out
     }
@@ -207,8 +212,7 @@ async fn run_call(slot: Weak<Slot>, incarnation: u64, call: wasm_host::HttpCallO
     let Some(dispatch) = slot.upgrade().map(|s| s.dispatch.clone()) else {
         return;
     };
-    let (response, status) = match tokio::time::timeout(call.timeout, dispatch.send(&call)).await
-    {
+    let (response, status) = match tokio::time::timeout(call.timeout, dispatch.send(&call)).await {
         Ok(Ok(r)) => (r, (0, "")),
         Ok(Err(e)) => {
             tracing::debug!(upstream = %call.upstream, error = %e, "plugin HTTP call failed");

@@ -94,7 +94,13 @@ impl<F> Adapter<F> {
 }
 
 impl<F: Filter> Context for Adapter<F> {
-    fn on_http_call_response(&mut self, _token: u32, _headers: usize, body: usize, _trailers: usize) {
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        body: usize,
+        _trailers: usize,
+    ) {
         let call = CallResponse::read(body);
         match self.filter.on_call_response(call) {
             Flow::Continue => match self.paused.take() {

@@ -69,7 +69,11 @@ pub fn http_call(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<u32, String> {
-    let mut all = vec![(":method", method), (":path", path), (":authority", upstream)];
+    let mut all = vec![
+        (":method", method),
+        (":path", path),
+        (":authority", upstream),
+    ];
     all.extend_from_slice(headers);
     proxy_wasm::hostcalls::dispatch_http_call(upstream, all, body, vec![], timeout)
         .map_err(|s| format!("http call refused: {s:?}"))
@@ -144,7 +148,9 @@ pub mod shared {
 
 /// Reads a property (`["source", "address"]`, `["request", "path"]`, ...).
 pub fn property(path: &[&str]) -> Option<Vec<u8>> {
-    proxy_wasm::hostcalls::get_property(path.to_vec()).ok().flatten()
+    proxy_wasm::hostcalls::get_property(path.to_vec())
+        .ok()
+        .flatten()
 }
 
 /// The wall-clock time, in seconds since the Unix epoch.

@@ -57,9 +57,16 @@ pub(crate) fn get(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> 
 /// A config with one plugin on a `respond` route (and `/echo` proxied to `echo`, if given).
 /// The plugin is named after its file (`live.wasm` → `live`): plugin counters are kept by name
 /// for the whole process, so concurrent tests use distinct names.
-pub(crate) fn one_plugin(wasm: &str, config: &str, limits: &str, echo: Option<SocketAddr>) -> String {
+pub(crate) fn one_plugin(
+    wasm: &str,
+    config: &str,
+    limits: &str,
+    echo: Option<SocketAddr>,
+) -> String {
     let name = wasm.trim_end_matches(".wasm");
-    let upstream = echo.map_or(String::new(), |a| format!("upstreams:\n  echo: {{ targets: [{a}] }}\n"));
+    let upstream = echo.map_or(String::new(), |a| {
+        format!("upstreams:\n  echo: {{ targets: [{a}] }}\n")
+    });
     let echo_route = echo.map_or(String::new(), |_| {
         "  - name: echo\n    match: { path_prefix: /echo }\n    filters: [ { plugin: NAME } ]\n    proxy: { upstream: echo, strip_prefix: /echo }\n".replace("NAME", name)
     });
@@ -117,7 +124,12 @@ async fn body_rewrite_both_ways() {
     let dir = temp_dir();
     install(dir.path(), "body_rewrite", "rw.wasm");
     let backend = gateway_tests::backend::Backend::start("app").await;
-    let cfg = one_plugin("rw.wasm", r#"{ from: gateway, to: GW }"#, "", Some(backend.addr()));
+    let cfg = one_plugin(
+        "rw.wasm",
+        r#"{ from: gateway, to: GW }"#,
+        "",
+        Some(backend.addr()),
+    );
     let gw = TestGateway::start_in(dir, &cfg).await;
     let mut c = http1(gw.addr("main")).await;
     let r = c.get("/hello").await;
@@ -137,7 +149,12 @@ async fn body_rewrite_both_ways() {
 async fn local_reply_and_pass_through() {
     let dir = temp_dir();
     install(dir.path(), "local_reply", "lr.wasm");
-    let cfg = one_plugin("lr.wasm", r#"{ prefix: /blocked, status: 418, body: "no tea" }"#, "", None);
+    let cfg = one_plugin(
+        "lr.wasm",
+        r#"{ prefix: /blocked, status: 418, body: "no tea" }"#,
+        "",
+        None,
+    );
     let gw = TestGateway::start_in(dir, &cfg).await;
     let mut c = http1(gw.addr("main")).await;
     let r = c.get("/blocked/x").await;
@@ -178,7 +195,10 @@ async fn shared_data_cas_counts_across_requests_and_workers() {
     assert_eq!(all, (first..first + 100).collect::<Vec<_>>());
     let mut metrics = String::new();
     gateway::wasm::render_prometheus(&mut metrics);
-    assert!(metrics.contains("wasm_shared_counter_requests"), "{metrics}");
+    assert!(
+        metrics.contains("wasm_shared_counter_requests"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

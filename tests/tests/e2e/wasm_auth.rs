@@ -23,15 +23,24 @@ async fn auth_service() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
                     tokio::time::sleep(Duration::from_millis(30)).await;
-                    let ok = req.headers().get("authorization").is_some_and(|v| v == "Bearer good");
+                    let ok = req
+                        .headers()
+                        .get("authorization")
+                        .is_some_and(|v| v == "Bearer good");
                     let res = if ok {
-                        Response::builder().header("x-user", "alice").body(Full::new(Bytes::from("ok")))
+                        Response::builder()
+                            .header("x-user", "alice")
+                            .body(Full::new(Bytes::from("ok")))
                     } else {
-                        Response::builder().status(401).body(Full::new(Bytes::from("no")))
+                        Response::builder()
+                            .status(401)
+                            .body(Full::new(Bytes::from("no")))
                     };
                     Ok::<_, Infallible>(res.unwrap())
                 });
@@ -74,24 +83,41 @@ async fn http_call_pauses_until_the_auth_service_answers() {
     let gw = TestGateway::start_in(dir, &config(auth, backend.addr())).await;
     let mut c = http1(gw.addr("main")).await;
 
-    let r = c.send(get("/private", &[("authorization", "Bearer good")])).await.unwrap();
+    let r = c
+        .send(get("/private", &[("authorization", "Bearer good")]))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text());
     assert_eq!(backend.last().unwrap().header("x-auth-user"), "alice");
 
     let before = backend.requests();
-    let r = c.send(get("/private", &[("authorization", "Bearer bad")])).await.unwrap();
+    let r = c
+        .send(get("/private", &[("authorization", "Bearer bad")]))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(r.header("x-auth"), "denied");
-    assert_eq!(backend.requests(), before, "a denied request never reaches the upstream");
+    assert_eq!(
+        backend.requests(),
+        before,
+        "a denied request never reaches the upstream"
+    );
 
     // Many at once: each paused request is resumed by its own call's answer.
     let addr = gw.addr("main");
     let mut tasks = Vec::new();
     for i in 0..20 {
         tasks.push(tokio::spawn(async move {
-            let token = if i % 2 == 0 { "Bearer good" } else { "Bearer nope" };
+            let token = if i % 2 == 0 {
+                "Bearer good"
+            } else {
+                "Bearer nope"
+            };
             let mut c = http1(addr).await;
-            let r = c.send(get("/p", &[("authorization", token)])).await.unwrap();
+            let r = c
+                .send(get("/p", &[("authorization", token)]))
+                .await
+                .unwrap();
             (i, r.status())
         }));
     }
@@ -118,7 +144,10 @@ async fn unreachable_auth_service_times_out_into_a_denial() {
     let gw = TestGateway::start_in(dir, &config(auth, backend.addr())).await;
     let mut c = http1(gw.addr("main")).await;
     let started = std::time::Instant::now();
-    let r = c.send(get("/x", &[("authorization", "Bearer good")])).await.unwrap();
+    let r = c
+        .send(get("/x", &[("authorization", "Bearer good")]))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     assert!(started.elapsed() < Duration::from_secs(3));
 }

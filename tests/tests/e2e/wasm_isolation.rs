@@ -21,7 +21,13 @@ async fn hostile_plugin_fails_only_its_requests() {
     );
     let gw = TestGateway::start_in(dir, &cfg).await;
     let addr = gw.addr("main");
-    let handle = gw.gateway().generation().plugins.get("hostile").cloned().expect("plugin");
+    let handle = gw
+        .gateway()
+        .generation()
+        .plugins
+        .get("hostile")
+        .cloned()
+        .expect("plugin");
     let stats = handle.stats.clone();
 
     // A steady stream of good requests runs alongside the hostile ones.
@@ -51,7 +57,10 @@ async fn hostile_plugin_fails_only_its_requests() {
         assert_eq!(r.status(), 500, "{path}: {}", r.text());
         assert_eq!(counter.load(Relaxed), before + 1, "{path} counted");
         if path == "/loop" {
-            assert!(started.elapsed() < Duration::from_secs(2), "loop stopped at its limit");
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "loop stopped at its limit"
+            );
         }
         // The same connection is served by a fresh VM right after.
         let r = c.get("/after").await;
@@ -64,7 +73,10 @@ async fn hostile_plugin_fails_only_its_requests() {
     assert_eq!(good.await.unwrap(), 60);
     let mut metrics = String::new();
     gateway::wasm::render_prometheus(&mut metrics);
-    assert!(metrics.contains("gateway_plugin_failures_total{plugin=\"hostile\",kind=\"timeout\"}"), "{metrics}");
+    assert!(
+        metrics.contains("gateway_plugin_failures_total{plugin=\"hostile\",kind=\"timeout\"}"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -72,13 +84,22 @@ async fn a_module_that_cannot_start_is_a_config_error() {
     let dir = temp_dir();
     std::fs::write(dir.path().join("junk.wasm"), b"\0asm\x01\0\0\0garbage").unwrap();
     let cfg = one_plugin("junk.wasm", "{}", "", None);
-    let err = TestGateway::try_start_in(dir, &cfg).await.err().expect("refused");
-    assert!(err.contains("plugins.junk.wasm") && err.contains("compile"), "{err}");
+    let err = TestGateway::try_start_in(dir, &cfg)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        err.contains("plugins.junk.wasm") && err.contains("compile"),
+        "{err}"
+    );
 
     // A plugin whose on_configure rejects its configuration.
     let dir = temp_dir();
     install(dir.path(), "local_reply", "lr.wasm");
     let cfg = one_plugin("lr.wasm", r#"{ not: expected }"#, "", None);
-    let err = TestGateway::try_start_in(dir, &cfg).await.err().expect("refused");
+    let err = TestGateway::try_start_in(dir, &cfg)
+        .await
+        .err()
+        .expect("refused");
     assert!(err.contains("configuration rejected"), "{err}");
 }

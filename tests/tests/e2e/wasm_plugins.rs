@@ -54,7 +54,10 @@ routes:
     let gw = TestGateway::start_in(dir, &cfg).await;
     let mut c = http1(gw.addr("main")).await;
 
-    let r = c.send(get("/", &[("user-agent", "Nikto/2")])).await.unwrap();
+    let r = c
+        .send(get("/", &[("user-agent", "Nikto/2")]))
+        .await
+        .unwrap();
     assert_eq!((r.status(), r.header("x-waf-rule")), (403, "7"));
     let r = c.send(get("/", &[])).await.unwrap();
     assert_eq!(r.status(), 401);
@@ -63,14 +66,20 @@ routes:
 
     // alice has 3 requests; the rate limit keys on the consumer the api-key plugin set.
     for left in ["2", "1", "0"] {
-        let r = c.send(get("/a", &[("x-api-key", "k-alice")])).await.unwrap();
+        let r = c
+            .send(get("/a", &[("x-api-key", "k-alice")]))
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "{}", r.text());
         assert_eq!(r.header("x-ratelimit-remaining"), left);
     }
     let seen = backend.last().unwrap();
     assert_eq!(seen.header("x-consumer"), "alice");
     assert_eq!(seen.header("x-api-key"), "", "the key is not forwarded");
-    let r = c.send(get("/a", &[("x-api-key", "k-alice")])).await.unwrap();
+    let r = c
+        .send(get("/a", &[("x-api-key", "k-alice")]))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     let r = c.send(get("/a", &[("x-api-key", "k-bob")])).await.unwrap();
     assert_eq!(r.status(), 200);
@@ -113,7 +122,10 @@ routes:
         .await
         .unwrap();
     assert_eq!((r.status(), r.text().as_str()), (200, "in"));
-    let r = c.send(get("/", &[("authorization", "Bearer x.y.z")])).await.unwrap();
+    let r = c
+        .send(get("/", &[("authorization", "Bearer x.y.z")]))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }
 
@@ -180,7 +192,9 @@ streams:
 async fn go_sdk_plugin() {
     let path = plugin("go_headers");
     if !path.exists() {
-        eprintln!("skipping: Go is not installed (or the Go plugin did not build), so there is no go_headers.wasm");
+        eprintln!(
+            "skipping: Go is not installed (or the Go plugin did not build), so there is no go_headers.wasm"
+        );
         return;
     }
     let dir = temp_dir();

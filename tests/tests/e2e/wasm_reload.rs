@@ -26,7 +26,13 @@ async fn swap_under_load_with_zero_failures_then_reject_a_broken_module() {
     let cfg = one_plugin("live.wasm", r#"{ name: x-version, value: one }"#, "", None);
     let gw = TestGateway::start_in(dir, &cfg).await;
     let addr = gw.addr("main");
-    let handle = gw.gateway().generation().plugins.get("live").cloned().unwrap();
+    let handle = gw
+        .gateway()
+        .generation()
+        .plugins
+        .get("live")
+        .cloned()
+        .unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -63,11 +69,17 @@ async fn swap_under_load_with_zero_failures_then_reject_a_broken_module() {
     // A broken module is rejected; the previous one keeps serving.
     let good = handle.digest();
     replace(&wasm, b"\0asm\x01\0\0\0not a module");
-    wait_for("the rejection", || handle.stats.reloads_failed.load(Relaxed) == 1).await;
+    wait_for("the rejection", || {
+        handle.stats.reloads_failed.load(Relaxed) == 1
+    })
+    .await;
     assert_eq!(handle.digest(), good);
     let r = c.get("/").await;
     assert_eq!(r.status(), 200);
-    assert!(!r.header("x-request-count").is_empty(), "old module still serves");
+    assert!(
+        !r.header("x-request-count").is_empty(),
+        "old module still serves"
+    );
 
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.store(true, Relaxed);
@@ -84,7 +96,10 @@ async fn swap_under_load_with_zero_failures_then_reject_a_broken_module() {
         s.timeouts.load(Relaxed)
     );
     assert!(served.load(Relaxed) > 50);
-    assert!(all.iter().any(|v| v == "one"), "the old module served before the swap");
+    assert!(
+        all.iter().any(|v| v == "one"),
+        "the old module served before the swap"
+    );
 }
 
 #[tokio::test]
@@ -93,7 +108,13 @@ async fn same_bytes_do_not_recompile() {
     let wasm = install(dir.path(), "add_header", "same.wasm");
     let cfg = one_plugin("same.wasm", r#"{ name: x-a, value: b }"#, "", None);
     let gw = TestGateway::start_in(dir, &cfg).await;
-    let handle = gw.gateway().generation().plugins.get("same").cloned().unwrap();
+    let handle = gw
+        .gateway()
+        .generation()
+        .plugins
+        .get("same")
+        .cloned()
+        .unwrap();
     let digest = handle.digest();
     // Touch: new mtime, same bytes.
     replace(&wasm, &std::fs::read(&wasm).unwrap());
