@@ -177,6 +177,13 @@ impl Gateway {
         let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);
         // Built before anything is swapped, so a bad endpoint rejects the whole reload.
         let tracer = tracer_for(&cx.telemetry, &config)?;
+        // New stream sockets are bound before listeners change, so either failing leaves both
+        // as they were.
+        let streams = self
+            .inner
+            .streams
+            .prepare(&generation.streams)
+            .map_err(stream_error)?;
         self.inner
             .listeners
             .lock()
@@ -184,8 +191,7 @@ impl Gateway {
             .apply(&config, cx)?;
         self.inner
             .streams
-            .reload(&generation.streams, config.server.drain_timeout.get())
-            .map_err(stream_error)?;
+            .commit(streams, config.server.drain_timeout.get());
         cx.generation.store(generation);
         // A replaced tracer's exporter sends what it holds and stops once the requests still
         // using it end.

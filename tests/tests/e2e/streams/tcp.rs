@@ -286,3 +286,22 @@ async fn reload_keeps_the_socket_and_open_connections() {
     assert_eq!(read_to_end(&mut old).await, b"still here");
     assert_eq!(gw.stream_stats("s").connections_accepted, 2);
 }
+
+#[tokio::test]
+async fn a_reload_that_cannot_bind_a_stream_changes_nothing() {
+    let (a, b) = (TcpBackend::tag("a").await, TcpBackend::tag("b").await);
+    let gw = TestGateway::start(&config(&[("app", &[a.addr()])], &stream(""))).await;
+    let addr = gw.stream_addr("s");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = format!(
+        "  - name: t\n    bind: {}\n    protocol: tcp\n    upstream: app\n",
+        taken.local_addr().unwrap()
+    );
+    let yaml = config(&[("app", &[b.addr()])], &[stream(""), second].concat());
+    write_file(gw.dir(), "gateway.yaml", yaml);
+    let err = gw.gateway().reload().await.unwrap_err().to_string();
+    assert!(err.contains("stream `t`"), "{err}");
+    // The running stream keeps its old upstream, and no new stream appeared.
+    assert_eq!(exchange(addr, b"").await, b"a\n");
+    assert!(gw.gateway().stream_addr("t").is_none());
+}
