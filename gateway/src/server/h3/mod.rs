@@ -64,3 +64,11 @@ pub fn alt_svc(port: u16) -> HeaderValue {
     HeaderValue::try_from(format!("h3=\":{port}\"; ma=86400"))
         .unwrap_or_else(|_| HeaderValue::from_static("clear"))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn alt_svc_names_the_udp_port_for_a_day() {
+        assert_eq!(super::alt_svc(8443), "h3=\":8443\"; ma=86400");
+    }
+}

@@ -431,3 +431,19 @@ fn write_error(e: quinn::WriteError) -> StreamErrorIncoming {
         other => StreamErrorIncoming::Unknown(Box::new(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn early_streams_cover_everything_up_to_the_last_0rtt_one() {
+        let early = EarlyStreams::default();
+        let id = |n: u64| StreamId::try_from(n).unwrap();
+        assert!(!early.contains(id(0)), "nothing noted yet");
+        early.note(quinn::StreamId::from(VarInt::from_u32(4)));
+        assert!(early.contains(id(0)));
+        assert!(early.contains(id(4)));
+        assert!(!early.contains(id(8)), "opened after the handshake");
+    }
+}
