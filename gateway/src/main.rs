@@ -91,5 +91,7 @@ fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
     gateway::generation::Generation::build(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
+    gateway::telemetry::trace::check(&config.telemetry)
+        .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m))?;
     Ok(())
 }

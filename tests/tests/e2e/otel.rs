@@ -595,3 +595,58 @@ routes:
         .expect("the call's upstream attempt");
     assert_eq!(hex(&attempt.span_id), &sent[36..52]);
 }
+
+#[tokio::test]
+async fn http3_requests_get_server_spans() {
+    let collector = OtlpReceiver::start().await;
+    let ca = gateway_tests::TestCa::new();
+    let dir = gateway_tests::temp_dir();
+    ca.write(
+        dir.path(),
+        "site",
+        &["site.test"],
+        gateway_tests::KeyKind::Ecdsa,
+    );
+    let yaml = format!(
+        r#"
+telemetry:
+{}
+certificates:
+  site: {{ cert: site.pem, key: site.key }}
+listeners:
+  - name: web
+    bind: 127.0.0.1:0
+    protocols: [http1, http2, http3]
+    tls: {{ certificates: [site] }}
+routes:
+  - name: hello
+    match: {{ path: /hello }}
+    respond: {{ body: "hi" }}
+"#,
+        traces(&collector.grpc_endpoint(), 1.0)
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let client = gateway_tests::h3::connect(gw.addr("web"), "site.test", &ca).await;
+    let res = client
+        .send(
+            client
+                .request("GET", "/hello")
+                .header("traceparent", traceparent("01"))
+                .body(Bytes::new())
+                .expect("request"),
+        )
+        .await
+        .expect("HTTP/3 request");
+    assert_eq!(res.status(), 200);
+    let spans = collector.trace(PARENT_TRACE, 1).await;
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let s = &spans[0].span;
+    assert_eq!(s.name, "GET hello");
+    assert_eq!(hex(&s.parent_span_id), PARENT_SPAN);
+    let a = &s.attributes;
+    assert_eq!(attr_str(a, "network.protocol.version"), "3");
+    assert_eq!(attr_str(a, "url.scheme"), "https");
+    assert_eq!(attr_str(a, "server.address"), "site.test");
+    assert_eq!(attr_int(a, "http.response.status_code"), Some(200));
+    client.close().await;
+}

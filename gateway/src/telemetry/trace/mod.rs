@@ -67,6 +67,15 @@ impl Settings {
     }
 }
 
+/// Checks `config.traces` the way [`Tracer::start`] will, without starting anything (for
+/// `gateway validate`). `Err` is a message about `telemetry.traces.otlp_endpoint`.
+pub fn check(config: &TelemetryConfig) -> Result<(), String> {
+    match &config.traces {
+        Some(t) => transport::Endpoint::parse(&t.otlp_endpoint).map(drop),
+        None => Ok(()),
+    }
+}
+
 /// Samples, and queues finished spans for its exporter task.
 pub struct Tracer {
     sampler: Sampler,

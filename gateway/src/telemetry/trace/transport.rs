@@ -348,6 +348,8 @@ mod tests {
         assert_eq!(d.port, 80);
         assert!(Endpoint::parse("ftp://x").is_err());
         assert!(Endpoint::parse("not a url").is_err());
+        assert!(Endpoint::parse("http://").is_err());
+        assert!(Endpoint::parse("http:///v1/traces").is_err());
     }
 
     #[test]
