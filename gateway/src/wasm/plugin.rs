@@ -3,6 +3,7 @@
 //! generations, by name).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -64,23 +65,39 @@ impl PluginHandle {
     /// and swaps it in. `Ok(false)`: unchanged. On error the old runtime keeps serving.
     /// Blocking (compiles): run it off the async workers.
     pub fn reload(&self) -> Result<bool, PluginError> {
+        let result = self.try_reload();
+        // Counted before the swap is visible, so whoever sees the new module sees the count.
+        match &result {
+            Ok(Some(_)) => self.stats.reloads_ok.fetch_add(1, Relaxed),
+            Ok(None) => 0,
+            Err(_) => self.stats.reloads_failed.fetch_add(1, Relaxed),
+        };
+        result.map(|runtime| match runtime {
+            Some(runtime) => {
+                self.runtime.store(Arc::new(runtime));
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn try_reload(&self) -> Result<Option<PluginRuntime>, PluginError> {
         let bytes = read(&self.spec)?;
         let digest: Digest32 = {
             use sha2::Digest as _;
             sha2::Sha256::digest(&bytes).into()
         };
         if digest == self.digest() {
-            return Ok(false);
+            return Ok(None);
         }
-        let runtime = build_runtime(
+        build_runtime(
             &self.spec,
             &self.dispatch,
             &self.stats,
             self.workers,
             &bytes,
-        )?;
-        self.runtime.store(Arc::new(runtime));
-        Ok(true)
+        )
+        .map(Some)
     }
 }
 

@@ -5,7 +5,6 @@
 //! fails to compile, link or start is rejected with a log line and the old one keeps serving.
 //! The task ends when the generation holding the plugin is dropped.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -49,12 +48,10 @@ pub(crate) fn watch(handle: &Arc<PluginHandle>) {
             let Ok((h, result)) = result else { continue };
             match result {
                 Ok(true) => {
-                    h.stats.reloads_ok.fetch_add(1, Relaxed);
                     tracing::info!(plugin = %h.name, sha256 = %short_digest(&h.digest()), "plugin reloaded");
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    h.stats.reloads_failed.fetch_add(1, Relaxed);
                     tracing::error!(plugin = %h.name, file = %h.spec.wasm.display(), error = %e, "plugin reload rejected; the previous module keeps serving");
                 }
             }

@@ -123,3 +123,50 @@ async fn same_bytes_do_not_recompile() {
     assert_eq!(handle.stats.reloads_ok.load(Relaxed), 0);
     assert_eq!(handle.stats.reloads_failed.load(Relaxed), 0);
 }
+
+#[tokio::test]
+async fn config_reload_reconfigures_the_plugin() {
+    let dir = temp_dir();
+    install(dir.path(), "add_header", "conf.wasm");
+    let cfg = one_plugin("conf.wasm", r#"{ name: x-version, value: one }"#, "", None);
+    let gw = TestGateway::start_in(dir, &cfg).await;
+    let addr = gw.addr("main");
+    let mut c = http1(addr).await;
+    assert_eq!(c.get("/").await.header("x-version"), "one");
+    let before = gw
+        .gateway()
+        .generation()
+        .plugins
+        .get("conf")
+        .unwrap()
+        .digest();
+
+    // Same module, new configuration; the listener keeps its port.
+    let cfg = one_plugin("conf.wasm", r#"{ name: x-version, value: two }"#, "", None)
+        .replace("127.0.0.1:0", &addr.to_string());
+    std::fs::write(gw.dir().join("gateway.yaml"), cfg).unwrap();
+    gw.gateway().reload().await.expect("reload");
+    let r = c.get("/").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.header("x-version"), "two");
+    // The bytes did not change, so the module came from the compile cache.
+    assert_eq!(
+        gw.gateway()
+            .generation()
+            .plugins
+            .get("conf")
+            .unwrap()
+            .digest(),
+        before
+    );
+
+    // A configuration the plugin rejects (`on_configure` false) is a failed reload; the
+    // running generation keeps serving.
+    install(gw.dir(), "local_reply", "conf.wasm");
+    let bad = one_plugin("conf.wasm", r#"{ nonsense: 1 }"#, "", None)
+        .replace("127.0.0.1:0", &addr.to_string());
+    std::fs::write(gw.dir().join("gateway.yaml"), bad).unwrap();
+    let err = gw.gateway().reload().await.expect_err("rejected");
+    assert!(err.to_string().contains("configuration rejected"), "{err}");
+    assert_eq!(c.get("/").await.header("x-version"), "two");
+}
