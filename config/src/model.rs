@@ -631,6 +631,10 @@ pub struct RouteMatchConfig {
 /// An entry of `routes[].filters`: a single-key map naming the filter.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per config load; boxing would buy nothing"
+)]
 pub enum FilterConfig {
     /// A WAF policy by name.
     Waf(String),

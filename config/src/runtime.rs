@@ -233,6 +233,10 @@ pub enum PathMatch {
 
 /// A validated route filter.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per config load; boxing would buy nothing"
+)]
 pub enum Filter {
     /// WAF policy by name (exists).
     Waf(String),

@@ -86,11 +86,11 @@ impl fmt::Display for Duration {
         let ms = self.0.as_millis();
         if ms == 0 && !self.0.is_zero() {
             write!(f, "{}us", self.0.as_micros())
-        } else if ms % 3_600_000 == 0 && ms != 0 {
+        } else if ms.is_multiple_of(3_600_000) && ms != 0 {
             write!(f, "{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 && ms != 0 {
+        } else if ms.is_multiple_of(60_000) && ms != 0 {
             write!(f, "{}m", ms / 60_000)
-        } else if ms % 1000 == 0 {
+        } else if ms.is_multiple_of(1000) {
             write!(f, "{}s", ms / 1000)
         } else {
             write!(f, "{ms}ms")
@@ -193,11 +193,11 @@ impl FromStr for ByteSize {
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b != 0 && b % (1 << 30) == 0 {
+        if b != 0 && b.is_multiple_of(1 << 30) {
             write!(f, "{}GiB", b >> 30)
-        } else if b != 0 && b % (1 << 20) == 0 {
+        } else if b != 0 && b.is_multiple_of(1 << 20) {
             write!(f, "{}MiB", b >> 20)
-        } else if b != 0 && b % (1 << 10) == 0 {
+        } else if b != 0 && b.is_multiple_of(1 << 10) {
             write!(f, "{}KiB", b >> 10)
         } else {
             write!(f, "{b}B")

@@ -109,11 +109,10 @@ pub(crate) fn validate(
         Some(a) => Some(c.bind("admin.bind", &a.bind)?),
         None => None,
     };
-    if let Some(log) = raw.telemetry.as_mut().and_then(|t| t.access_log.as_mut()) {
-        if log.path != "stdout" && log.path != "stderr" {
+    if let Some(log) = raw.telemetry.as_mut().and_then(|t| t.access_log.as_mut())
+        && log.path != "stdout" && log.path != "stderr" {
             log.path = c.path(Path::new(&log.path)).display().to_string();
         }
-    }
     let telemetry = raw.telemetry.clone().unwrap_or_default();
     if let Some(t) = &telemetry.traces {
         if !(0.0..=1.0).contains(&t.sample_ratio) {
@@ -506,14 +505,13 @@ fn check_headers<'m>(
                 format!("`{name}` is not a valid header name"),
             );
         }
-        if let Some(v) = value {
-            if !valid_header_value(v) {
+        if let Some(v) = value
+            && !valid_header_value(v) {
                 return c.err(
                     format!("{key}.{name}"),
                     "header values cannot contain control characters",
                 );
             }
-        }
     }
     Ok(())
 }
@@ -721,11 +719,10 @@ fn validate_routes(
                         &p.upstream,
                         upstreams,
                     )?;
-                    if let Some(sp) = &p.strip_prefix {
-                        if !sp.starts_with('/') {
+                    if let Some(sp) = &p.strip_prefix
+                        && !sp.starts_with('/') {
                             return c.err(format!("{key}.proxy.strip_prefix"), "must start with /");
                         }
-                    }
                     RouteAction::Proxy(p.clone())
                 } else if let Some(resp) = &r.respond {
                     if !(100..=999).contains(&resp.status) {
