@@ -356,10 +356,10 @@ impl ResponseBodyHooks {
 impl Drop for ResponseBodyHooks {
     fn drop(&mut self) {
         // The client went away (or the body was never polled): the log phase still runs.
-        if !self.finished || self.pending.is_some() {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(run_log(self.state.clone()));
-            }
+        if (!self.finished || self.pending.is_some())
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            handle.spawn(run_log(self.state.clone()));
         }
     }
 }

@@ -205,10 +205,10 @@ impl Gateway {
         let wanted = config.admin;
         let mut slot = self.inner.admin.lock().unwrap_or_else(|e| e.into_inner());
         // Unchanged, or now naming the port it was given (configured with port 0): keep it.
-        if let (Some(current), Some(w)) = (slot.as_ref(), wanted) {
-            if current.configured == w || current.local == w {
-                return Ok(());
-            }
+        if let (Some(current), Some(w)) = (slot.as_ref(), wanted)
+            && (current.configured == w || current.local == w)
+        {
+            return Ok(());
         }
         if slot.is_none() && wanted.is_none() {
             return Ok(());

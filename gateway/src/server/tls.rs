@@ -140,10 +140,10 @@ impl SniResolver {
             if let Some(v) = self.exact.get(&name) {
                 return v;
             }
-            if let Some((_, parent)) = name.split_once('.') {
-                if let Some(v) = self.wildcard.get(parent) {
-                    return v;
-                }
+            if let Some((_, parent)) = name.split_once('.')
+                && let Some(v) = self.wildcard.get(parent)
+            {
+                return v;
             }
         }
         &self.default
