@@ -18,6 +18,7 @@ use bytes::BytesMut;
 use gateway_config::model::{ProxyProtocolVersion, SniFallback};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::compiled::{CompiledStream, StreamUpstream};
@@ -35,7 +36,7 @@ pub(crate) async fn serve(
     local: SocketAddr,
     rt: Arc<CompiledStream>,
     stats: Arc<StreamStats>,
-    stop: tokio_util::sync::CancellationToken,
+    stop: CancellationToken,
 ) {
     let span = tracing::info_span!(
         "stream",
@@ -46,12 +47,8 @@ pub(crate) async fn serve(
         sni = tracing::field::Empty,
     );
     let progress = Progress::new(stats.clone());
-    let mut summary = CloseSummary::default();
     let work = async {
-        let outcome = tokio::select! {
-            r = handle(io, peer, local, &rt, &progress, &mut summary) => r,
-            _ = stop.cancelled() => Err(StreamError::Shutdown),
-        };
+        let outcome = handle(io, peer, local, &rt, &progress, &stop).await;
         count(&stats, &outcome);
         log(&progress, &outcome);
     };
@@ -64,13 +61,15 @@ async fn handle(
     local: SocketAddr,
     rt: &CompiledStream,
     progress: &Progress,
-    summary: &mut CloseSummary,
+    stop: &CancellationToken,
 ) -> Result<(), StreamError> {
     let _ = io.set_nodelay(true);
     let mut pending = BytesMut::new();
     let (client, local) = if rt.accept_proxy_protocol {
-        proxy_protocol::read_header(&mut io, &mut pending, rt.header_timeout)
-            .await?
+        let header = proxy_protocol::read_header(&mut io, &mut pending, rt.header_timeout);
+        stop.run_until_cancelled(header)
+            .await
+            .ok_or(StreamError::Shutdown)??
             .addresses(peer, local)
     } else {
         (peer, local)
@@ -88,12 +87,27 @@ async fn handle(
         .connect(&info)
         .await
         .map_err(StreamError::FilterRefused)?;
-    let result = proxy(&mut io, pending, &info, rt, &mut filters, progress, summary).await;
+    // The drain timeout stops the work but not `on_close`: every filter that saw the
+    // connection start sees it end.
+    let mut summary = CloseSummary::default();
+    let work = proxy(
+        &mut io,
+        pending,
+        &info,
+        rt,
+        &mut filters,
+        progress,
+        &mut summary,
+    );
+    let result = stop
+        .run_until_cancelled(work)
+        .await
+        .unwrap_or(Err(StreamError::Shutdown));
     summary.bytes_in = progress.bytes_in();
     summary.bytes_out = progress.bytes_out();
     summary.duration = progress.elapsed();
     summary.error = result.as_ref().err().map(ToString::to_string);
-    filters.close(&info, summary).await;
+    filters.close(&info, &summary).await;
     result
 }
 

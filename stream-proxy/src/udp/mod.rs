@@ -130,7 +130,9 @@ impl NewSession<'_> {
         let socket = match connected_socket(target).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(stream = %rt.name, %target, error = %e, "cannot open a udp socket to the target");
+                // Debug, not warn: under a flood of sources (no cap, fd limit reached) this
+                // would log once per datagram; `datagrams_dropped` counts it.
+                tracing::debug!(stream = %rt.name, %target, error = %e, "cannot open a udp socket to the target");
                 return None;
             }
         };
