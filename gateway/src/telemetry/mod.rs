@@ -4,6 +4,7 @@
 
 pub mod access_log;
 pub mod metrics;
+mod streams;
 pub mod trace;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use http::{StatusCode, Version};
 
 pub use access_log::{AccessLog, AccessRecord};
 pub use metrics::{Counter, Gauge, Histogram, Registry};
+pub use streams::render_streams;
 pub use trace::Tracer;
 
 /// Process-wide telemetry, owned by the running gateway.
@@ -148,7 +150,7 @@ pub struct ListenerMetrics {
 }
 
 impl ListenerMetrics {
-    /// Registers (or finds) the series of `listener`.
+    /// Registers (or finds) the series of `listener` (its TCP connections).
     pub fn new(registry: &Registry, listener: &str) -> Self {
         Self::with_labels(registry, &[("listener", listener)])
     }
