@@ -119,9 +119,9 @@ fn base_engine() -> Engine {
 /// emulators (spin #2119): build it, then instantiate a tiny module as a probe.
 fn pooled_engine() -> Option<Engine> {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_core_instances(512)
-        .total_memories(512)
-        .total_tables(512)
+    pool.total_core_instances(2048)
+        .total_memories(2048)
+        .total_tables(2048)
         .max_memory_size(4 << 30)
         .table_elements(100_000)
         .max_core_instance_size(4 << 20)

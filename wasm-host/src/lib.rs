@@ -20,6 +20,7 @@ mod exports;
 pub mod metrics;
 pub mod plugin;
 pub mod shared;
+mod start;
 pub mod state;
 pub mod vm;
 

@@ -27,6 +27,8 @@ fn add_header_both_ways() {
         return;
     };
     let engine = HostEngine::new();
+    // The pooling allocator is used where the probe succeeds (it does on x86-64 Linux).
+    eprintln!("pooling allocator: {}", engine.pooling());
     let info = PluginInfo {
         name: "add-header".into(),
         config: bytes::Bytes::from_static(br#"{"name":"x-test","value":"yes"}"#),
