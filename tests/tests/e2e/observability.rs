@@ -182,3 +182,42 @@ async fn access_log_writes_json_and_combined_lines() {
         }
     }
 }
+
+#[tokio::test]
+async fn stream_series_count_connections_and_bytes() {
+    use gateway_tests::backend::l4::{Mode, TcpBackend};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let echo = TcpBackend::start(Mode::Echo, false).await;
+    let yaml = format!(
+        "{YAML}upstreams:\n  echo: {{ targets: [\"{}\"] }}\nstreams:\n  - name: echo\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: echo\n",
+        echo.addr()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let mut tcp = tokio::net::TcpStream::connect(gw.stream_addr("echo"))
+        .await
+        .unwrap();
+    tcp.write_all(b"0123456789").await.unwrap();
+    let mut buf = [0u8; 10];
+    tcp.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"0123456789");
+    let (_, text) = admin_get(&gw, "/metrics").await;
+    assert_eq!(
+        metric(&text, r#"gateway_stream_connections_total{stream="echo"}"#),
+        1
+    );
+    assert_eq!(
+        metric(&text, r#"gateway_stream_active_connections{stream="echo"}"#),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"gateway_stream_received_bytes_total{stream="echo"}"#
+        ),
+        10
+    );
+    assert_eq!(
+        metric(&text, r#"gateway_stream_sent_bytes_total{stream="echo"}"#),
+        10
+    );
+}
