@@ -18,7 +18,8 @@ fn table(routes: usize) -> Router<usize> {
     }
     yaml.push_str("  - match: { path_prefix: / }\n    respond: { body: fallback }\n");
     yaml.push_str("listeners:\n  - name: l\n    bind: 127.0.0.1:0\n");
-    let config = gateway_config::load_str(&yaml, "bench.yaml", std::path::Path::new(".")).expect("config");
+    let config =
+        gateway_config::load_str(&yaml, "bench.yaml", std::path::Path::new(".")).expect("config");
     let compiled = config
         .routes
         .iter()
@@ -34,15 +35,39 @@ fn bench(c: &mut Criterion) {
         let router = table(size);
         let mut group = c.benchmark_group(format!("router/{size}_routes"));
         group.bench_function("first", |b| {
-            b.iter(|| router.find(0, &Method::GET, black_box("svc0.example.com"), black_box("/api/v0/users"), &headers))
+            b.iter(|| {
+                router.find(
+                    0,
+                    &Method::GET,
+                    black_box("svc0.example.com"),
+                    black_box("/api/v0/users"),
+                    &headers,
+                )
+            })
         });
         let last = size - 1;
         let last_path = format!("/r{last}/42");
         group.bench_function("last_regex", |b| {
-            b.iter(|| router.find(0, &Method::GET, black_box("other.host"), black_box(&last_path), &headers))
+            b.iter(|| {
+                router.find(
+                    0,
+                    &Method::GET,
+                    black_box("other.host"),
+                    black_box(&last_path),
+                    &headers,
+                )
+            })
         });
         group.bench_function("fallback", |b| {
-            b.iter(|| router.find(0, &Method::GET, black_box("nomatch.host"), black_box("/nothing/here"), &headers))
+            b.iter(|| {
+                router.find(
+                    0,
+                    &Method::GET,
+                    black_box("nomatch.host"),
+                    black_box("/nothing/here"),
+                    &headers,
+                )
+            })
         });
         group.finish();
     }

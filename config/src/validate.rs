@@ -110,9 +110,11 @@ pub(crate) fn validate(
         None => None,
     };
     if let Some(log) = raw.telemetry.as_mut().and_then(|t| t.access_log.as_mut())
-        && log.path != "stdout" && log.path != "stderr" {
-            log.path = c.path(Path::new(&log.path)).display().to_string();
-        }
+        && log.path != "stdout"
+        && log.path != "stderr"
+    {
+        log.path = c.path(Path::new(&log.path)).display().to_string();
+    }
     let telemetry = raw.telemetry.clone().unwrap_or_default();
     if let Some(t) = &telemetry.traces {
         if !(0.0..=1.0).contains(&t.sample_ratio) {
@@ -506,12 +508,13 @@ fn check_headers<'m>(
             );
         }
         if let Some(v) = value
-            && !valid_header_value(v) {
-                return c.err(
-                    format!("{key}.{name}"),
-                    "header values cannot contain control characters",
-                );
-            }
+            && !valid_header_value(v)
+        {
+            return c.err(
+                format!("{key}.{name}"),
+                "header values cannot contain control characters",
+            );
+        }
     }
     Ok(())
 }
@@ -720,9 +723,10 @@ fn validate_routes(
                         upstreams,
                     )?;
                     if let Some(sp) = &p.strip_prefix
-                        && !sp.starts_with('/') {
-                            return c.err(format!("{key}.proxy.strip_prefix"), "must start with /");
-                        }
+                        && !sp.starts_with('/')
+                    {
+                        return c.err(format!("{key}.proxy.strip_prefix"), "must start with /");
+                    }
                     RouteAction::Proxy(p.clone())
                 } else if let Some(resp) = &r.respond {
                     if !(100..=999).contains(&resp.status) {

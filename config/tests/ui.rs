@@ -5,7 +5,9 @@
 use std::path::Path;
 
 fn cases(dir: &str) -> Vec<std::path::PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui").join(dir);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/ui")
+        .join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&root)
         .expect("ui dir")
         .map(|e| e.expect("entry").path())
@@ -33,7 +35,10 @@ fn invalid_configs_report_located_errors() {
         }
         let want = std::fs::read_to_string(&golden).unwrap_or_default();
         if want.trim_end() != got {
-            failures.push(format!("{name}\n  want: {}\n  got:  {got}", want.trim_end()));
+            failures.push(format!(
+                "{name}\n  want: {}\n  got:  {got}",
+                want.trim_end()
+            ));
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
@@ -55,7 +60,11 @@ fn relative_paths_resolve_against_the_config_directory() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("site")).unwrap();
     let path = dir.path().join("g.yaml");
-    std::fs::write(&path, "routes:\n  - match: { path_prefix: / }\n    static: { root: site }\n").unwrap();
+    std::fs::write(
+        &path,
+        "routes:\n  - match: { path_prefix: / }\n    static: { root: site }\n",
+    )
+    .unwrap();
     // Load from another working directory: the root is still found next to the file.
     let config = gateway_config::load(&path).unwrap();
     match &config.routes[0].action {

@@ -85,17 +85,22 @@ impl Gateway {
         );
         // Weak: the registry lives inside the gateway, so a strong handle would be a cycle.
         let weak = Arc::downgrade(&gateway.inner);
-        gateway.inner.cx.telemetry.registry.add_collector(Box::new(move |out| {
-            if let Some(inner) = weak.upgrade() {
-                let streams: Vec<_> = inner
-                    .streams
-                    .all_stats()
-                    .into_iter()
-                    .map(|(name, stats)| (name, stats.snapshot()))
-                    .collect();
-                crate::telemetry::render_streams(&streams, out);
-            }
-        }));
+        gateway
+            .inner
+            .cx
+            .telemetry
+            .registry
+            .add_collector(Box::new(move |out| {
+                if let Some(inner) = weak.upgrade() {
+                    let streams: Vec<_> = inner
+                        .streams
+                        .all_stats()
+                        .into_iter()
+                        .map(|(name, stats)| (name, stats.snapshot()))
+                        .collect();
+                    crate::telemetry::render_streams(&streams, out);
+                }
+            }));
         if config.server.watch_config && gateway.inner.config_path.is_file() {
             watch::spawn(gateway.clone());
         }

@@ -349,5 +349,8 @@ async fn drain_finishes_in_flight_requests_and_stops_accepting() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     let res = in_flight.await.unwrap();
     assert_eq!(res.status(), 200);
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
 }
