@@ -182,6 +182,8 @@ impl ProxyRoute {
                         span.end_response(status, retry);
                     }
                     if retry {
+                        up.retries_total
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tried.push(index);
                         last = Some(Ok((sent, selection)));
                         continue;
@@ -203,6 +205,8 @@ impl ProxyRoute {
                         span.end_error(&error, retry);
                     }
                     if retry {
+                        up.retries_total
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tried.push(index);
                         last = Some(Err(error));
                         continue;

@@ -33,6 +33,8 @@ pub struct Upstream {
     /// Whole-response deadline per attempt; `None` when configured as 0.
     pub(crate) timeout: Option<Duration>,
     pub(crate) retries: u32,
+    /// Retries sent to another target (for metrics).
+    pub retries_total: std::sync::atomic::AtomicU64,
     hash_on: Option<HashOn>,
     health: gateway_config::model::HealthCheckConfig,
     idle_timeout: Duration,
@@ -104,6 +106,7 @@ impl Upstream {
             connector,
             timeout: Some(s.timeout.get()).filter(|t| !t.is_zero()),
             retries: s.retries,
+            retries_total: std::sync::atomic::AtomicU64::new(0),
             hash_on,
             health: s.health_check.clone(),
             idle_timeout: s.pool.idle_timeout.get(),

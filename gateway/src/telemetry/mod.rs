@@ -234,6 +234,17 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
         .map(|u| (u.name.to_string(), u.targets.snapshot()))
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let _ = writeln!(
+        out,
+        "# HELP gateway_upstream_retries_total Requests retried on another target.\n# TYPE gateway_upstream_retries_total counter"
+    );
+    let mut names: Vec<_> = upstreams.iter().collect();
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    for u in names {
+        let labels = [("upstream".to_owned(), u.name.to_string())];
+        let retries = u.retries_total.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "gateway_upstream_retries_total{} {retries}", metrics::label_text(&labels, None));
+    }
     for (i, (name, kind, help)) in families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (upstream, targets) in &rows {

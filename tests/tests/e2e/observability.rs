@@ -221,3 +221,30 @@ async fn stream_series_count_connections_and_bytes() {
         10
     );
 }
+
+#[tokio::test]
+async fn upstream_series_count_attempts_failures_and_retries() {
+    let live = gateway_tests::backend::Backend::start("live").await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let yaml = format!(
+        "{YAML}upstreams:\n  u:\n    targets: [\"{dead}\", \"{}\"]\n    retries: 1\n    health_check: {{ unhealthy_after: 100 }}\n",
+        live.addr()
+    )
+    .replace("routes:\n", "routes:\n  - name: up\n    match: { path_prefix: /up }\n    proxy: { upstream: u }\n");
+    let gw = TestGateway::start(&yaml).await;
+    let mut c = http1(gw.addr("main")).await;
+    for _ in 0..4 {
+        assert_eq!(c.get("/up").await.status(), 200);
+    }
+    let (_, text) = admin_get(&gw, "/metrics").await;
+    let retries = metric(&text, r#"gateway_upstream_retries_total{upstream="u"}"#);
+    let failures = metric(
+        &text,
+        &format!(r#"gateway_upstream_failures_total{{upstream="u",target="{dead}"}}"#),
+    );
+    assert!(retries >= 1, "{text}");
+    assert_eq!(retries, failures, "every failed attempt was retried");
+}
