@@ -243,7 +243,11 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
     for u in names {
         let labels = [("upstream".to_owned(), u.name.to_string())];
         let retries = u.retries_total.load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(out, "gateway_upstream_retries_total{} {retries}", metrics::label_text(&labels, None));
+        let _ = writeln!(
+            out,
+            "gateway_upstream_retries_total{} {retries}",
+            metrics::label_text(&labels, None)
+        );
     }
     for (i, (name, kind, help)) in families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
