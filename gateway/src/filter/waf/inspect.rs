@@ -246,8 +246,12 @@ impl<'a> Inspection<'a> {
         self.headers(req)?;
         self.cookies(req)?;
         if let Some(set) = &rules.client_ip {
-            let ip = self.client.to_string();
-            self.rules(Some(set), Location::ClientIp, ip.as_bytes())?;
+            // Formatted on the stack: an address is at most 45 characters.
+            let mut buf = [0u8; 48];
+            let mut w = &mut buf[..];
+            let _ = std::io::Write::write_fmt(&mut w, format_args!("{}", self.client));
+            let len = 48 - w.len();
+            self.rules(Some(set), Location::ClientIp, &buf[..len])?;
         }
         GO
     }

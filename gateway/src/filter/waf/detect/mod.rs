@@ -294,33 +294,36 @@ impl Detectors {
             return None;
         }
         let f = features(v);
-        // Cheap detectors first; they also decide whether the expensive ones must run.
-        if self.enabled.traversal
-            && kind != Kind::Name
-            && let Some(h) = traversal::detect(v, f, kind == Kind::Path)
-        {
-            return Some(h);
-        }
-        if self.enabled.cmdi
-            && matches!(kind, Kind::Value | Kind::Header | Kind::Filename)
-            && let Some(h) = cmdi::detect(v, f)
-        {
-            return Some(h);
-        }
+        let traversal = self.enabled.traversal && kind != Kind::Name;
+        let cmdi = self.enabled.cmdi && matches!(kind, Kind::Value | Kind::Header | Kind::Filename);
         let sqli = self.enabled.sqli && sqli::may_match(v, f);
         let xss = self.enabled.xss && xss::may_match(f);
         if !sqli && !xss {
-            return None;
+            return Self::cheap(kind, v, f, traversal, cmdi);
         }
+        // A remembered benign verdict covers every detector of the set (the key includes it),
+        // so a repeated user agent or referer costs one hash.
         let key = cache::key(self.enabled.bits(), kind as u8, v);
         if cache::is_benign(key) {
             return None;
         }
-        let hit = self.expensive(kind, v, f, sqli, xss);
+        let hit = Self::cheap(kind, v, f, traversal, cmdi)
+            .or_else(|| self.expensive(kind, v, f, sqli, xss));
         if hit.is_none() {
             cache::remember_benign(key);
         }
         hit
+    }
+
+    /// The detectors that cost a scan at most: traversal and command injection.
+    fn cheap(kind: Kind, v: &[u8], f: u32, traversal: bool, cmdi: bool) -> Option<Hit> {
+        if traversal && let Some(h) = traversal::detect(v, f, kind == Kind::Path) {
+            return Some(h);
+        }
+        if cmdi {
+            return cmdi::detect(v, f);
+        }
+        None
     }
 
     fn expensive(&self, kind: Kind, v: &[u8], f: u32, sqli: bool, xss: bool) -> Option<Hit> {
