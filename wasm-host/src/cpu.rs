@@ -1,8 +1,9 @@
 //! `limits.time` is CPU time, not wall time. The epoch ticker measures wall time, so on a busy
 //! machine a guest descheduled by the kernel would pass its deadline without running. When a
 //! call reaches its epoch deadline, the thread's CPU clock is read; the call is stopped only
-//! once it has used most of a full period of CPU since the previous deadline, otherwise the
-//! deadline is extended. The fast path (calls that end before their deadline) reads no clock.
+//! once it has used another half limit of CPU since that first deadline (checked at short
+//! extensions), so a starved guest is not blamed for the kernel's scheduling. The fast path
+//! (calls that end before their deadline) reads no clock.
 
 use std::time::Duration;
 
@@ -38,14 +39,16 @@ pub(crate) fn on_deadline(
         return Ok(UpdateDeadline::Interrupt);
     };
     match s.deadline_cpu {
-        // Three quarters of a period spent on the CPU since the last deadline: a runaway.
-        Some(prev) if now.saturating_sub(prev) >= limit * 3 / 4 => {
+        // Half a limit of CPU since the first deadline (which itself came after about a limit
+        // of wall time): a runaway.
+        Some(first) if now.saturating_sub(first) >= limit / 2 => {
             s.fault = Some(PluginError::Timeout(limit));
             Ok(UpdateDeadline::Interrupt)
         }
-        _ => {
+        Some(_) => Ok(UpdateDeadline::Continue(HostEngine::ticks_for(limit / 4))),
+        None => {
             s.deadline_cpu = Some(now);
-            Ok(UpdateDeadline::Continue(HostEngine::ticks_for(limit)))
+            Ok(UpdateDeadline::Continue(HostEngine::ticks_for(limit / 2)))
         }
     }
 }

@@ -291,7 +291,7 @@ pub struct HostState {
     /// Reused for serialising maps before they are copied into the guest.
     pub(crate) scratch: Vec<u8>,
     pub(crate) queue_owner: Option<crate::shared::QueueNotify>,
-    /// Thread CPU time when the current call last passed its epoch deadline.
+    /// Thread CPU time when the current call first passed its epoch deadline.
     pub(crate) deadline_cpu: Option<std::time::Duration>,
 }
 

@@ -40,6 +40,40 @@ struct State {
 
 type Shared = Arc<Mutex<State>>;
 type HookFuture = Pin<Box<dyn Future<Output = Result<Option<Bytes>, BoxError>> + Send>>;
+/// Trailers handed between a body stream and the future that runs their hooks.
+type TrailerSlot = Arc<std::sync::Mutex<Option<HeaderMap>>>;
+
+fn take_trailers(slot: &TrailerSlot) -> Option<HeaderMap> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+fn put_trailers(slot: &TrailerSlot, trailers: Option<HeaderMap>) {
+    *slot.lock().unwrap_or_else(|p| p.into_inner()) = trailers;
+}
+
+/// Runs the trailer hooks: request trailers in filter order (`upto: None`), response trailers
+/// in reverse order over the filters that saw the request (`Some(upto)`).
+async fn run_trailer_hooks(
+    state: &Shared,
+    upto: Option<usize>,
+    trailers: &mut HeaderMap,
+) -> Result<(), BoxError> {
+    let mut guard = state.lock().await;
+    let st = &mut *guard;
+    match upto {
+        None => {
+            for f in st.filters.iter_mut() {
+                f.on_request_trailers(trailers, &mut st.cx).await?;
+            }
+        }
+        Some(upto) => {
+            for f in st.filters[..upto].iter_mut().rev() {
+                f.on_response_trailers(trailers, &mut st.cx).await?;
+            }
+        }
+    }
+    Ok(())
+}
 
 impl Chain {
     /// Builds a chain from factories, in request order.
@@ -131,6 +165,7 @@ impl Chain {
                 state: state.clone(),
                 pending: None,
                 done: false,
+                trailers: TrailerSlot::default(),
             }),
         };
 
@@ -192,6 +227,14 @@ impl Chain {
                 return Err(resp);
             }
         }
+        if let Some(t) = trailers.as_mut() {
+            for i in 0..st.filters.len() {
+                let r = st.filters[i].on_request_trailers(t, &mut st.cx).await;
+                if let Some(resp) = self.decide(r.map(|()| Flow::Continue), i) {
+                    return Err(resp);
+                }
+            }
+        }
         let data = chunk.unwrap_or_default();
         Ok(match trailers {
             None => Body::full(data),
@@ -229,7 +272,7 @@ impl Chain {
             upto,
             hooks: self.response_body,
             pending: None,
-            trailers: None,
+            trailers: TrailerSlot::default(),
             finished: false,
         });
         Response::from_parts(parts, body)
@@ -281,7 +324,8 @@ struct ResponseBodyHooks {
     upto: usize,
     hooks: bool,
     pending: Option<HookFuture>,
-    trailers: Option<HeaderMap>,
+    /// Trailers on their way out: filled when they arrive, changed by the trailer hooks.
+    trailers: TrailerSlot,
     finished: bool,
 }
 
@@ -307,7 +351,7 @@ impl HttpBody for ResponseBodyHooks {
                 }
             }
             if this.finished {
-                return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))));
+                return Poll::Ready(take_trailers(&this.trailers).map(|t| Ok(Frame::trailers(t))));
             }
             match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -322,7 +366,7 @@ impl HttpBody for ResponseBodyHooks {
                     Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
                     Err(frame) => {
                         // Trailers end the body: the end-of-stream hooks run before they go out.
-                        this.trailers = frame.into_trailers().ok();
+                        put_trailers(&this.trailers, frame.into_trailers().ok());
                         this.finish();
                     }
                 },
@@ -341,12 +385,17 @@ impl ResponseBodyHooks {
     fn finish(&mut self) {
         self.finished = true;
         let (state, upto, hooks) = (self.state.clone(), self.upto, self.hooks);
+        let slot = self.trailers.clone();
         self.pending = Some(Box::pin(async move {
             let tail = if hooks {
                 run_response_body_hooks(state.clone(), upto, None, true).await?
             } else {
                 None
             };
+            if let Some(mut t) = take_trailers(&slot) {
+                run_trailer_hooks(&state, Some(upto), &mut t).await?;
+                put_trailers(&slot, Some(t));
+            }
             run_log(state).await;
             Ok(tail)
         }));
@@ -370,6 +419,8 @@ struct RequestBodyHooks {
     state: Shared,
     pending: Option<HookFuture>,
     done: bool,
+    /// Request trailers, emitted once their hooks ran.
+    trailers: TrailerSlot,
 }
 
 async fn run_request_body_hooks(
@@ -410,7 +461,7 @@ impl HttpBody for RequestBodyHooks {
                 }
             }
             if this.done {
-                return Poll::Ready(None);
+                return Poll::Ready(take_trailers(&this.trailers).map(|t| Ok(Frame::trailers(t))));
             }
             match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -423,7 +474,25 @@ impl HttpBody for RequestBodyHooks {
                             eos,
                         )));
                     }
-                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                    Err(frame) => match frame.into_trailers() {
+                        // Trailers end the body: the end-of-stream body hooks, then the
+                        // trailer hooks, run before they go on.
+                        Ok(t) => {
+                            this.done = true;
+                            put_trailers(&this.trailers, Some(t));
+                            let (state, slot) = (this.state.clone(), this.trailers.clone());
+                            this.pending = Some(Box::pin(async move {
+                                let tail =
+                                    run_request_body_hooks(state.clone(), None, true).await?;
+                                if let Some(mut t) = take_trailers(&slot) {
+                                    run_trailer_hooks(&state, None, &mut t).await?;
+                                    put_trailers(&slot, Some(t));
+                                }
+                                Ok(tail)
+                            }));
+                        }
+                        Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                    },
                 },
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 None => {

@@ -102,6 +102,25 @@ pub trait HttpFilter: Send {
         Ok(())
     }
 
+    /// Request trailers, after the last body chunk (only when the request has trailers and
+    /// the chain passes the body through hooks). The filter may change them.
+    async fn on_request_trailers(
+        &mut self,
+        _trailers: &mut http::HeaderMap,
+        _cx: &mut RequestCx,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Response trailers, before they are sent (after the end-of-stream body hook).
+    async fn on_response_trailers(
+        &mut self,
+        _trailers: &mut http::HeaderMap,
+        _cx: &mut RequestCx,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
     /// The exchange is over (completed, failed or abandoned by the client).
     async fn on_log(&mut self, _cx: &RequestCx, _status: http::StatusCode) {}
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{StatusCode, request, response};
+use http::{HeaderMap, StatusCode, request, response};
 use wasm_host::state::{empty_request, empty_response};
 use wasm_host::{Action, HttpStream, PluginError, StreamInfo, Vm};
 
@@ -149,6 +149,41 @@ impl WasmFilter {
                 Resume::Failed
             }
         }
+    }
+
+    /// `proxy_on_request_trailers` / `proxy_on_response_trailers`: the trailers move into the
+    /// VM for the callback and back after it (changed or not).
+    fn trailers(&self, trailers: &mut HeaderMap, response: bool) -> Result<(), BoxError> {
+        let mut incoming = Some(std::mem::take(trailers));
+        let r = self.call(|vm, id| {
+            let Some(h) = vm.http(id) else {
+                return Ok(None);
+            };
+            let slot = if response {
+                &mut h.response_trailers
+            } else {
+                &mut h.request_trailers
+            };
+            *slot = incoming.take().unwrap_or_default();
+            if response {
+                vm.on_response_trailers(id)?;
+            } else {
+                vm.on_request_trailers(id)?;
+            }
+            Ok(vm.http(id).map(|h| {
+                std::mem::take(if response {
+                    &mut h.response_trailers
+                } else {
+                    &mut h.request_trailers
+                })
+            }))
+        });
+        match r {
+            Ok((Some(out), _)) => *trailers = out,
+            Ok((None, _)) | Err(Skip::Gone) => *trailers = incoming.unwrap_or_default(),
+            Err(Skip::Failed(e)) => return Err(fail(e)),
+        }
+        Ok(())
     }
 
     fn finish(&mut self) {
@@ -392,6 +427,22 @@ impl HttpFilter for WasmFilter {
             Err(Skip::Failed(e)) => return Err(fail(e)),
         }
         Ok(())
+    }
+
+    async fn on_request_trailers(
+        &mut self,
+        trailers: &mut HeaderMap,
+        _cx: &mut RequestCx,
+    ) -> Result<(), BoxError> {
+        self.trailers(trailers, false)
+    }
+
+    async fn on_response_trailers(
+        &mut self,
+        trailers: &mut HeaderMap,
+        _cx: &mut RequestCx,
+    ) -> Result<(), BoxError> {
+        self.trailers(trailers, true)
     }
 
     async fn on_log(&mut self, _cx: &RequestCx, status: StatusCode) {

@@ -2,6 +2,8 @@
 //! until the end of the body, so the whole body is rewritten at once, then replaced with
 //! `set_http_*_body(0, len, new)`.
 //!
+//! Response trailers, when there are any, get `x-body-rewrite: trailers-seen`.
+//!
 //! Config: `{"from": "hello", "to": "HELLO"}`.
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -76,6 +78,12 @@ impl HttpContext for Rewrite {
         // The length changes with the body.
         self.set_http_response_header("content-length", None);
         self.set_http_response_header("x-body-rewrite", Some("on"));
+        Action::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _: usize) -> Action {
+        // Trailers say what happened to the body.
+        self.set_http_response_trailer("x-body-rewrite", Some("trailers-seen"));
         Action::Continue
     }
 

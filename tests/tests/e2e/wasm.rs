@@ -65,7 +65,7 @@ pub(crate) fn one_plugin(
 ) -> String {
     let name = wasm.trim_end_matches(".wasm");
     let upstream = echo.map_or(String::new(), |a| {
-        format!("upstreams:\n  echo: {{ targets: [{a}] }}\n")
+        format!("upstreams:\n  echo: {{ targets: [{a}], protocol: h2c }}\n")
     });
     let echo_route = echo.map_or(String::new(), |_| {
         "  - name: echo\n    match: { path_prefix: /echo }\n    filters: [ { plugin: NAME } ]\n    proxy: { upstream: echo, strip_prefix: /echo }\n".replace("NAME", name)
@@ -143,6 +143,14 @@ async fn body_rewrite_both_ways() {
     assert_eq!(r.status(), 200, "{}", r.text());
     // "to the GW and back": the upstream received the rewritten 18 bytes.
     assert_eq!(r.text(), "18");
+    // Response trailers (h2c upstream and client, which carry them) go through
+    // proxy_on_response_trailers.
+    let mut h2 = http2c(gw.addr("main")).await;
+    let r = h2.get("/echo/trailers").await;
+    assert_eq!(r.status(), 200);
+    let trailers = r.trailers.expect("trailers");
+    assert_eq!(trailers["x-checksum"], "abc");
+    assert_eq!(trailers["x-body-rewrite"], "trailers-seen");
 }
 
 #[tokio::test]
