@@ -41,9 +41,14 @@ pub enum StreamError {
     /// The client closed before a complete header arrived.
     #[error("client closed before a complete {0}")]
     HeaderEof(&'static str),
-    /// The ClientHello did not fit the peek buffer.
-    #[error("TLS ClientHello larger than {0} bytes")]
-    ClientHelloTooLarge(usize),
+    /// A header (ClientHello, PROXY header) did not fit its buffer.
+    #[error("{what} larger than {max} bytes")]
+    HeaderTooLarge {
+        /// `PROXY protocol header` or `TLS ClientHello`.
+        what: &'static str,
+        /// The bound.
+        max: usize,
+    },
     /// No route for the connection (no SNI match and no usable fallback).
     #[error("no route: {0}")]
     NoRoute(&'static str),

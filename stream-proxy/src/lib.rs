@@ -19,6 +19,7 @@ mod connect;
 mod error;
 pub mod filter;
 mod listener;
+mod peek;
 pub mod proxy_protocol;
 pub mod relay;
 mod rewind;
@@ -36,14 +37,3 @@ pub use rewind::Rewind;
 pub use server::{PreparedStreams, StreamServer};
 pub use stats::{StreamStats, StreamStatsSnapshot};
 pub use udp::MAX_DATAGRAM;
-
-/// `fut` bounded by `deadline` when there is one.
-async fn within<F: std::future::Future>(
-    deadline: Option<tokio::time::Instant>,
-    fut: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d, fut).await,
-        None => Ok(fut.await),
-    }
-}

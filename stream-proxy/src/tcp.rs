@@ -201,7 +201,7 @@ fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
         StreamError::ProxyProtocol(_)
         | StreamError::HeaderTimeout { .. }
         | StreamError::HeaderEof(_)
-        | StreamError::ClientHelloTooLarge(_)
+        | StreamError::HeaderTooLarge { .. }
         | StreamError::NoRoute(_) => &stats.bad_handshakes,
         StreamError::NoHealthyTarget(_) => &stats.upstream_unavailable,
         StreamError::Idle(_) => &stats.idle_timeouts,
@@ -222,7 +222,7 @@ fn log(progress: &Progress, outcome: &Result<(), StreamError>) {
             | StreamError::ProxyProtocol(_)
             | StreamError::HeaderTimeout { .. }
             | StreamError::HeaderEof(_)
-            | StreamError::ClientHelloTooLarge(_)
+            | StreamError::HeaderTooLarge { .. }
             | StreamError::NoRoute(_)),
         ) => tracing::debug!(error = %e, "connection refused"),
         Err(e) => tracing::info!(bytes_in, bytes_out, duration_ms, error = %e, "connection closed"),

@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 pub use parse::parse;
 pub use write::{write_v1, write_v2, write_v2_local};
 
 use crate::StreamError;
+use crate::peek::read_until;
 
 /// The 12-byte signature that starts every v2 header.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
@@ -54,41 +55,21 @@ impl ProxyHeader {
     }
 }
 
-const WHAT: &str = "PROXY protocol header";
-
 /// Reads a header from `io` into `buf` (which may already hold bytes) within `timeout` (zero:
-/// no limit). On
-/// success the header's bytes are removed from `buf` and whatever followed them stays there:
-/// the caller must use those bytes before reading `io` again.
+/// no limit). On success the header's bytes are removed from `buf` and whatever followed them
+/// stays there: the caller must use those bytes before reading `io` again.
 pub async fn read_header<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
     timeout: Duration,
 ) -> Result<ProxyHeader, StreamError> {
-    // Zero: no deadline.
-    let deadline = (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout);
-    loop {
-        if let Some((header, len)) = parse(buf)? {
-            buf.advance(len);
-            return Ok(header);
-        }
-        // Small reads first: most headers are under 120 bytes, and what follows them is the
-        // caller's. A v2 header with large TLVs grows the buffer as needed.
-        buf.reserve(512);
-        let room = (V2_MAX + 1).saturating_sub(buf.len()).max(1) as u64;
-        let mut limited = (&mut *io).take(room);
-        match crate::within(deadline, limited.read_buf(buf)).await {
-            Ok(Ok(0)) => return Err(StreamError::HeaderEof(WHAT)),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => {
-                return Err(StreamError::HeaderTimeout {
-                    what: WHAT,
-                    timeout,
-                });
-            }
-        }
-    }
+    let decide = |b: &mut BytesMut| {
+        Ok(parse(b)?.map(|(header, len)| {
+            b.advance(len);
+            header
+        }))
+    };
+    read_until(io, buf, timeout, V2_MAX, "PROXY protocol header", decide).await
 }
 
 #[cfg(test)]

@@ -8,19 +8,18 @@ mod routes;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 pub use parse::{ClientHello, parse_client_hello};
 pub use routes::SniRoutes;
 
 use crate::StreamError;
+use crate::peek::read_until;
 
 /// Most bytes read while waiting for a complete ClientHello. Real hellos are a few hundred bytes
 /// to ~2 KiB (post-quantum key shares); 16 KiB leaves room for large ones and bounds what a
 /// slow or hostile client can make us hold.
 pub const MAX_CLIENT_HELLO: usize = 16 * 1024;
-
-const WHAT: &str = "TLS ClientHello";
 
 /// Reads into `buf` (which may already hold bytes) until it starts with a complete ClientHello
 /// or is shown not to be one. A client that sends nothing before the deadline is `NotTls` (a
@@ -32,30 +31,24 @@ pub async fn read_client_hello<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     timeout: Duration,
 ) -> Result<ClientHello, StreamError> {
-    // Zero: no deadline.
-    let deadline = (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout);
-    loop {
-        let verdict = parse_client_hello(buf);
-        if verdict != ClientHello::Incomplete {
-            return Ok(verdict);
-        }
-        if buf.len() >= MAX_CLIENT_HELLO {
-            return Err(StreamError::ClientHelloTooLarge(MAX_CLIENT_HELLO));
-        }
-        buf.reserve(MAX_CLIENT_HELLO - buf.len());
-        let mut limited = (&mut *io).take((MAX_CLIENT_HELLO - buf.len()) as u64);
-        match crate::within(deadline, limited.read_buf(buf)).await {
-            Ok(Ok(0)) => return Err(StreamError::HeaderEof(WHAT)),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) if buf.is_empty() => return Ok(ClientHello::NotTls),
-            Err(_) => {
-                return Err(StreamError::HeaderTimeout {
-                    what: WHAT,
-                    timeout,
-                });
-            }
-        }
+    let decide = |b: &mut BytesMut| {
+        Ok(match parse_client_hello(b) {
+            ClientHello::Incomplete => None,
+            verdict => Some(verdict),
+        })
+    };
+    match read_until(
+        io,
+        buf,
+        timeout,
+        MAX_CLIENT_HELLO,
+        "TLS ClientHello",
+        decide,
+    )
+    .await
+    {
+        Err(StreamError::HeaderTimeout { .. }) if buf.is_empty() => Ok(ClientHello::NotTls),
+        other => other,
     }
 }
 
@@ -114,7 +107,7 @@ mod tests {
         });
         let mut buf = BytesMut::new();
         let got = read_client_hello(&mut server, &mut buf, Duration::from_secs(5)).await;
-        assert!(matches!(got, Err(StreamError::ClientHelloTooLarge(_))));
+        assert!(matches!(got, Err(StreamError::HeaderTooLarge { .. })));
         assert_eq!(buf.len(), MAX_CLIENT_HELLO);
 
         let (client, mut server) = tokio::io::duplex(64);

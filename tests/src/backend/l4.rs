@@ -132,35 +132,34 @@ async fn serve_tcp(
         Mode::Greet => {
             w.write_all(b"hello\n").await?;
             w.shutdown().await?;
-            let mut total = pending.len() as u64;
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = r.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                total += n as u64;
-            }
+            let (total, _) = read_all(&mut r, &pending).await?;
             state.received.lock().expect("lock").push(total);
             Ok(())
         }
         Mode::Drain => {
-            let mut hash = Sha256::new();
-            hash.update(&pending);
-            let mut total = pending.len() as u64;
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = r.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                hash.update(&buf[..n]);
-                total += n as u64;
-            }
-            let line = format!("{total} {}\n", hex(&hash.finalize()));
-            w.write_all(line.as_bytes()).await?;
+            let (total, hash) = read_all(&mut r, &pending).await?;
+            w.write_all(format!("{total} {hash}\n").as_bytes()).await?;
             w.shutdown().await
         }
+    }
+}
+
+/// Reads `r` to its end; returns the byte count and SHA-256 (hex) of `pending` and all of it.
+async fn read_all(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    pending: &[u8],
+) -> std::io::Result<(u64, String)> {
+    let mut hash = Sha256::new();
+    hash.update(pending);
+    let mut total = pending.len() as u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((total, hex(&hash.finalize())));
+        }
+        hash.update(&buf[..n]);
+        total += n as u64;
     }
 }
 
