@@ -151,10 +151,26 @@ pub fn hex(bytes: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+thread_local! {
+    /// Ids need to be unique, not unpredictable: a per-thread xoshiro seeded from the OS is a
+    /// few nanoseconds per id, where the thread-local ChaCha `rand::random` uses costs several
+    /// times that (OpenTelemetry's SDKs make the same choice).
+    static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
+        std::cell::RefCell::new(rand::SeedableRng::from_os_rng());
+}
+
+fn random_u64() -> u64 {
+    IDS.with(|r| rand::RngCore::next_u64(&mut *r.borrow_mut()))
+}
+
 /// A fresh random trace id.
 pub fn new_trace_id() -> TraceId {
     loop {
-        let id: TraceId = rand::random();
+        let high = random_u64().to_be_bytes();
+        let low = random_u64().to_be_bytes();
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&high);
+        id[8..].copy_from_slice(&low);
         if id != [0; 16] {
             return id;
         }
@@ -164,7 +180,7 @@ pub fn new_trace_id() -> TraceId {
 /// A fresh random span id.
 pub fn new_span_id() -> SpanId {
     loop {
-        let id: SpanId = rand::random();
+        let id = random_u64().to_be_bytes();
         if id != [0; 8] {
             return id;
         }

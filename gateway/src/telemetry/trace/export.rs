@@ -1,13 +1,17 @@
 //! The batch exporter: one background task per tracer. Requests `try_send` finished spans into
 //! a bounded queue and never wait; the task sends them in batches of up to [`MAX_BATCH`] spans,
-//! or whatever has gathered after [`FLUSH_INTERVAL`]. While an export is in flight the queue
+//! woken when a batch is full or after [`FLUSH_INTERVAL`] (never per span). While an export is in flight the queue
 //! absorbs new spans; once it is full, new spans are dropped and counted. A failed or timed-out
 //! export drops its batch (counted too): a collector that is down or slow costs spans, never
 //! latency or unbounded memory.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::proto::{self, Resource};
@@ -20,7 +24,7 @@ pub(crate) const MAX_BATCH: usize = 512;
 /// Longest a span waits for its batch.
 pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Spans waiting for the exporter; beyond this they are dropped.
-pub(crate) const QUEUE: usize = 4 * MAX_BATCH;
+pub(crate) const QUEUE: usize = 8 * MAX_BATCH;
 /// One export, connection included (OTLP exporters default to 10 s).
 pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -35,12 +39,38 @@ pub(crate) struct Counters {
     pub(crate) failures: Counter,
 }
 
+/// What the tracer and its exporter share besides the queue: the exporter is woken once a
+/// batch is full (or by its timer), never per span, so queueing a span stays a lock-free push
+/// with no task wake-up.
+#[derive(Default)]
+pub(crate) struct Signal {
+    /// Spans queued and not yet taken by the exporter.
+    pending: AtomicUsize,
+    /// Notified when `pending` reaches a batch.
+    full: Notify,
+}
+
+impl Signal {
+    /// Counts one queued span; wakes the exporter when a batch is ready.
+    pub(crate) fn queued(&self) {
+        if self.pending.fetch_add(1, Ordering::Relaxed) + 1 == MAX_BATCH {
+            self.full.notify_one();
+        }
+    }
+
+    /// Takes back a span that could not be queued.
+    pub(crate) fn unqueued(&self) {
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The task's state.
 pub(crate) struct Exporter {
     rx: mpsc::Receiver<SpanData>,
     transport: Transport,
     resource: Resource,
     counters: Counters,
+    signal: Arc<Signal>,
     endpoint: String,
     /// Whether the last export failed (so a dead collector is logged once, not per batch).
     failing: bool,
@@ -53,6 +83,7 @@ impl Exporter {
         transport: Transport,
         resource: Resource,
         counters: Counters,
+        signal: Arc<Signal>,
         endpoint: String,
     ) -> Self {
         Self {
@@ -60,6 +91,7 @@ impl Exporter {
             transport,
             resource,
             counters,
+            signal,
             endpoint,
             failing: false,
         }
@@ -68,44 +100,60 @@ impl Exporter {
     /// Exports until every sender is gone (a reload replaced the tracer and the last request
     /// using it ended) or `stop` fires (shutdown); then sends what is queued, and returns.
     pub(crate) async fn run(mut self, stop: CancellationToken) {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut tick = tokio::time::interval(FLUSH_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // Never zero: a full batch is flushed before the next turn.
-            let room = MAX_BATCH - batch.len();
-            tokio::select! {
+            let stopping = tokio::select! {
                 biased;
-                () = stop.cancelled() => break,
-                n = self.rx.recv_many(&mut batch, room) => {
-                    if n == 0 {
-                        break;
-                    }
-                    if batch.len() >= MAX_BATCH {
-                        self.flush(&mut batch).await;
-                    }
+                () = stop.cancelled() => true,
+                () = self.signal.full.notified() => false,
+                _ = tick.tick() => false,
+            };
+            // Keep going while whole batches are waiting (a busy gateway fills one before the
+            // previous export returns).
+            loop {
+                if !self.drain().await {
+                    return;
                 }
-                _ = tick.tick() => {
-                    if !batch.is_empty() {
-                        self.flush(&mut batch).await;
-                    }
+                if stopping || self.signal.pending.load(Ordering::Relaxed) < MAX_BATCH {
+                    break;
                 }
             }
+            if stopping {
+                return;
+            }
         }
-        self.rx.close();
-        while let Some(span) = self.rx.recv().await {
-            batch.push(span);
-            if batch.len() >= MAX_BATCH {
+    }
+
+    /// Exports up to a queue's worth of spans in batches; `false` once every sender is gone
+    /// and nothing is left.
+    async fn drain(&mut self) -> bool {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut open = true;
+        for _ in 0..QUEUE {
+            match self.rx.try_recv() {
+                Ok(span) => batch.push(span),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+            if batch.len() == MAX_BATCH {
                 self.flush(&mut batch).await;
             }
         }
         if !batch.is_empty() {
             self.flush(&mut batch).await;
         }
+        open
     }
 
     async fn flush(&mut self, batch: &mut Vec<SpanData>) {
         let n = batch.len() as u64;
+        self.signal
+            .pending
+            .fetch_sub(batch.len(), Ordering::Relaxed);
         let message = proto::request(&self.resource, batch);
         batch.clear();
         let sent = tokio::time::timeout(EXPORT_TIMEOUT, self.transport.export(&message)).await;

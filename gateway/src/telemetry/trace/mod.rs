@@ -8,7 +8,7 @@
 //! * [`sampler`]: parent-based, ratio for new traces.
 //! * [`span`]: a finished span as queued; [`http_spans`] builds the HTTP server and client spans
 //!   with the semantic-convention attributes; [`stream`] the L4 connection spans.
-//! * [`export`]: batching task; [`transport`]: OTLP over hyper; [`proto`]: the wire messages.
+//! * `export`: the batching task; `transport`: OTLP over hyper; `proto`: the wire messages.
 //!
 //! Without `telemetry.traces` there is no [`Tracer`], and the request path does one atomic
 //! load to find that out. A [`Tracer`] lives until the config changes its settings: reload
@@ -80,6 +80,7 @@ pub fn check(config: &TelemetryConfig) -> Result<(), String> {
 pub struct Tracer {
     sampler: Sampler,
     queue: mpsc::Sender<SpanData>,
+    signal: Arc<export::Signal>,
     dropped: Counter,
     settings: Settings,
     stop: CancellationToken,
@@ -108,11 +109,13 @@ impl Tracer {
         let endpoint = transport::Endpoint::parse(&settings.endpoint)?;
         let counters = counters(registry);
         let (queue, rx) = mpsc::channel(export::QUEUE);
+        let signal = Arc::new(export::Signal::default());
         let exporter = export::Exporter::new(
             rx,
             transport::Transport::new(endpoint),
             resource(&settings.service_name),
             counters.clone(),
+            signal.clone(),
             settings.endpoint.clone(),
         );
         let stop = CancellationToken::new();
@@ -120,6 +123,7 @@ impl Tracer {
         Ok(Some(Arc::new(Self {
             sampler: Sampler::new(settings.ratio),
             queue,
+            signal,
             dropped: counters.dropped,
             settings,
             stop,
@@ -172,9 +176,11 @@ impl Tracer {
 
     /// Queues a finished span; never waits (a full queue drops it, counted).
     pub fn record(&self, span: SpanData) {
-        match self.queue.try_send(span) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Closed(_)) => self.dropped.inc(),
+        // Counted before the push, so the exporter never takes a span it has not counted.
+        self.signal.queued();
+        if let Err(TrySendError::Full(_) | TrySendError::Closed(_)) = self.queue.try_send(span) {
+            self.signal.unqueued();
+            self.dropped.inc();
         }
     }
 
