@@ -167,10 +167,7 @@ impl stream_proxy::Resolver for StreamResolver<'_> {
         self.0.get(upstream).map(|u| u.targets.clone())
     }
 
-    fn plugin(
-        &self,
-        name: &str,
-    ) -> Result<Arc<dyn stream_proxy::StreamFilterFactory>, String> {
+    fn plugin(&self, name: &str) -> Result<Arc<dyn stream_proxy::StreamFilterFactory>, String> {
         let handle = self.1.get(name).ok_or("no such plugin")?;
         Ok(Arc::new(WasmStreamFilterFactory::new(handle.clone())))
     }
