@@ -19,5 +19,7 @@ echo "== cargo build (gateway binary used by CLI tests)"
 cargo build -p gateway --bin gateway --quiet
 
 echo "== cargo test (unit, golden, end to end; criterion benches run once in test mode)"
-cargo test --workspace --all-targets --quiet -- --test-threads="${TEST_THREADS:-4}"
+cargo test --workspace --lib --bins --tests --examples --quiet -- --test-threads="${TEST_THREADS:-4}"
+# criterion benches take their own arguments, not libtest's
+cargo test --workspace --benches --quiet
 cargo test --workspace --doc --quiet
