@@ -36,6 +36,7 @@ fn tracer(ratio: f64) -> Arc<Tracer> {
             otlp_endpoint: format!("http://{dead}"),
             sample_ratio: ratio,
         }),
+        metrics: None,
         access_log: None,
     };
     Tracer::start(&cfg, &Registry::new())

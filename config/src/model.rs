@@ -86,8 +86,25 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
     /// OTLP trace export.
     pub traces: Option<TracesConfig>,
+    /// OTLP metrics export (the `/metrics` registry, pushed periodically).
+    pub metrics: Option<MetricsExportConfig>,
     /// Access log.
     pub access_log: Option<AccessLogConfig>,
+}
+
+/// `telemetry.metrics`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsExportConfig {
+    /// Collector endpoint; a URL ending in `/v1/metrics` means OTLP/HTTP protobuf, else OTLP/gRPC.
+    pub otlp_endpoint: String,
+    /// Time between exports.
+    #[serde(default = "default_metrics_interval")]
+    pub interval: Duration,
+}
+
+fn default_metrics_interval() -> Duration {
+    Duration::from_secs(10)
 }
 
 /// `telemetry.traces`.

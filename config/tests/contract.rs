@@ -12,6 +12,11 @@ fn the_whole_contract_parses() {
     assert_eq!(raw.streams.len(), 3);
     assert_eq!(raw.upstreams["users"].targets.len(), 2);
     assert_eq!(raw.waf["strict"].rules[0].id, 1001);
+    let metrics = raw.telemetry.as_ref().and_then(|t| t.metrics.as_ref());
+    assert_eq!(
+        metrics.map(|m| m.interval.get()),
+        Some(std::time::Duration::from_secs(10))
+    );
 }
 
 #[test]
