@@ -76,6 +76,10 @@ impl Default for ServerSettings {
 pub struct AdminConfig {
     /// Address of the admin listener.
     pub bind: String,
+    /// Allow a bind address other than loopback. The admin API has no authentication (it
+    /// reloads the config and shows it), so this is an explicit decision.
+    #[serde(default)]
+    pub allow_remote: bool,
 }
 
 /// `telemetry:`.
@@ -312,6 +316,32 @@ pub struct ListenerTlsConfig {
     pub min_version: TlsVersion,
     /// PEM CA bundle: when set, clients must present a certificate signed by it (mTLS).
     pub client_ca: Option<PathBuf>,
+    /// Send `Strict-Transport-Security` on every response of this listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<HstsConfig>,
+}
+
+/// `listeners[].tls.hsts`: HTTP Strict Transport Security (RFC 6797).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HstsConfig {
+    /// How long browsers remember to use HTTPS only (`max-age`).
+    pub max_age: Duration,
+    /// The policy covers subdomains too (`includeSubDomains`).
+    pub include_subdomains: bool,
+    /// Ask to be put on browsers' preload lists (`preload`; needs `include_subdomains` and a
+    /// `max_age` of at least 365d).
+    pub preload: bool,
+}
+
+impl Default for HstsConfig {
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(365 * 24 * 3600),
+            include_subdomains: false,
+            preload: false,
+        }
+    }
 }
 
 /// A TLS protocol version.
