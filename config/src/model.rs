@@ -43,6 +43,8 @@ pub struct RawConfig {
     /// L4 TCP/UDP streams.
     #[serde(default)]
     pub streams: Vec<StreamConfig>,
+    /// State shared with other gateway instances through Redis; everything is local when absent.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// `server:` process-wide settings (an extension of the contract).
@@ -527,6 +529,9 @@ pub struct PluginConfig {
     /// Per-call limits.
     #[serde(default)]
     pub limits: PluginLimits,
+    /// Where the plugin's shared data and shared queues live.
+    #[serde(default)]
+    pub shared_data: SharedDataConfig,
 }
 
 /// `plugins.*.limits`.
@@ -707,6 +712,13 @@ pub struct RateLimitConfig {
     /// `client_ip` or `header:NAME`.
     #[serde(default = "client_ip")]
     pub key: String,
+    /// `local` (each instance counts alone) or `global` (counted across instances; needs
+    /// `cluster:`).
+    #[serde(default)]
+    pub scope: Scope,
+    /// What a `global` limit does while Redis cannot be reached.
+    #[serde(default)]
+    pub fallback: RateLimitFallback,
 }
 
 fn client_ip() -> String {
@@ -952,4 +964,62 @@ pub struct ConnectionRateConfig {
     /// Extra connections allowed in a burst.
     #[serde(default)]
     pub burst: u64,
+}
+
+/// `cluster:`: state shared by several gateway instances through one Redis server (global rate
+/// limits, plugin shared data, passive health). Without it every instance keeps its own.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Redis URL: `redis://[user:password@]host:port[/db]`.
+    pub redis: String,
+    /// Prefix of every key and channel the gateway uses, so fleets can share one server.
+    #[serde(default = "default_cluster_prefix")]
+    pub prefix: String,
+    /// Longest wait for one Redis answer on the request path before falling back.
+    #[serde(default = "default_cluster_timeout")]
+    pub timeout: Duration,
+    /// Publish passive ejections and apply the ones other instances publish.
+    #[serde(default)]
+    pub share_health: bool,
+}
+
+fn default_cluster_prefix() -> String {
+    "gw".into()
+}
+fn default_cluster_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+
+/// Where a rate limit or a plugin's shared data is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// In this process.
+    #[default]
+    Local,
+    /// In Redis, shared by every instance with the same `cluster` settings.
+    Global,
+}
+
+/// What a `global` rate limit does while Redis is unreachable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitFallback {
+    /// Fail open to the instance's own limiter (each instance allows the full limit).
+    #[default]
+    Local,
+    /// Fail open: no limit at all.
+    Allow,
+    /// Fail closed: refuse with 503.
+    Deny,
+}
+
+/// `plugins.*.shared_data`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedDataConfig {
+    /// `local` (this process) or `global` (Redis; needs `cluster:`).
+    #[serde(default)]
+    pub scope: Scope,
 }

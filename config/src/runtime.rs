@@ -45,6 +45,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// L4 streams.
     pub streams: Vec<Stream>,
+    /// Shared state across instances (`cluster:`), when configured.
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl Config {

@@ -161,6 +161,7 @@ pub(crate) fn validate(
     if let Some(addr) = admin {
         claim(&c, "admin.bind".into(), addr, "tcp")?;
     }
+    let cluster = cluster::validate(&c, &raw)?;
 
     Ok(Config {
         file: file.to_owned(),
@@ -177,6 +178,7 @@ pub(crate) fn validate(
         waf,
         routes,
         streams,
+        cluster,
         raw,
     })
 }
@@ -430,6 +432,8 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
     }
     Ok(out)
 }
+
+mod cluster;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
