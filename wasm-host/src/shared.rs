@@ -1,6 +1,11 @@
 //! Process-wide state every plugin VM sees: the shared key-value store with compare-and-swap
 //! (how per-worker VMs of a rate limiter agree on counts), shared queues, and the metrics
 //! registry. One [`Shared`] per process; VMs hold an `Arc` to it.
+//!
+//! A plugin may instead keep its shared data and queues in a [`GlobalStore`] that other
+//! processes see too (the gateway's `shared_data: { scope: global }`, backed by Redis). When
+//! that store cannot be reached, calls fall back to this process's store, so a plugin keeps
+//! working with per-process counts until the store is back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,6 +37,32 @@ struct Queues {
 struct Queue {
     items: VecDeque<Bytes>,
     owner: Option<QueueNotify>,
+    /// Where the items live when the queue is global, and its name there.
+    global: Option<(GlobalStoreRef, String)>,
+}
+
+/// Shared data and queues kept outside the process. Host calls are synchronous, so every method
+/// blocks for at most the implementation's own short timeout. `None` means "unreachable": the
+/// caller then uses the process's store.
+pub trait GlobalStore: Send + Sync {
+    /// The value of `key` and its CAS token (`Some(None)`: no such key).
+    fn get(&self, key: &[u8]) -> Option<Option<(Bytes, u32)>>;
+    /// Sets `key` with the same CAS rules as [`Shared::set`], atomically across processes.
+    fn set(&self, key: &[u8], value: Bytes, cas: u32) -> Option<Result<(), SetError>>;
+    /// Appends to the queue named `queue` (the owners are told by the store's own means).
+    fn enqueue(&self, queue: &str, value: Bytes) -> Option<()>;
+    /// Takes the oldest item of `queue` (`Some(None)`: empty).
+    fn dequeue(&self, queue: &str) -> Option<Option<Bytes>>;
+}
+
+/// A [`GlobalStore`] as [`crate::PluginInfo`] carries it.
+#[derive(Clone)]
+pub struct GlobalStoreRef(pub Arc<dyn GlobalStore>);
+
+impl std::fmt::Debug for GlobalStoreRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GlobalStore")
+    }
 }
 
 /// Why a shared-data write was refused.
@@ -57,6 +88,28 @@ impl Shared {
         lock(&self.data).get(key).cloned()
     }
 
+    /// [`Shared::get`] from `global` when there is one and it answers.
+    pub fn get_in(&self, global: Option<&GlobalStoreRef>, key: &[u8]) -> Option<(Bytes, u32)> {
+        match global.and_then(|g| g.0.get(key)) {
+            Some(found) => found,
+            None => self.get(key),
+        }
+    }
+
+    /// [`Shared::set`] in `global` when there is one and it answers.
+    pub fn set_in(
+        &self,
+        global: Option<&GlobalStoreRef>,
+        key: &[u8],
+        value: Bytes,
+        cas: u32,
+    ) -> Result<(), SetError> {
+        match global.and_then(|g| g.0.set(key, value.clone(), cas)) {
+            Some(result) => result,
+            None => self.set(key, value, cas),
+        }
+    }
+
     /// Sets `key`; with a non-zero `cas`, only if the value's token is still `cas` (a missing
     /// key is always written, as Envoy does).
     pub fn set(&self, key: &[u8], value: Bytes, cas: u32) -> Result<(), SetError> {
@@ -79,11 +132,24 @@ impl Shared {
 
     /// Registers (or re-registers) a queue; `owner` is told when data arrives.
     pub fn register_queue(&self, vm_id: &str, name: &str, owner: Option<QueueNotify>) -> u32 {
+        self.register_queue_in(None, vm_id, name, owner)
+    }
+
+    /// [`Shared::register_queue`], with the items kept in `global` when there is one.
+    pub fn register_queue_in(
+        &self,
+        global: Option<&GlobalStoreRef>,
+        vm_id: &str,
+        name: &str,
+        owner: Option<QueueNotify>,
+    ) -> u32 {
         let mut q = lock(&self.queues);
         let key = (vm_id.to_owned(), name.to_owned());
+        let global = global.map(|g| (g.clone(), global_queue_name(vm_id, name)));
         if let Some(&id) = q.by_name.get(&key) {
             if let Some(queue) = q.queues.get_mut(&id) {
                 queue.owner = owner;
+                queue.global = global;
             }
             return id;
         }
@@ -95,6 +161,7 @@ impl Shared {
             Queue {
                 items: VecDeque::new(),
                 owner,
+                global,
             },
         );
         id
@@ -115,6 +182,17 @@ impl Shared {
             let Some(queue) = q.queues.get_mut(&id) else {
                 return false;
             };
+            if let Some((store, name)) = queue.global.clone() {
+                // The store call blocks for up to its timeout: not under the lock.
+                drop(q);
+                if store.0.enqueue(&name, value.clone()).is_some() {
+                    return true;
+                }
+                q = lock(&self.queues);
+            }
+            let Some(queue) = q.queues.get_mut(&id) else {
+                return false;
+            };
             queue.items.push_back(value);
             queue.owner.clone()
         };
@@ -126,9 +204,48 @@ impl Shared {
 
     /// Takes the oldest item: `None` for no such queue, `Some(None)` when empty.
     pub fn dequeue(&self, id: u32) -> Option<Option<Bytes>> {
-        let mut q = lock(&self.queues);
-        q.queues.get_mut(&id).map(|queue| queue.items.pop_front())
+        let global = {
+            let mut q = lock(&self.queues);
+            let queue = q.queues.get_mut(&id)?;
+            match queue.global.clone() {
+                // Items enqueued while the store was unreachable go first.
+                None => return Some(queue.items.pop_front()),
+                Some(_) if !queue.items.is_empty() => return Some(queue.items.pop_front()),
+                Some(g) => g,
+            }
+        };
+        match global.0.0.dequeue(&global.1) {
+            Some(item) => Some(item),
+            None => Some(None),
+        }
     }
+
+    /// Tells the owner of the queue `vm_id`/`name` that data arrived (a global store's
+    /// notification from another process); `false` when no such queue is registered here.
+    pub fn notify_queue(&self, vm_id: &str, name: &str) -> bool {
+        let (id, owner) = {
+            let q = lock(&self.queues);
+            let Some(&id) = q.by_name.get(&(vm_id.to_owned(), name.to_owned())) else {
+                return false;
+            };
+            (id, q.queues.get(&id).and_then(|queue| queue.owner.clone()))
+        };
+        if let Some(notify) = owner {
+            notify(id);
+        }
+        true
+    }
+}
+
+/// A queue's name in a global store: the VM id and the queue name, which together identify a
+/// queue in the proxy-wasm ABI. Split again by [`split_global_queue_name`].
+pub fn global_queue_name(vm_id: &str, name: &str) -> String {
+    format!("{vm_id}/{name}")
+}
+
+/// The VM id and queue name of [`global_queue_name`]'s result.
+pub fn split_global_queue_name(global: &str) -> Option<(&str, &str)> {
+    global.split_once('/')
 }
 
 #[cfg(test)]
@@ -149,6 +266,78 @@ mod tests {
         );
         s.set(b"k", Bytes::from_static(b"4"), 0).unwrap();
         assert_eq!(&s.get(b"k").unwrap().0[..], b"4");
+    }
+
+    /// A second process's store, in memory; `reachable` switches it off.
+    #[derive(Default)]
+    struct Remote {
+        data: Mutex<HashMap<Vec<u8>, (Bytes, u32)>>,
+        queue: Mutex<VecDeque<Bytes>>,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl GlobalStore for Remote {
+        fn get(&self, key: &[u8]) -> Option<Option<(Bytes, u32)>> {
+            let up = !self.down.load(std::sync::atomic::Ordering::Relaxed);
+            up.then(|| lock(&self.data).get(key).cloned())
+        }
+        fn set(&self, key: &[u8], value: Bytes, cas: u32) -> Option<Result<(), SetError>> {
+            if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+                return None;
+            }
+            let mut data = lock(&self.data);
+            let token = data.get(key).map_or(0, |e| e.1);
+            if cas != 0 && token != 0 && cas != token {
+                return Some(Err(SetError::CasMismatch));
+            }
+            data.insert(key.to_vec(), (value, token + 1));
+            Some(Ok(()))
+        }
+        fn enqueue(&self, queue: &str, value: Bytes) -> Option<()> {
+            assert_eq!(queue, "vm/q");
+            let up = !self.down.load(std::sync::atomic::Ordering::Relaxed);
+            up.then(|| lock(&self.queue).push_back(value))
+        }
+        fn dequeue(&self, _: &str) -> Option<Option<Bytes>> {
+            let up = !self.down.load(std::sync::atomic::Ordering::Relaxed);
+            up.then(|| lock(&self.queue).pop_front())
+        }
+    }
+
+    #[test]
+    fn a_global_store_is_used_while_it_answers_and_the_local_one_after() {
+        let s = Shared::default();
+        let remote = Arc::new(Remote::default());
+        let g = GlobalStoreRef(remote.clone());
+        s.set_in(Some(&g), b"k", Bytes::from_static(b"1"), 0)
+            .unwrap();
+        assert!(s.get(b"k").is_none(), "written to the global store only");
+        let (_, cas) = s.get_in(Some(&g), b"k").unwrap();
+        s.set_in(Some(&g), b"k", Bytes::from_static(b"2"), cas)
+            .unwrap();
+        assert_eq!(
+            s.set_in(Some(&g), b"k", Bytes::from_static(b"3"), cas),
+            Err(SetError::CasMismatch)
+        );
+        let id = s.register_queue_in(Some(&g), "vm", "q", None);
+        assert!(s.enqueue(id, Bytes::from_static(b"a")));
+        assert_eq!(lock(&remote.queue).len(), 1);
+        assert_eq!(s.dequeue(id), Some(Some(Bytes::from_static(b"a"))));
+
+        remote
+            .down
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            s.get_in(Some(&g), b"k").is_none(),
+            "the local store has no k"
+        );
+        s.set_in(Some(&g), b"k", Bytes::from_static(b"4"), 0)
+            .unwrap();
+        assert_eq!(&s.get(b"k").unwrap().0[..], b"4");
+        assert!(s.enqueue(id, Bytes::from_static(b"b")));
+        assert_eq!(s.dequeue(id), Some(Some(Bytes::from_static(b"b"))));
+        assert_eq!(s.dequeue(id), Some(None));
+        assert_eq!(split_global_queue_name("vm/q/x"), Some(("vm", "q/x")));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct PluginInfo {
     pub vm_config: Bytes,
     /// Per-call limits.
     pub limits: Limits,
+    /// Where shared data and queues live when not in the process (`scope: global`).
+    pub global: Option<crate::shared::GlobalStoreRef>,
 }
 
 /// Per-VM resource limits.

@@ -17,7 +17,8 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
         |mut c: Cx<'_>, kp: u32, kl: u32, rp: u32, rl: u32, rc: u32| -> wasmtime::Result<u32> {
             const W: &str = "proxy_get_shared_data";
             let key = read(&mut c, kp, kl, W)?;
-            let Some((value, cas)) = c.data().shared.get(&key) else {
+            let s = c.data();
+            let Some((value, cas)) = s.shared.get_in(s.plugin.global.as_ref(), &key) else {
                 return Ok(NOT_FOUND);
             };
             copy_out(&mut c, &value, rp, rl, W)?;
@@ -32,10 +33,13 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
             const W: &str = "proxy_set_shared_data";
             let key = read(&mut c, kp, kl, W)?;
             let value = Bytes::from(read(&mut c, vp, vl, W)?);
-            Ok(match c.data().shared.set(&key, value, cas) {
-                Ok(()) => OK,
-                Err(SetError::CasMismatch) => CAS_MISMATCH,
-            })
+            let s = c.data();
+            Ok(
+                match s.shared.set_in(s.plugin.global.as_ref(), &key, value, cas) {
+                    Ok(()) => OK,
+                    Err(SetError::CasMismatch) => CAS_MISMATCH,
+                },
+            )
         },
     )?;
     l.func_wrap(
@@ -45,9 +49,12 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let name = read(&mut c, np, nl, "proxy_register_shared_queue")?;
             let s = c.data();
             let owner = s.queue_owner.clone();
-            let id =
-                s.shared
-                    .register_queue(&s.plugin.vm_id, &String::from_utf8_lossy(&name), owner);
+            let id = s.shared.register_queue_in(
+                s.plugin.global.as_ref(),
+                &s.plugin.vm_id,
+                &String::from_utf8_lossy(&name),
+                owner,
+            );
             write_u32(&mut c, ret, id, "proxy_register_shared_queue")?;
             Ok(OK)
         },
