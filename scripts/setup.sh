@@ -24,3 +24,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     log "apt-get not found; tests needing ${need_apt[*]} will say so and skip"
   fi
 fi
+
+# h2spec, the HTTP/2 conformance suite the conformance test runs, when Go is available (the
+# module proxy is asked for this exact version). Without it that test says why and skips.
+H2SPEC_VERSION="v2.2.1+incompatible"
+if command -v go >/dev/null 2>&1; then
+  h2spec_bin="$(go env GOPATH)/bin/h2spec"
+  if [ ! -x "$h2spec_bin" ]; then
+    log "installing h2spec ${H2SPEC_VERSION}"
+    go install "github.com/summerwind/h2spec/cmd/h2spec@${H2SPEC_VERSION}" >/dev/null 2>&1 \
+      || log "could not install h2spec; the conformance test will say so and skip"
+  fi
+else
+  log "go not found; the HTTP/2 conformance test (h2spec) will say so and skip"
+fi
