@@ -49,6 +49,8 @@ impl From<&gateway_config::model::HealthCheckConfig> for HealthPolicy {
 pub(crate) enum Transition {
     None,
     Ejected,
+    /// Ejected on another instance's report.
+    PeerEjected,
     Down,
     Recovered,
 }
@@ -130,6 +132,24 @@ impl HealthState {
         if previous == 0 || previous <= now_ms {
             stats.ejections.fetch_add(1, Relaxed);
             Transition::Ejected
+        } else {
+            Transition::None
+        }
+    }
+
+    /// Another gateway instance ejected the target (shared passive health): keep it out until
+    /// `until` (ms since the set's epoch), or longer if it is already out longer.
+    pub(crate) fn on_peer_ejection(
+        &self,
+        stats: &TargetStats,
+        until: u64,
+        now_ms: u64,
+    ) -> Transition {
+        let previous = self.ejected_until.fetch_max(until.max(1), Relaxed);
+        self.active_passes.store(0, Relaxed);
+        if previous == 0 || previous <= now_ms {
+            stats.ejections.fetch_add(1, Relaxed);
+            Transition::PeerEjected
         } else {
             Transition::None
         }

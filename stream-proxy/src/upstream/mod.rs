@@ -25,8 +25,9 @@ mod health;
 mod stats;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use gateway_config::model::Balance;
 use tokio::time::Instant;
@@ -70,6 +71,10 @@ pub struct TargetState {
     health: HealthState,
 }
 
+/// Told when passive checks eject a target here: the target's authority and how long it stays
+/// out. Runs on the request path of the failing request, so it must only hand the fact on.
+pub type EjectionListener = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
 /// An upstream's targets with their balancer and health.
 #[derive(Debug)]
 pub struct Targets {
@@ -78,6 +83,15 @@ pub struct Targets {
     balancer: Balancer,
     policy: HealthPolicy,
     epoch: Instant,
+    listener: OnceLock<Listener>,
+}
+
+struct Listener(EjectionListener);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EjectionListener")
+    }
 }
 
 /// A chosen target. It counts as in flight (for `least_requests` and `random`) until dropped,
@@ -145,7 +159,37 @@ impl Targets {
             balancer,
             policy,
             epoch: Instant::now(),
+            listener: OnceLock::new(),
         }
+    }
+
+    /// The upstream's name (empty for sets built with [`Targets::new`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the one listener told about passive ejections (shared health); `false` if one is
+    /// set already.
+    pub fn set_ejection_listener(&self, listener: EjectionListener) -> bool {
+        self.listener.set(Listener(listener)).is_ok()
+    }
+
+    /// Ejects the target written `authority` for `eject_for`, on another instance's report.
+    /// The listener is not told (the report came from it). `false` when no target is written
+    /// so.
+    pub fn eject_from_peer(&self, authority: &str, eject_for: Duration) -> bool {
+        let Some(t) = self
+            .targets
+            .iter()
+            .find(|t| &*t.spec.authority == authority)
+        else {
+            return false;
+        };
+        let now = self.now_ms();
+        let until = now.saturating_add(eject_for.as_millis() as u64);
+        let transition = t.health.on_peer_ejection(&t.stats, until, now);
+        self.log(t, transition);
+        true
     }
 
     /// Number of targets.
@@ -190,6 +234,11 @@ impl Targets {
     pub fn report_failure(&self, index: usize) {
         if let Some(t) = self.targets.get(index) {
             let transition = t.health.on_failure(&t.stats, &self.policy, self.now_ms());
+            if transition == Transition::Ejected
+                && let Some(Listener(tell)) = self.listener.get()
+            {
+                tell(&t.spec.authority, self.policy.eject_for);
+            }
             self.log(t, transition);
         }
     }
@@ -240,6 +289,11 @@ impl Targets {
             Transition::Ejected => tracing::warn!(
                 upstream, target, eject_for = ?self.policy.eject_for,
                 "target ejected after consecutive failures"
+            ),
+            Transition::PeerEjected => tracing::warn!(
+                upstream,
+                target,
+                "target ejected on another gateway instance's report"
             ),
             Transition::Down => {
                 tracing::warn!(upstream, target, "target marked down by health checks")

@@ -163,3 +163,33 @@ async fn consistent_hash_is_sticky_through_targets() {
     let retry = t.select(key, &[first]).unwrap().index();
     assert_ne!(retry, first);
 }
+
+#[tokio::test(start_paused = true)]
+async fn ejections_are_reported_to_the_listener_and_peer_reports_eject_for_their_window() {
+    let t = set(3, Balance::RoundRobin);
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = told.clone();
+    assert!(t.set_ejection_listener(Arc::new(move |target, window| {
+        sink.lock().unwrap().push((target.to_owned(), window));
+    })));
+    t.report_failure(0);
+    assert!(told.lock().unwrap().is_empty(), "one failure is not an ejection");
+    t.report_failure(0);
+    assert_eq!(
+        *told.lock().unwrap(),
+        [("127.0.0.1:9000".to_owned(), Duration::from_secs(10))]
+    );
+
+    // A peer's report ejects without echoing it back, for the peer's window.
+    assert!(t.eject_from_peer("127.0.0.1:9002", Duration::from_secs(3)));
+    assert!(!t.eject_from_peer("127.0.0.1:1", Duration::from_secs(3)));
+    assert_eq!(told.lock().unwrap().len(), 1);
+    assert_eq!(t.health(2), Some(Health::Ejected));
+    assert_eq!(picks(&t, 10), [0, 10, 0]);
+    tokio::time::advance(Duration::from_millis(3001)).await;
+    assert_eq!(t.health(2), Some(Health::Healthy));
+    // A shorter peer window never shortens a local ejection.
+    assert!(t.eject_from_peer("127.0.0.1:9000", Duration::from_secs(1)));
+    tokio::time::advance(Duration::from_millis(2000)).await;
+    assert_eq!(t.health(0), Some(Health::Ejected));
+}
