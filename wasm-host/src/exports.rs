@@ -3,6 +3,7 @@
 
 use wasmtime::{Instance, Store, TypedFunc};
 
+use crate::metrics::Callback;
 use crate::state::HostState;
 
 type F1 = TypedFunc<u32, ()>;
@@ -64,6 +65,29 @@ pub(crate) struct Exports {
 }
 
 impl Exports {
+    /// Whether the guest implements `callback` (a call to a missing one is not counted).
+    pub(crate) fn has(&self, callback: Callback) -> bool {
+        use Callback as C;
+        match callback {
+            C::ContextCreate => self.context_create.is_some(),
+            C::RequestHeaders => self.request_headers.is_some(),
+            C::RequestBody => self.request_body.is_some(),
+            C::RequestTrailers => self.request_trailers.is_some(),
+            C::ResponseHeaders => self.response_headers.is_some(),
+            C::ResponseBody => self.response_body.is_some(),
+            C::ResponseTrailers => self.response_trailers.is_some(),
+            C::Log => self.done.is_some() || self.log.is_some() || self.delete.is_some(),
+            C::NewConnection => self.new_connection.is_some(),
+            C::DownstreamData => self.downstream_data.is_some(),
+            C::UpstreamData => self.upstream_data.is_some(),
+            C::DownstreamClose => self.downstream_close.is_some(),
+            C::UpstreamClose => self.upstream_close.is_some(),
+            C::Tick => self.tick.is_some(),
+            C::QueueReady => self.queue_ready.is_some(),
+            C::HttpCallResponse => self.http_call_response.is_some(),
+        }
+    }
+
     pub(crate) fn new(i: &Instance, s: &mut Store<HostState>) -> Self {
         macro_rules! f {
             ($name:literal) => {

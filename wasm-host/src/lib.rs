@@ -26,7 +26,7 @@ pub mod vm;
 
 pub use engine::HostEngine;
 pub use error::PluginError;
-pub use metrics::{Metrics, PluginStats};
+pub use metrics::{Callback, Metrics, PluginStats};
 pub use plugin::{AbiVersion, CompiledPlugin};
 pub use shared::Shared;
 pub use state::{

@@ -1,6 +1,6 @@
 //! The metrics registry: metrics guests define (`proxy_define_metric`: counters, gauges,
-//! histograms) and the host's own per-plugin counters (reloads, failures by kind, VM
-//! replacements). [`Metrics::render_prometheus`] writes both in Prometheus text format, for the
+//! histograms) and the host's own per-plugin counters (guest calls by callback, reloads,
+//! failures by kind, VM replacements). [`Metrics::render_prometheus`] writes both in Prometheus text format, for the
 //! admin `/metrics` endpoint.
 
 use std::collections::HashMap;
@@ -41,9 +41,93 @@ struct Metric {
     count: AtomicU64,
 }
 
+/// A guest callback the host calls, as counted in `gateway_plugin_calls_total{callback}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// `proxy_on_context_create` for a request or connection.
+    ContextCreate,
+    /// `proxy_on_request_headers`.
+    RequestHeaders,
+    /// `proxy_on_request_body`.
+    RequestBody,
+    /// `proxy_on_request_trailers`.
+    RequestTrailers,
+    /// `proxy_on_response_headers`.
+    ResponseHeaders,
+    /// `proxy_on_response_body`.
+    ResponseBody,
+    /// `proxy_on_response_trailers`.
+    ResponseTrailers,
+    /// The end of a context: `proxy_on_done`, `proxy_on_log`, `proxy_on_delete`.
+    Log,
+    /// `proxy_on_new_connection`.
+    NewConnection,
+    /// `proxy_on_downstream_data`.
+    DownstreamData,
+    /// `proxy_on_upstream_data`.
+    UpstreamData,
+    /// `proxy_on_downstream_connection_close`.
+    DownstreamClose,
+    /// `proxy_on_upstream_connection_close`.
+    UpstreamClose,
+    /// `proxy_on_tick`.
+    Tick,
+    /// `proxy_on_queue_ready`.
+    QueueReady,
+    /// `proxy_on_http_call_response`.
+    HttpCallResponse,
+}
+
+impl Callback {
+    /// Every callback, in label order.
+    pub const ALL: [Self; 16] = [
+        Self::ContextCreate,
+        Self::RequestHeaders,
+        Self::RequestBody,
+        Self::RequestTrailers,
+        Self::ResponseHeaders,
+        Self::ResponseBody,
+        Self::ResponseTrailers,
+        Self::Log,
+        Self::NewConnection,
+        Self::DownstreamData,
+        Self::UpstreamData,
+        Self::DownstreamClose,
+        Self::UpstreamClose,
+        Self::Tick,
+        Self::QueueReady,
+        Self::HttpCallResponse,
+    ];
+
+    /// The `callback` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::ContextCreate => "context_create",
+            Self::RequestHeaders => "request_headers",
+            Self::RequestBody => "request_body",
+            Self::RequestTrailers => "request_trailers",
+            Self::ResponseHeaders => "response_headers",
+            Self::ResponseBody => "response_body",
+            Self::ResponseTrailers => "response_trailers",
+            Self::Log => "log",
+            Self::NewConnection => "new_connection",
+            Self::DownstreamData => "downstream_data",
+            Self::UpstreamData => "upstream_data",
+            Self::DownstreamClose => "downstream_close",
+            Self::UpstreamClose => "upstream_close",
+            Self::Tick => "tick",
+            Self::QueueReady => "queue_ready",
+            Self::HttpCallResponse => "http_call_response",
+        }
+    }
+}
+
 /// Host-side counters of one plugin.
 #[derive(Debug, Default)]
 pub struct PluginStats {
+    /// Guest calls by [`Callback`] (its discriminant is the index): one relaxed add per call
+    /// into a counter found when the plugin was loaded.
+    pub calls: [AtomicU64; Callback::ALL.len()],
     /// Successful hot reloads.
     pub reloads_ok: AtomicU64,
     /// Rejected reloads (compile, link or start failure).
@@ -61,6 +145,16 @@ pub struct PluginStats {
 }
 
 impl PluginStats {
+    /// Counts one guest call of `callback`.
+    pub fn record_call(&self, callback: Callback) {
+        self.calls[callback as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Guest calls of `callback` so far.
+    pub fn calls(&self, callback: Callback) -> u64 {
+        self.calls[callback as usize].load(Relaxed)
+    }
+
     /// Counts a failed guest call by its kind.
     pub fn record_failure(&self, e: &crate::PluginError) {
         use crate::PluginError as E;
@@ -227,6 +321,21 @@ impl Metrics {
                 &s.vm_replacements
             }),
         ];
+        let _ = writeln!(out, "# TYPE gateway_plugin_calls_total counter");
+        for (name, s) in plugins.iter() {
+            // Only callbacks the plugin was called for: most plugins implement a few of them.
+            for cb in Callback::ALL {
+                let n = s.calls(cb);
+                if n > 0 {
+                    let _ = writeln!(
+                        out,
+                        "gateway_plugin_calls_total{{plugin=\"{}\",callback=\"{}\"}} {n}",
+                        escape(name),
+                        cb.label()
+                    );
+                }
+            }
+        }
         let mut last = "";
         for (family, label, get) in families {
             if family != last {
@@ -276,8 +385,17 @@ mod tests {
         assert_eq!(m.increment(h, 1), Err(true));
         assert_eq!(m.value(c), Some(3));
         m.plugin("p").reloads_ok.fetch_add(1, Relaxed);
+        m.plugin("p").record_call(Callback::RequestHeaders);
+        m.plugin("p").record_call(Callback::RequestHeaders);
         let mut out = String::new();
         m.render_prometheus(&mut out);
+        assert!(
+            out.contains(
+                "gateway_plugin_calls_total{plugin=\"p\",callback=\"request_headers\"} 2\n"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("callback=\"tick\""), "{out}");
         assert!(out.contains("wasm_requests_total 3"), "{out}");
         assert!(out.contains("wasm_size_bucket{le=\"10\"} 1"), "{out}");
         assert!(out.contains("gateway_plugin_reloads_total{plugin=\"p\",result=\"ok\"} 1"));

@@ -9,6 +9,7 @@ use wasmtime::{InstancePre, Module};
 use crate::abi;
 use crate::engine::{Digest32, HostEngine};
 use crate::error::PluginError;
+use crate::metrics::PluginStats;
 use crate::shared::{QueueNotify, Shared};
 use crate::state::PluginInfo;
 use crate::vm::Vm;
@@ -29,6 +30,9 @@ pub struct CompiledPlugin {
     pub(crate) info: Arc<PluginInfo>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) pre: InstancePre<crate::state::HostState>,
+    /// The plugin's host counters, found by name once here so a guest call counts itself
+    /// with one atomic add.
+    pub(crate) stats: Arc<PluginStats>,
     digest: Digest32,
     abi: AbiVersion,
 }
@@ -53,8 +57,10 @@ impl CompiledPlugin {
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| PluginError::Link(format!("{e:#}")))?;
+        let stats = shared.metrics.plugin(&info.name);
         Ok(Arc::new(Self {
             info: Arc::new(info),
+            stats,
             shared,
             pre,
             digest,

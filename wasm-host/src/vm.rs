@@ -12,6 +12,7 @@ use wasmtime::{Store, Trap};
 use crate::engine::HostEngine;
 use crate::error::PluginError;
 use crate::exports::Exports;
+use crate::metrics::Callback;
 use crate::plugin::CompiledPlugin;
 use crate::state::{
     Effects, HostState, HttpCallResponse, HttpStream, NetStream, Stream, StreamInfo,
@@ -64,14 +65,19 @@ impl Vm {
         self.failed.as_deref()
     }
 
-    /// Runs one guest call under the limits; on failure the VM is marked failed.
+    /// Runs one guest call of `callback` under the limits (counted when the guest implements
+    /// it); on failure the VM is marked failed.
     fn call<R>(
         &mut self,
         ctx: u32,
+        callback: Callback,
         f: impl FnOnce(&Exports, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         if let Some(why) = &self.failed {
             return Err(PluginError::Unavailable(why.clone()));
+        }
+        if self.ex.has(callback) {
+            self.plugin.stats.record_call(callback);
         }
         let s = self.store.data_mut();
         s.fault = None;
@@ -138,9 +144,11 @@ impl Vm {
     }
 
     fn create(&mut self, id: u32) -> Result<u32, PluginError> {
-        self.call(id, |ex, s| match &ex.context_create {
-            Some(f) => f.call(s, (id, ROOT_ID)),
-            None => Ok(()),
+        self.call(id, Callback::ContextCreate, |ex, s| {
+            match &ex.context_create {
+                Some(f) => f.call(s, (id, ROOT_ID)),
+                None => Ok(()),
+            }
         })?;
         Ok(id)
     }
@@ -174,39 +182,49 @@ impl Vm {
     /// `proxy_on_request_headers`.
     pub fn on_request_headers(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.header_count(id, false);
-        self.call(id, |ex, s| match &ex.request_headers {
-            Some(f) => f.call(s, id, n, eos).map(Action::from_abi),
-            None => Ok(Action::Continue),
+        self.call(id, Callback::RequestHeaders, |ex, s| {
+            match &ex.request_headers {
+                Some(f) => f.call(s, id, n, eos).map(Action::from_abi),
+                None => Ok(Action::Continue),
+            }
         })
     }
 
     /// `proxy_on_response_headers`.
     pub fn on_response_headers(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.header_count(id, true);
-        self.call(id, |ex, s| match &ex.response_headers {
-            Some(f) => f.call(s, id, n, eos).map(Action::from_abi),
-            None => Ok(Action::Continue),
+        self.call(id, Callback::ResponseHeaders, |ex, s| {
+            match &ex.response_headers {
+                Some(f) => f.call(s, id, n, eos).map(Action::from_abi),
+                None => Ok(Action::Continue),
+            }
         })
     }
 
     /// `proxy_on_request_body` with the size buffered so far.
     pub fn on_request_body(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.http(id).map_or(0, |h| h.request_body.len() as u32);
-        self.call3(id, n, eos, |ex| ex.request_body.as_ref())
+        self.call3(id, n, eos, Callback::RequestBody, |ex| {
+            ex.request_body.as_ref()
+        })
     }
 
     /// `proxy_on_response_body` with the size buffered so far.
     pub fn on_response_body(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.http(id).map_or(0, |h| h.response_body.len() as u32);
-        self.call3(id, n, eos, |ex| ex.response_body.as_ref())
+        self.call3(id, n, eos, Callback::ResponseBody, |ex| {
+            ex.response_body.as_ref()
+        })
     }
 
     /// `proxy_on_request_trailers`.
     pub fn on_request_trailers(&mut self, id: u32) -> Result<Action, PluginError> {
         let n = self.http(id).map_or(0, |h| h.request_trailers.len() as u32);
-        self.call(id, |ex, s| match &ex.request_trailers {
-            Some(f) => f.call(s, (id, n)).map(Action::from_abi),
-            None => Ok(Action::Continue),
+        self.call(id, Callback::RequestTrailers, |ex, s| {
+            match &ex.request_trailers {
+                Some(f) => f.call(s, (id, n)).map(Action::from_abi),
+                None => Ok(Action::Continue),
+            }
         })
     }
 
@@ -215,30 +233,38 @@ impl Vm {
         let n = self
             .http(id)
             .map_or(0, |h| h.response_trailers.len() as u32);
-        self.call(id, |ex, s| match &ex.response_trailers {
-            Some(f) => f.call(s, (id, n)).map(Action::from_abi),
-            None => Ok(Action::Continue),
+        self.call(id, Callback::ResponseTrailers, |ex, s| {
+            match &ex.response_trailers {
+                Some(f) => f.call(s, (id, n)).map(Action::from_abi),
+                None => Ok(Action::Continue),
+            }
         })
     }
 
     /// `proxy_on_new_connection`.
     pub fn on_new_connection(&mut self, id: u32) -> Result<Action, PluginError> {
-        self.call(id, |ex, s| match &ex.new_connection {
-            Some(f) => f.call(s, id).map(Action::from_abi),
-            None => Ok(Action::Continue),
+        self.call(id, Callback::NewConnection, |ex, s| {
+            match &ex.new_connection {
+                Some(f) => f.call(s, id).map(Action::from_abi),
+                None => Ok(Action::Continue),
+            }
         })
     }
 
     /// `proxy_on_downstream_data` with the size buffered so far.
     pub fn on_downstream_data(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.net(id).map_or(0, |d| d.downstream.len() as u32);
-        self.call3(id, n, eos, |ex| ex.downstream_data.as_ref())
+        self.call3(id, n, eos, Callback::DownstreamData, |ex| {
+            ex.downstream_data.as_ref()
+        })
     }
 
     /// `proxy_on_upstream_data` with the size buffered so far.
     pub fn on_upstream_data(&mut self, id: u32, eos: bool) -> Result<Action, PluginError> {
         let n = self.net(id).map_or(0, |d| d.upstream.len() as u32);
-        self.call3(id, n, eos, |ex| ex.upstream_data.as_ref())
+        self.call3(id, n, eos, Callback::UpstreamData, |ex| {
+            ex.upstream_data.as_ref()
+        })
     }
 
     /// `proxy_on_downstream_connection_close` / `proxy_on_upstream_connection_close`.
@@ -248,7 +274,12 @@ impl Vm {
         downstream: bool,
         peer: Peer,
     ) -> Result<(), PluginError> {
-        self.call(id, |ex, s| {
+        let callback = if downstream {
+            Callback::DownstreamClose
+        } else {
+            Callback::UpstreamClose
+        };
+        self.call(id, callback, |ex, s| {
             let f = if downstream {
                 &ex.downstream_close
             } else {
@@ -266,9 +297,10 @@ impl Vm {
         id: u32,
         n: u32,
         eos: bool,
+        callback: Callback,
         pick: impl FnOnce(&Exports) -> Option<&wasmtime::TypedFunc<(u32, u32, u32), u32>>,
     ) -> Result<Action, PluginError> {
-        self.call(id, |ex, s| match pick(ex) {
+        self.call(id, callback, |ex, s| match pick(ex) {
             Some(f) => f.call(s, (id, n, u32::from(eos))).map(Action::from_abi),
             None => Ok(Action::Continue),
         })
@@ -280,7 +312,7 @@ impl Vm {
         if !self.store.data().streams.contains_key(&id) {
             return Ok(());
         }
-        let r = self.call(id, |ex, s| {
+        let r = self.call(id, Callback::Log, |ex, s| {
             if let Some(f) = &ex.done {
                 f.call(&mut *s, id)?;
             }
@@ -303,7 +335,7 @@ impl Vm {
 
     /// `proxy_on_tick` on the root context.
     pub fn on_tick(&mut self) -> Result<(), PluginError> {
-        self.call(ROOT_ID, |ex, s| match &ex.tick {
+        self.call(ROOT_ID, Callback::Tick, |ex, s| match &ex.tick {
             Some(f) => f.call(s, ROOT_ID),
             None => Ok(()),
         })
@@ -311,9 +343,11 @@ impl Vm {
 
     /// `proxy_on_queue_ready` on the root context.
     pub fn on_queue_ready(&mut self, queue: u32) -> Result<(), PluginError> {
-        self.call(ROOT_ID, |ex, s| match &ex.queue_ready {
-            Some(f) => f.call(s, (ROOT_ID, queue)),
-            None => Ok(()),
+        self.call(ROOT_ID, Callback::QueueReady, |ex, s| {
+            match &ex.queue_ready {
+                Some(f) => f.call(s, (ROOT_ID, queue)),
+                None => Ok(()),
+            }
         })
     }
 
@@ -333,9 +367,11 @@ impl Vm {
         let s = self.store.data_mut();
         s.call_response = Some(response);
         s.status = (status.0, bytes::Bytes::copy_from_slice(status.1.as_bytes()));
-        let r = self.call(ROOT_ID, |ex, s| match &ex.http_call_response {
-            Some(f) => f.call(s, (ROOT_ID, token, counts.0, counts.1, counts.2)),
-            None => Ok(()),
+        let r = self.call(ROOT_ID, Callback::HttpCallResponse, |ex, s| {
+            match &ex.http_call_response {
+                Some(f) => f.call(s, (ROOT_ID, token, counts.0, counts.1, counts.2)),
+                None => Ok(()),
+            }
         });
         self.store.data_mut().call_response = None;
         r

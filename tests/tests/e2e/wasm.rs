@@ -1,7 +1,7 @@
 //! Wasm plugins end to end, through the real gateway: upstream-SDK plugins unchanged (header
 //! mutation both ways, body rewrite, local reply, HTTP-call auth that pauses, shared data with
-//! CAS across requests, a tick timer), plugin metrics. Shared helpers for the other `wasm_*`
-//! modules live here too.
+//! CAS across requests, a tick timer), plugin metrics (guest-defined, and calls per callback).
+//! Shared helpers for the other `wasm_*` modules live here too.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -117,6 +117,42 @@ async fn add_header_both_ways_over_h1_and_h2() {
     assert_eq!(r.header("x-powered-by"), "wasm");
     let seen = backend.last().expect("a request");
     assert_eq!(seen.header("x-powered-by"), "wasm");
+}
+
+#[tokio::test]
+async fn plugin_calls_are_counted_per_callback_on_metrics() {
+    let dir = temp_dir();
+    install(dir.path(), "add_header", "calls_counted.wasm");
+    let cfg = format!(
+        "admin: {{ bind: 127.0.0.1:0 }}\n{}",
+        one_plugin(
+            "calls_counted.wasm",
+            r#"{ name: x-powered-by, value: wasm }"#,
+            "",
+            None,
+        )
+    );
+    let gw = TestGateway::start_in(dir, &cfg).await;
+    let mut c = http1(gw.addr("main")).await;
+    for _ in 0..3 {
+        assert_eq!(c.get("/").await.header("x-powered-by"), "wasm");
+    }
+    let admin = gw.gateway().admin_addr().expect("admin");
+    let scrape = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let metrics = gateway_tests::raw(admin, scrape.as_bytes()).await;
+    let series = |callback: &str| {
+        format!(
+            "gateway_plugin_calls_total{{plugin=\"calls_counted\",callback=\"{callback}\"}} 3\n"
+        )
+    };
+    for callback in ["context_create", "request_headers", "response_headers"] {
+        assert!(metrics.contains(&series(callback)), "{callback}: {metrics}");
+    }
+    // The plugin has no tick: callbacks it does not implement are not listed.
+    assert!(
+        !metrics.contains("plugin=\"calls_counted\",callback=\"tick\""),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
