@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use gateway_config::{Config, Filter, RouteAction};
 
+use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
 use crate::proxy::{ProxyRoute, Upstreams};
@@ -46,13 +47,28 @@ pub struct Generation {
     pub streams: stream_proxy::CompiledStreams,
     /// Wasm plugins (their VMs and file watchers live as long as the generation).
     pub plugins: Plugins,
+    /// The connection to other instances (`cluster:`), shared with the previous generation
+    /// when its settings are unchanged.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl Generation {
     /// Builds a generation; any failure is located in the config file.
     pub fn build(config: Arc<Config>, telemetry: &Telemetry) -> Result<Self, GatewayError> {
+        let cluster = match &config.cluster {
+            Some(c) => Some(
+                Cluster::get_or_start(&telemetry.registry, c)
+                    .map_err(|m| config.error("cluster.redis", m))?,
+            ),
+            None => None,
+        };
         let upstreams = Upstreams::build(&config)?;
-        let plugins = Plugins::build(&config, &upstreams)?;
+        if let Some(c) = &cluster {
+            for u in upstreams.iter() {
+                c.watch_health(&u.targets);
+            }
+        }
+        let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, route) in config.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
@@ -90,6 +106,7 @@ impl Generation {
                                 settings,
                                 key,
                                 &telemetry.registry,
+                                cluster.as_ref(),
                             )
                             .map_err(|m| config.error(format!("{fkey}.rate_limit"), m))?,
                         ));
@@ -149,6 +166,7 @@ impl Generation {
             upstreams,
             streams,
             plugins,
+            cluster,
         })
     }
 

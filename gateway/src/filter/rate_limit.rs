@@ -16,6 +16,11 @@
 //!
 //! Buckets survive a config reload when the route keeps the same name and the filter the same
 //! position and settings: generations of one gateway find them in [`store`].
+//!
+//! With `scope: global` the bucket lives in Redis ([`crate::cluster::GlobalLimiter`], the same
+//! GCRA in one script) and is shared by every instance of the cluster. When Redis cannot decide
+//! (down, or no answer within `cluster.timeout`), `fallback` picks the local bucket (default),
+//! no limit, or a 503, and `gateway_rate_limit_fallback_total` counts the decision.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
@@ -29,11 +34,12 @@ use tokio::time::Instant;
 
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
+use crate::cluster::{Cluster, GlobalLimiter};
 use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::RateLimitKey;
-use gateway_config::model::RateLimitConfig;
+use gateway_config::model::{RateLimitConfig, RateLimitFallback, Scope};
 
 /// Shards of a limiter's table (a power of two).
 pub const SHARDS: usize = 64;
@@ -286,6 +292,14 @@ struct Shared {
     limit: HeaderValue,
     policy: HeaderValue,
     limited: Counter,
+    global: Option<Global>,
+}
+
+/// A `scope: global` limit: the shared bucket and what to do without it.
+struct Global {
+    limiter: GlobalLimiter,
+    fallback: RateLimitFallback,
+    fallbacks: Counter,
 }
 
 impl RateLimitFilterFactory {
@@ -297,6 +311,7 @@ impl RateLimitFilterFactory {
         settings: &RateLimitConfig,
         key: &RateLimitKey,
         registry: &Arc<Registry>,
+        cluster: Option<&Arc<Cluster>>,
     ) -> Result<Self, String> {
         let per = settings.per.get();
         let identity = format!(
@@ -314,6 +329,19 @@ impl RateLimitFilterFactory {
         };
         let window = ceil_secs(per).max(1);
         let policy = format!("{};w={window}", limiter.capacity());
+        let global = match (settings.scope, cluster) {
+            (Scope::Global, Some(c)) => Some(Global {
+                limiter: c.limiter(route, index, settings.requests, per, settings.burst),
+                fallback: settings.fallback,
+                fallbacks: registry.counter(
+                    "gateway_rate_limit_fallback_total",
+                    "Global rate-limit decisions Redis could not make (the fallback decided), by route.",
+                    &[("route", route)],
+                ),
+            }),
+            (Scope::Global, None) => return Err("`scope: global` needs `cluster:`".into()),
+            (Scope::Local, _) => None,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 limit: HeaderValue::from(limiter.capacity()),
@@ -325,6 +353,7 @@ impl RateLimitFilterFactory {
                     "Requests refused with 429 by a rate_limit filter, by route.",
                     &[("route", route)],
                 ),
+                global,
             }),
         })
     }
@@ -364,6 +393,54 @@ impl Shared {
         }
     }
 
+    /// The bucket's name in Redis: the client IP as text, or a digest of the header value (so
+    /// API keys are not stored in the clear).
+    fn global_key(&self, req: &request::Parts, client: IpAddr) -> String {
+        use sha2::Digest as _;
+        if let KeyBy::Header(name) = &self.key
+            && let Some(v) = req.headers.get(name)
+        {
+            let digest = sha2::Sha256::digest(v.as_bytes());
+            let mut key = String::with_capacity(34);
+            key.push_str("h:");
+            for b in &digest[..16] {
+                key.push_str(&format!("{b:02x}"));
+            }
+            return key;
+        }
+        let ip = match client {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
+            v4 => v4,
+        };
+        format!("ip:{ip}")
+    }
+
+    /// The decision for a request; `None` lets it through without RateLimit headers
+    /// (`fallback: allow` while Redis is unreachable), `Err` is the response refusing it.
+    async fn decide(
+        &self,
+        req: &request::Parts,
+        client: IpAddr,
+    ) -> Result<Option<Decision>, Response<Body>> {
+        let Some(g) = &self.global else {
+            return Ok(Some(self.limiter.check(self.key(req, client))));
+        };
+        if let Some(d) = g.limiter.check(&self.global_key(req, client)).await {
+            return Ok(Some(d));
+        }
+        g.fallbacks.inc();
+        match g.fallback {
+            RateLimitFallback::Local => Ok(Some(self.limiter.check(self.key(req, client)))),
+            RateLimitFallback::Allow => Ok(None),
+            RateLimitFallback::Deny => {
+                let mut res = error_response(StatusCode::SERVICE_UNAVAILABLE);
+                res.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(1u32));
+                Err(res)
+            }
+        }
+    }
+
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
         headers.insert(LIMIT.clone(), self.limit.clone());
         headers.insert(REMAINING.clone(), HeaderValue::from(d.remaining));
@@ -391,10 +468,11 @@ impl HttpFilter for RateLimitFilter {
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let d = self
-            .shared
-            .limiter
-            .check(self.shared.key(req, cx.client_ip()));
+        let d = match self.shared.decide(req, cx.client_ip()).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(Flow::Continue),
+            Err(refused) => return Ok(Flow::Respond(refused)),
+        };
         if !d.allowed {
             return Ok(Flow::Respond(self.shared.too_many(&d)));
         }

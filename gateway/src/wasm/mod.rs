@@ -31,6 +31,7 @@ pub use network_filter::WasmStreamFilterFactory;
 pub use plugin::PluginHandle;
 pub use wasm_host::PluginError;
 
+use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::proxy::Upstreams;
 
@@ -61,6 +62,14 @@ pub fn render_prometheus(out: &mut String) {
     }
 }
 
+/// Tells the local owner of a global queue that another instance (or this one) enqueued on it;
+/// nothing when no plugin was ever loaded.
+pub(crate) fn notify_global_queue(vm_id: &str, name: &str) {
+    if let Some(h) = HOST.get() {
+        h.shared.notify_queue(vm_id, name);
+    }
+}
+
 /// A generation's plugins by name.
 #[derive(Default)]
 pub struct Plugins {
@@ -70,7 +79,12 @@ pub struct Plugins {
 impl Plugins {
     /// Loads every configured plugin (compile, link, start a VM per worker, configure). A
     /// plugin that fails is a located config error, so the generation is not used.
-    pub fn build(config: &Config, upstreams: &Upstreams) -> Result<Self, GatewayError> {
+    /// Plugins with `shared_data: { scope: global }` keep it in `cluster`.
+    pub fn build(
+        config: &Config,
+        upstreams: &Upstreams,
+        cluster: Option<&Arc<Cluster>>,
+    ) -> Result<Self, GatewayError> {
         if config.plugins.is_empty() {
             return Ok(Self::default());
         }
@@ -81,7 +95,14 @@ impl Plugins {
         };
         let mut by_name = HashMap::with_capacity(config.plugins.len());
         for (name, spec) in &config.plugins {
-            let handle = PluginHandle::load(spec, dispatch.clone(), workers)
+            let global = config
+                .raw
+                .plugins
+                .get(name)
+                .filter(|p| p.shared_data.scope == gateway_config::model::Scope::Global)
+                .and(cluster)
+                .map(|c| c.shared_data());
+            let handle = PluginHandle::load(spec, dispatch.clone(), workers, global)
                 .map_err(|e| config.error(format!("plugins.{name}.wasm"), e.to_string()))?;
             by_name.insert(name.clone(), handle);
         }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use wasm_host::engine::{Digest32, short_digest};
+use wasm_host::shared::GlobalStoreRef;
 use wasm_host::{CompiledPlugin, Limits, PluginError, PluginInfo, PluginStats};
 
 use super::dispatch::Dispatch;
@@ -29,6 +30,8 @@ pub struct PluginHandle {
     pub(crate) spec: gateway_config::Plugin,
     dispatch: Arc<Dispatch>,
     workers: usize,
+    /// Where shared data and queues live with `shared_data: { scope: global }`.
+    global: Option<GlobalStoreRef>,
 }
 
 impl PluginHandle {
@@ -36,10 +39,11 @@ impl PluginHandle {
         spec: &gateway_config::Plugin,
         dispatch: Arc<Dispatch>,
         workers: usize,
+        global: Option<GlobalStoreRef>,
     ) -> Result<Arc<Self>, PluginError> {
         let stats = super::host().shared.metrics.plugin(&spec.name);
         let bytes = read(spec)?;
-        let runtime = build_runtime(spec, &dispatch, &stats, workers, &bytes)?;
+        let runtime = build_runtime(spec, &global, &dispatch, &stats, workers, &bytes)?;
         tracing::info!(plugin = %spec.name, sha256 = %short_digest(&runtime.digest), abi = ?runtime.slots[0].compiled.abi(), "plugin loaded");
         Ok(Arc::new(Self {
             name: Arc::from(spec.name.as_str()),
@@ -48,6 +52,7 @@ impl PluginHandle {
             spec: spec.clone(),
             dispatch,
             workers,
+            global,
         }))
     }
 
@@ -92,6 +97,7 @@ impl PluginHandle {
         }
         build_runtime(
             &self.spec,
+            &self.global,
             &self.dispatch,
             &self.stats,
             self.workers,
@@ -108,7 +114,7 @@ fn read(spec: &gateway_config::Plugin) -> Result<Vec<u8>, PluginError> {
     })
 }
 
-fn info(spec: &gateway_config::Plugin) -> PluginInfo {
+fn info(spec: &gateway_config::Plugin, global: &Option<GlobalStoreRef>) -> PluginInfo {
     PluginInfo {
         name: Arc::from(spec.name.as_str()),
         root_id: Arc::from(""),
@@ -119,19 +125,22 @@ fn info(spec: &gateway_config::Plugin) -> PluginInfo {
             memory: spec.limits.memory.bytes(),
             time: spec.limits.time.get(),
         },
+        global: global.clone(),
     }
 }
 
 /// Compiles (cached by digest), links and starts one VM per worker.
 fn build_runtime(
     spec: &gateway_config::Plugin,
+    global: &Option<GlobalStoreRef>,
     dispatch: &Arc<Dispatch>,
     stats: &Arc<PluginStats>,
     workers: usize,
     bytes: &[u8],
 ) -> Result<PluginRuntime, PluginError> {
     let host = super::host();
-    let compiled = CompiledPlugin::load(&host.engine, host.shared.clone(), info(spec), bytes)?;
+    let compiled =
+        CompiledPlugin::load(&host.engine, host.shared.clone(), info(spec, global), bytes)?;
     let slots = (0..workers.max(1))
         .map(|_| Slot::new(compiled.clone(), stats.clone(), dispatch.clone()))
         .collect::<Result<Box<[_]>, _>>()?;
