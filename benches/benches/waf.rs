@@ -318,7 +318,7 @@ fn rate_limit(c: &mut Criterion) {
         panic!("rate_limit filter expected");
     };
     let factory =
-        RateLimitFilterFactory::new("bench", 0, settings, key, &registry).expect("factory");
+        RateLimitFilterFactory::new("bench", 0, settings, key, &registry, None).expect("factory");
     let req = typical_get(GET_PATH);
     let mut g = c.benchmark_group("rate_limit/decide");
     g.throughput(Throughput::Elements(1));
