@@ -1,5 +1,7 @@
-//! What tracing adds to a request: the server span (start with the request head, end with the
-//! response status) and one upstream attempt's client span with its `traceparent` injection.
+//! What tracing adds to a request: the server span (start with the request head, status from
+//! the response head, end once the response body has been sent) and one upstream attempt's
+//! client span with its `traceparent` injection (ended with the upstream body). Every case
+//! sends a one-buffer response body, so a recorded span's body wrapper is in the figure.
 //!
 //! * `off`: no `telemetry.traces` (the one atomic load `ConnService::handle` does).
 //! * `unsampled`: traces configured, ratio 0, no incoming parent: a new trace id and span id,
@@ -19,12 +21,13 @@ use arc_swap::ArcSwapOption;
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use gateway::Body;
 use gateway::context::ConnInfo;
-use gateway::telemetry::trace::ServerSpan;
 use gateway::telemetry::trace::http_spans::Target;
+use gateway::telemetry::trace::ServerSpan;
 use gateway::telemetry::{Registry, Tracer};
 use gateway_config::model::{TelemetryConfig, TracesConfig};
 use http::uri::Authority;
 use http::{HeaderMap, Method, Request, StatusCode};
+use hyper::body::Body as _;
 
 fn tracer(ratio: f64) -> Arc<Tracer> {
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
@@ -54,7 +57,21 @@ fn request(traceparent: Option<&'static str>) -> Request<Body> {
     b.body(Body::empty()).expect("request")
 }
 
-/// One request's tracing work: server span, one attempt, end of both.
+/// Polls `body` to its end, as a server sending it would.
+fn send_body(mut body: Body) {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    while !body.is_end_stream() {
+        match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+            std::task::Poll::Ready(Some(frame)) => {
+                black_box(frame.ok());
+            }
+            _ => break,
+        }
+    }
+}
+
+/// One request's tracing work: server span, one attempt, end of both with their bodies.
 fn traced_request(
     headers: &mut HeaderMap,
     slot: &ArcSwapOption<Tracer>,
@@ -78,9 +95,17 @@ fn traced_request(
         };
         let attempt = cx.start_client(&Method::GET, target, 0, headers);
         black_box(&*headers);
-        attempt.end_response(StatusCode::OK, false);
+        // The upstream body ended.
+        if let Some(open) = attempt.end_head(StatusCode::OK) {
+            open.finish();
+        }
     }
-    black_box(span.and_then(|s| s.end(StatusCode::OK, route)));
+    let body = Body::from("hello");
+    let body = match span.and_then(|s| s.end_head(StatusCode::OK, route)) {
+        Some(open) => open.attach(body, false),
+        None => body,
+    };
+    send_body(body);
 }
 
 fn bench(c: &mut Criterion) {

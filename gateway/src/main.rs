@@ -93,5 +93,7 @@ fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     gateway::server::tls::load_certificates(&config)?;
     gateway::telemetry::trace::check(&config.telemetry)
         .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m))?;
+    gateway::telemetry::metrics_export::check(&config.telemetry)
+        .map_err(|(key, m)| config.error(key, m))?;
     Ok(())
 }

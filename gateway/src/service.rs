@@ -1,6 +1,6 @@
 //! The request entry point shared by every protocol: route lookup, the filter chain and
-//! terminal, request metrics, the request's server span and the access log. Errors never reach
-//! hyper; they are responses by now.
+//! terminal, request metrics, the request's server span (ended with the response body) and
+//! the access log. Errors never reach hyper; they are responses by now.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::generation::Generation;
 use crate::router::request_host;
 use crate::server::idle::Activity;
 use crate::telemetry::trace::context::hex;
-use crate::telemetry::trace::{self, ServerSpan, TraceCx};
+use crate::telemetry::trace::{self, OpenSpan, ServerSpan, TraceCx};
 use crate::telemetry::{AccessRecord, RouteMetrics, Telemetry, protocol_text};
 
 /// State shared by the requests of one connection.
@@ -53,6 +53,7 @@ impl ConnService {
         let start = Instant::now();
         let generation = self.generation.load_full();
         let version = req.version();
+        let head_only = req.method() == http::Method::HEAD;
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
         let facts = log.as_ref().map(|_| RequestFacts::of(&req));
@@ -72,13 +73,27 @@ impl ConnService {
             None => routed.await,
         };
         metrics.record(version, res.status(), start.elapsed());
-        let trace_id = span.and_then(|s| s.end(res.status(), &route_name));
+        // A recorded span stays open until the response body has been sent.
+        let open = span.and_then(|s| s.end_head(res.status(), &route_name));
         if let (Some(log), Some(facts)) = (log, facts) {
             let mut record = facts.into_record(&self.conn, version, &res, start, route_name);
-            record.trace_id = trace_id.map(|id| hex(&id));
+            record.trace_id = open
+                .as_ref()
+                .and_then(OpenSpan::trace_id)
+                .map(|id| hex(&id));
             log.log(record);
         }
-        res
+        match open {
+            Some(open) => {
+                let status = res.status();
+                let no_body = head_only
+                    || status.is_informational()
+                    || status == StatusCode::NO_CONTENT
+                    || status == StatusCode::NOT_MODIFIED;
+                res.map(|body| open.attach(body, no_body))
+            }
+            None => res,
+        }
     }
 
     async fn dispatch<'g>(

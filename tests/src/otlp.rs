@@ -1,7 +1,7 @@
-//! A real OTLP trace receiver for tests: a tonic gRPC `TraceService` (served by hyper over
-//! h2c) and an OTLP/HTTP `/v1/traces` endpoint, both on 127.0.0.1:0. What the gateway sends is
-//! decoded with the official message types of `opentelemetry-proto`, so the gateway's own
-//! encoding is checked against them.
+//! A real OTLP receiver for tests: tonic gRPC `TraceService` and `MetricsService` (served by
+//! hyper over h2c) and OTLP/HTTP `/v1/traces` and `/v1/metrics` endpoints, on 127.0.0.1:0.
+//! What the gateway sends is decoded with the official message types of `opentelemetry-proto`,
+//! so the gateway's own encoding is checked against them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,6 +12,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -20,6 +23,7 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+pub use opentelemetry_proto::tonic::metrics::v1::Metric;
 pub use opentelemetry_proto::tonic::trace::v1::Span;
 
 /// One received span with the resource it was reported under.
@@ -34,11 +38,36 @@ pub struct Received {
 #[derive(Default)]
 struct Store {
     spans: Mutex<Vec<Received>>,
+    /// Metrics export requests, each as the metrics it carried (resources flattened).
+    metrics: Mutex<Vec<Vec<Metric>>>,
     grpc_requests: Mutex<usize>,
     http_requests: Mutex<usize>,
 }
 
 impl Store {
+    fn add_metrics(&self, req: ExportMetricsServiceRequest, grpc: bool) {
+        let metrics = req
+            .resource_metrics
+            .into_iter()
+            .flat_map(|rm| rm.scope_metrics)
+            .flat_map(|sm| sm.metrics)
+            .collect();
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(metrics);
+        self.count(grpc);
+    }
+
+    fn count(&self, grpc: bool) {
+        let counter = if grpc {
+            &self.grpc_requests
+        } else {
+            &self.http_requests
+        };
+        *counter.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
     fn add(&self, req: ExportTraceServiceRequest, grpc: bool) {
         let mut spans = self.spans.lock().unwrap_or_else(|e| e.into_inner());
         for rs in req.resource_spans {
@@ -52,12 +81,8 @@ impl Store {
                 }
             }
         }
-        let counter = if grpc {
-            &self.grpc_requests
-        } else {
-            &self.http_requests
-        };
-        *counter.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        drop(spans);
+        self.count(grpc);
     }
 }
 
@@ -67,6 +92,7 @@ impl Store {
 struct Grpc(Arc<Store>);
 
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const EXPORT_METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 impl tonic::server::UnaryService<ExportTraceServiceRequest> for Grpc {
     type Response = ExportTraceServiceResponse;
@@ -78,16 +104,42 @@ impl tonic::server::UnaryService<ExportTraceServiceRequest> for Grpc {
     }
 }
 
+/// `MetricsService/Export`.
+#[derive(Clone)]
+struct GrpcMetrics(Arc<Store>);
+
+impl tonic::server::UnaryService<ExportMetricsServiceRequest> for GrpcMetrics {
+    type Response = ExportMetricsServiceResponse;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<ExportMetricsServiceRequest>) -> Self::Future {
+        self.0.add_metrics(request.into_inner(), true);
+        Box::pin(async { Ok(tonic::Response::new(ExportMetricsServiceResponse::default())) })
+    }
+}
+
 async fn grpc_dispatch(
     svc: Grpc,
     req: http::Request<Incoming>,
 ) -> http::Response<tonic::body::Body> {
-    let codec =
-        tonic_prost::ProstCodec::<ExportTraceServiceResponse, ExportTraceServiceRequest>::default();
-    if req.uri().path() != EXPORT {
-        return tonic::Status::unimplemented("no such method").into_http();
+    match req.uri().path() {
+        EXPORT => {
+            let codec = tonic_prost::ProstCodec::<
+                ExportTraceServiceResponse,
+                ExportTraceServiceRequest,
+            >::default();
+            tonic::server::Grpc::new(codec).unary(svc, req).await
+        }
+        EXPORT_METRICS => {
+            let codec = tonic_prost::ProstCodec::<
+                ExportMetricsServiceResponse,
+                ExportMetricsServiceRequest,
+            >::default();
+            let metrics = GrpcMetrics(svc.0.clone());
+            tonic::server::Grpc::new(codec).unary(metrics, req).await
+        }
+        _ => tonic::Status::unimplemented("no such method").into_http(),
     }
-    tonic::server::Grpc::new(codec).unary(svc, req).await
 }
 
 /// The receiver: a gRPC and an HTTP endpoint sharing one span store.
@@ -126,6 +178,34 @@ impl OtlpReceiver {
     /// `otlp_endpoint` for OTLP/HTTP.
     pub fn http_endpoint(&self) -> String {
         format!("http://{}/v1/traces", self.http)
+    }
+
+    /// `telemetry.metrics.otlp_endpoint` for OTLP/HTTP.
+    pub fn http_metrics_endpoint(&self) -> String {
+        format!("http://{}/v1/metrics", self.http)
+    }
+
+    /// Every metrics export received so far, oldest first.
+    pub fn metrics(&self) -> Vec<Vec<Metric>> {
+        self.store
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits (up to 10 s) for a metrics export in which `done` holds, and returns it.
+    pub async fn wait_for_metrics(&self, done: impl Fn(&[Metric]) -> bool) -> Option<Vec<Metric>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(found) = self.metrics().into_iter().find(|m| done(m)) {
+                return Some(found);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Everything received so far.
@@ -225,12 +305,30 @@ async fn http_export(store: &Store, req: http::Request<Incoming>) -> http::Respo
         .headers()
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
-    if req.method() != http::Method::POST || req.uri().path() != "/v1/traces" || !protobuf {
+    let path = req.uri().path().to_owned();
+    if req.method() != http::Method::POST || !protobuf {
         return reply(404, Bytes::new());
     }
     let Ok(body) = req.into_body().collect().await else {
         return reply(400, Bytes::new());
     };
+    if path == "/v1/metrics" {
+        return match ExportMetricsServiceRequest::decode(body.to_bytes()) {
+            Ok(msg) => {
+                store.add_metrics(msg, false);
+                reply(
+                    200,
+                    ExportMetricsServiceResponse::default()
+                        .encode_to_vec()
+                        .into(),
+                )
+            }
+            Err(_) => reply(400, Bytes::new()),
+        };
+    }
+    if path != "/v1/traces" {
+        return reply(404, Bytes::new());
+    }
     match ExportTraceServiceRequest::decode(body.to_bytes()) {
         Ok(msg) => {
             store.add(msg, false);
@@ -258,6 +356,19 @@ pub fn attr_str(attrs: &[KeyValue], key: &str) -> String {
     {
         Some(any_value::Value::StringValue(s)) => s.clone(),
         _ => String::new(),
+    }
+}
+
+/// A boolean attribute of `attrs` (`None` when absent or not a boolean).
+pub fn attr_bool(attrs: &[KeyValue], key: &str) -> Option<bool> {
+    match attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+    {
+        Some(any_value::Value::BoolValue(b)) => Some(*b),
+        _ => None,
     }
 }
 

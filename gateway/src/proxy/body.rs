@@ -2,8 +2,8 @@
 //! untouched, and around them does the bookkeeping that must wait for the body's end: the
 //! HTTP/1.1 connection goes back to the pool only once the body is fully read, the target stays
 //! "in flight" for the balancers until then, a reset or truncated body counts as a failure of
-//! the target, and the attempt's `timeout` keeps running so a stalled body cannot hang the
-//! client.
+//! the target, the attempt's `timeout` keeps running so a stalled body cannot hang the client,
+//! and the attempt's client span (when recorded) ends with the body.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +20,7 @@ use super::pool::PooledH1;
 use super::upstream::Upstream;
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
+use crate::telemetry::trace::OpenSpan;
 
 /// What an attempt holds until its response body ends.
 pub(crate) struct Lease {
@@ -27,6 +28,9 @@ pub(crate) struct Lease {
     pub(crate) selection: Selection,
     pub(crate) conn: Option<PooledH1>,
     pub(crate) deadline: Option<Pin<Box<Sleep>>>,
+    /// The attempt's client span, ended with the body (dropped unfinished when the client
+    /// goes away first).
+    pub(crate) span: Option<OpenSpan>,
 }
 
 impl Lease {
@@ -35,11 +39,18 @@ impl Lease {
         if let Some(conn) = self.conn {
             conn.release();
         }
+        if let Some(span) = self.span {
+            span.finish();
+        }
     }
 
-    /// The exchange broke: the connection is dropped (hyper closes it) and the target charged.
-    fn fail(self) {
+    /// The exchange broke (`error_type`: `response_error` or `timeout`): the connection is
+    /// dropped (hyper closes it) and the target charged.
+    fn fail(self, error_type: &'static str) {
         self.upstream.targets.report_failure(self.selection.index());
+        if let Some(span) = self.span {
+            span.fail(error_type);
+        }
     }
 }
 
@@ -67,7 +78,7 @@ pub(crate) async fn wrap(mut inner: Incoming, lease: Lease) -> Result<Body, BoxE
             return Ok(Body::empty());
         }
         Some(Some(Err(e))) => {
-            lease.fail();
+            lease.fail("response_error");
             return Err(e.into());
         }
         Some(Some(Ok(frame))) if inner.is_end_stream() => {
@@ -144,7 +155,7 @@ impl HttpBody for UpstreamBody {
             Poll::Ready(Some(Err(e))) => {
                 tracing::debug!(upstream = %lease.upstream.name, error = %e, "upstream response body failed");
                 if let Some(lease) = this.lease.take() {
-                    lease.fail();
+                    lease.fail("response_error");
                 }
                 Poll::Ready(Some(Err(e.into())))
             }
@@ -159,7 +170,7 @@ impl HttpBody for UpstreamBody {
                 let timeout = lease.upstream.timeout.unwrap_or_default();
                 tracing::debug!(upstream = %lease.upstream.name, ?timeout, "upstream response body timed out");
                 if let Some(lease) = this.lease.take() {
-                    lease.fail();
+                    lease.fail("timeout");
                 }
                 Poll::Ready(Some(Err(GatewayError::UpstreamTimeout(timeout).into())))
             }

@@ -18,7 +18,7 @@ mod connect;
 mod headers;
 mod health;
 mod pool;
-mod tls;
+pub mod tls;
 mod upgrade;
 mod upstream;
 
@@ -41,6 +41,7 @@ use self::pool::{Checkout, Pool, PooledH1};
 use crate::body::Body;
 use crate::context::RequestCx;
 use crate::error::{GatewayError, error_response};
+use crate::telemetry::trace::OpenSpan;
 use crate::telemetry::trace::http_spans::Target;
 
 /// A route's proxy terminal: the upstream (shared by every route naming it) and this route's
@@ -178,18 +179,20 @@ impl ProxyRoute {
                         up.targets.report_success(index);
                     }
                     let retry = failed && retry_left && body_empty;
-                    if let Some(span) = span {
-                        span.end_response(status, retry);
-                    }
                     if retry {
+                        if let Some(span) = span {
+                            span.end_response(status, true);
+                        }
                         up.retries_total
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tried.push(index);
                         last = Some(Ok((sent, selection)));
                         continue;
                     }
+                    // The span ends with the upstream's body.
+                    let span = span.and_then(|s| s.end_head(status));
                     return self
-                        .respond(sent, selection, client_upgrade, websocket_over_h2)
+                        .respond(sent, selection, span, client_upgrade, websocket_over_h2)
                         .await;
                 }
                 Err(Failed { error, unsent }) => {
@@ -217,7 +220,7 @@ impl ProxyRoute {
         }
         match last {
             Some(Ok((sent, selection))) => {
-                self.respond(sent, selection, client_upgrade, websocket_over_h2)
+                self.respond(sent, selection, None, client_upgrade, websocket_over_h2)
                     .await
             }
             Some(Err(error)) => self.fail(error),
@@ -367,6 +370,7 @@ impl ProxyRoute {
         &self,
         sent: Sent,
         selection: Selection,
+        span: Option<OpenSpan>,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
         websocket_over_h2: bool,
     ) -> Response<Body> {
@@ -376,11 +380,20 @@ impl ProxyRoute {
             deadline,
         } = sent;
         let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+        // A tunnel's span ends at the switch rather than lasting as long as the tunnel.
+        let span = match span {
+            Some(s) if switching => {
+                s.finish();
+                None
+            }
+            s => s,
+        };
         let lease = Lease {
             upstream: self.upstream.clone(),
             selection,
             conn,
             deadline,
+            span,
         };
         if switching {
             let Some(client) = client_upgrade else {

@@ -56,6 +56,9 @@ impl Gateway {
         let generation = Generation::build(config.clone(), &telemetry)?;
         configure_access_log(&telemetry, &config)?;
         telemetry.tracer.store(tracer_for(&telemetry, &config)?);
+        telemetry
+            .metrics_export
+            .store(metrics_exporter_for(&telemetry, &config)?);
         let cx = ListenerContext {
             generation: Arc::new(ArcSwap::from_pointee(generation)),
             telemetry,
@@ -195,6 +198,7 @@ impl Gateway {
         let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);
         // Built before anything is swapped, so a bad endpoint rejects the whole reload.
         let tracer = tracer_for(&cx.telemetry, &config)?;
+        let metrics_export = metrics_exporter_for(&cx.telemetry, &config)?;
         // New stream sockets are bound before listeners change, so either failing leaves both
         // as they were.
         let streams = self
@@ -214,6 +218,8 @@ impl Gateway {
         // A replaced tracer's exporter sends what it holds and stops once the requests still
         // using it end.
         cx.telemetry.tracer.store(tracer);
+        // A replaced metrics exporter stops with its last reference.
+        cx.telemetry.metrics_export.store(metrics_export);
         configure_access_log(&cx.telemetry, &config)?;
         self.apply_admin(&config)?;
         Ok(())
@@ -292,6 +298,10 @@ impl Gateway {
         if let Some(tracer) = cx.telemetry.tracer.swap(None) {
             tracer.shutdown(drain.min(TRACE_FLUSH_TIMEOUT)).await;
         }
+        // The final values, so the collector sees the requests served while draining.
+        if let Some(exporter) = cx.telemetry.metrics_export.swap(None) {
+            exporter.shutdown(drain.min(TRACE_FLUSH_TIMEOUT)).await;
+        }
     }
 
     /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
@@ -352,7 +362,17 @@ fn tracer_for(
         .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m).into())
 }
 
-/// Longest a shutdown waits for the last spans to reach the collector.
+/// The metrics exporter for `config` (the running one when unchanged), its error located.
+fn metrics_exporter_for(
+    telemetry: &Telemetry,
+    config: &Config,
+) -> Result<Option<Arc<crate::telemetry::MetricsExporter>>, GatewayError> {
+    telemetry
+        .metrics_exporter_for(&config.telemetry)
+        .map_err(|(key, m)| config.error(key, m).into())
+}
+
+/// Longest a shutdown waits for the last spans (and metrics) to reach the collector.
 const TRACE_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn configure_access_log(telemetry: &Telemetry, config: &Config) -> Result<(), GatewayError> {

@@ -1,20 +1,24 @@
-//! Observability shared by every config generation: the metrics registry, the access log,
+//! Observability shared by every config generation: the metrics registry (scraped on the
+//! admin API, optionally pushed as OTLP metrics, see [`metrics_export`]), the access log,
 //! per-route request metrics, and the tracer (OTLP traces, see [`trace`]). Handles are
 //! registered when a generation is built, so recording a request is a few relaxed atomic adds.
 
 pub mod access_log;
 pub mod metrics;
+pub mod metrics_export;
+mod otlp;
 mod streams;
 pub mod trace;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use http::{StatusCode, Version};
 
 pub use access_log::{AccessLog, AccessRecord};
 pub use metrics::{Counter, Gauge, Histogram, Registry};
+pub use metrics_export::MetricsExporter;
 pub use streams::render_streams;
 pub use trace::Tracer;
 
@@ -27,6 +31,11 @@ pub struct Telemetry {
     /// The tracer, when `telemetry.traces` is configured (replaced on reload when its settings
     /// change; shared with the stream observers, which read it when a connection ends).
     pub tracer: Arc<ArcSwapOption<Tracer>>,
+    /// The OTLP metrics exporter, when `telemetry.metrics` is configured (replaced on reload
+    /// when its settings change).
+    pub metrics_export: ArcSwapOption<MetricsExporter>,
+    /// When the process-level series started counting (the start of OTLP cumulative values).
+    pub started: SystemTime,
     /// Successful config reloads.
     pub reloads_ok: Counter,
     /// Rejected config reloads.
@@ -49,6 +58,8 @@ impl Telemetry {
             reloads_failed: reloads("failed"),
             access_log: ArcSwapOption::empty(),
             tracer: Arc::new(ArcSwapOption::empty()),
+            metrics_export: ArcSwapOption::empty(),
+            started: SystemTime::now(),
             registry,
         })
     }
@@ -77,6 +88,19 @@ impl Telemetry {
         match self.tracer.load_full() {
             Some(t) if t.matches(cfg) => Ok(Some(t)),
             _ => Tracer::start(cfg, &self.registry),
+        }
+    }
+
+    /// The metrics exporter `cfg` asks for, like [`Telemetry::tracer_for`]: the running one
+    /// when unchanged, a new one (already exporting) when changed, none without `metrics`.
+    /// `Err` names the key at fault.
+    pub fn metrics_exporter_for(
+        &self,
+        cfg: &gateway_config::model::TelemetryConfig,
+    ) -> Result<Option<Arc<MetricsExporter>>, metrics_export::ConfigProblem> {
+        match self.metrics_export.load_full() {
+            Some(m) if m.matches(cfg) => Ok(Some(m)),
+            _ => MetricsExporter::start(cfg, &self.registry, self.started),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Backends for the proxy tests, all on 127.0.0.1:0 in this process:
 //!
 //! * [`Backend`]: a hyper server (HTTP/1.1 and h2c, or TLS with ALPN) that records what it
-//!   receives and answers by path: `/healthz`, `/slow/MS`, `/status/CODE`, `/download/BYTES`,
+//!   receives and answers by path: `/healthz`, `/slow/MS`, `/slow-body/MS` (the head at once,
+//!   the body after MS), `/status/CODE`, `/download/BYTES`,
 //!   `/upload`, `/hop`, `/trailers`, anything else with its name. It can be stopped (the port
 //!   then refuses) and started again on the same port.
 //! * [`WsEcho`]: a WebSocket echo server (tokio-tungstenite).
@@ -285,6 +286,13 @@ async fn route(state: &State, path: &str, req: Request<Incoming>) -> Response<Te
     if let Some(ms) = arg("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         return Response::new(full("slow"));
+    }
+    if let Some(ms) = arg("/slow-body/") {
+        let body = futures_util::stream::once(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, std::io::Error>(Frame::data(Bytes::from_static(b"slow body")))
+        });
+        return Response::new(BodyExt::boxed(StreamBody::new(body)));
     }
     if let Some(code) = arg("/status/") {
         let mut res = Response::new(full(format!("status {code}")));

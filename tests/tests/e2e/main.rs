@@ -5,6 +5,7 @@ mod core;
 mod h3;
 mod observability;
 mod otel;
+mod otel_metrics;
 mod proxy;
 mod proxy_grpc;
 mod proxy_http;

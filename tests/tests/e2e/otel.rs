@@ -1,15 +1,16 @@
 //! OpenTelemetry traces end to end: the gateway exports to a real OTLP receiver (gRPC and
 //! HTTP/protobuf, decoded with `opentelemetry-proto`), continues incoming `traceparent`s,
-//! sends its own upstream, samples parent-based, survives a dead collector without slowing
-//! requests, follows reloads, and reports L4 connections.
+//! sends its own upstream, samples parent-based, ends spans with the response body (a slow
+//! body, a client that leaves), survives a dead collector without slowing requests, follows
+//! reloads, and reports L4 connections.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
 use gateway_tests::backend::l4::{Mode, TcpBackend};
-use gateway_tests::otlp::{OtlpReceiver, Received, Span, attr_int, attr_str, hex};
-use gateway_tests::{TestGateway, http1};
+use gateway_tests::otlp::{OtlpReceiver, Received, Span, attr_bool, attr_int, attr_str, hex};
+use gateway_tests::{TestGateway, http1, http2c};
 use http::Request;
 use http_body_util::Full;
 
@@ -649,4 +650,103 @@ routes:
     assert_eq!(attr_str(a, "server.address"), "site.test");
     assert_eq!(attr_int(a, "http.response.status_code"), Some(200));
     client.close().await;
+}
+
+fn duration_ms(s: &Span) -> u64 {
+    s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano) / 1_000_000
+}
+
+#[tokio::test]
+async fn spans_last_until_the_response_body_has_been_sent() {
+    let collector = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&collector.grpc_endpoint(), 1.0),
+        &[backend.addr()],
+    ))
+    .await;
+    // The head comes at once, the body 300 ms later, over both HTTP versions.
+    let traces = [
+        (
+            "4bf92f3577b34da6a3ce929d0e0e0001",
+            http1(gw.addr("main")).await,
+        ),
+        (
+            "4bf92f3577b34da6a3ce929d0e0e0002",
+            http2c(gw.addr("main")).await,
+        ),
+    ];
+    for (trace, mut c) in traces {
+        let tp = format!("00-{trace}-{PARENT_SPAN}-01");
+        let res = c
+            .send(get("/slow-body/300", &[("traceparent", &tp)]))
+            .await
+            .expect("request");
+        assert_eq!((res.status(), res.text().as_str()), (200, "slow body"));
+        let spans = collector.trace(trace, 2).await;
+        let (server, client) = (find(&spans, SERVER), find(&spans, CLIENT));
+        assert_eq!((server.len(), client.len()), (1, 1), "{spans:#?}");
+        let (server, client) = (server[0], client[0]);
+        assert!(
+            duration_ms(server) >= 300,
+            "server span {}",
+            duration_ms(server)
+        );
+        assert!(
+            duration_ms(client) >= 300,
+            "client span {}",
+            duration_ms(client)
+        );
+        // The upstream body ends before the client's does.
+        assert!(client.end_time_unix_nano <= server.end_time_unix_nano);
+        assert!(server.status.is_none() && client.status.is_none());
+        assert_eq!(attr_bool(&server.attributes, "gateway.client_gone"), None);
+    }
+}
+
+#[tokio::test]
+async fn a_client_gone_before_the_body_ends_its_spans_marked() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let collector = OtlpReceiver::start().await;
+    let backend = Backend::start("b1").await;
+    let gw = TestGateway::start(&config(
+        &traces(&collector.grpc_endpoint(), 1.0),
+        &[backend.addr()],
+    ))
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr("main"))
+        .await
+        .expect("connect");
+    let tp = traceparent("01");
+    let req = format!("GET /slow-body/2000 HTTP/1.1\r\nHost: gw\r\ntraceparent: {tp}\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.expect("write");
+    // Read the head, then leave before the body.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tcp.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before the head");
+        head.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let left = std::time::Instant::now();
+    drop(tcp);
+
+    let spans = collector.trace(PARENT_TRACE, 2).await;
+    let (server, client) = (find(&spans, SERVER), find(&spans, CLIENT));
+    assert_eq!((server.len(), client.len()), (1, 1), "{spans:#?}");
+    for s in [server[0], client[0]] {
+        assert_eq!(
+            attr_bool(&s.attributes, "gateway.client_gone"),
+            Some(true),
+            "{s:#?}"
+        );
+        // Ended when the client left, not when the body would have ended.
+        assert!(duration_ms(s) < 1500, "{}", duration_ms(s));
+    }
+    assert!(left.elapsed() < Duration::from_secs(10));
 }

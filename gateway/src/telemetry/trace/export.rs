@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::proto::{self, Resource};
 use super::span::SpanData;
-use super::transport::Transport;
 use crate::telemetry::metrics::Counter;
+use crate::telemetry::otlp::Transport;
 
 /// Spans per export request.
 pub(crate) const MAX_BATCH: usize = 512;

@@ -1,6 +1,8 @@
 //! HTTP spans with the OpenTelemetry semantic conventions (HTTP server and client spans,
 //! stable since semconv 1.23): a [`ServerSpan`] per request, started in `ConnService::handle`
-//! for every protocol, and a [`ClientSpan`] per upstream attempt, started by the proxy.
+//! for every protocol, and a [`ClientSpan`] per upstream attempt, started by the proxy. Both
+//! get their status from the response head and stay open (an [`OpenSpan`]) until the body
+//! has been sent or read.
 //!
 //! An unsampled request costs a header parse and two random ids: it records nothing, and its
 //! upstream requests carry the trace on with the `sampled` flag clear.
@@ -13,7 +15,8 @@ use http::header::USER_AGENT;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Version};
 
-use super::context::{SpanContext, TraceId, inject, new_span_id};
+use super::context::{SpanContext, inject, new_span_id};
+use super::open::OpenSpan;
 use super::span::{self, Kind, Parent, SpanData, Status, Value, port_of};
 use super::{TraceCx, Tracer};
 use crate::body::Body;
@@ -23,7 +26,7 @@ use crate::error::GatewayError;
 /// A span's attributes.
 pub type Attributes = Vec<(&'static str, Value)>;
 
-/// The span of one request, from its head to its response head.
+/// The span of one request, from its head to the end of its response body.
 pub struct ServerSpan {
     cx: TraceCx,
     start: Duration,
@@ -93,9 +96,9 @@ impl ServerSpan {
         &self.cx
     }
 
-    /// Ends the span with the response status and the matched route ("" when none matched).
-    /// Returns the trace id when the span was recorded.
-    pub fn end(self, status: StatusCode, route: &Arc<str>) -> Option<TraceId> {
+    /// Notes the response status and the matched route ("" when none matched). A recorded
+    /// span is returned open, to be ended with the response body ([`OpenSpan::attach`]).
+    pub fn end_head(self, status: StatusCode, route: &Arc<str>) -> Option<OpenSpan> {
         if !self.cx.sampled() {
             return None;
         }
@@ -123,20 +126,19 @@ impl ServerSpan {
         } else {
             Status::Unset
         };
-        let trace_id = cx.span.trace_id;
-        cx.tracer.record(SpanData {
-            trace_id,
+        let data = SpanData {
+            trace_id: cx.span.trace_id,
             span_id: cx.span.span_id,
             parent: cx.parent,
             trace_state: cx.state,
             name: (method, route),
             kind: Kind::Server,
             start,
-            end: span::now(),
+            end: start,
             attributes: a,
             status,
-        });
-        Some(trace_id)
+        };
+        Some(OpenSpan::new(cx.tracer, data))
     }
 }
 
@@ -207,27 +209,20 @@ impl TraceCx {
 
 impl ClientSpan {
     /// Ends the attempt with the upstream's status; `retried` when the gateway tried another
-    /// target after it (a 502, 503 or 504).
+    /// target after it (a 502, 503 or 504), whose response is dropped.
     pub fn end_response(self, status: StatusCode, retried: bool) {
-        let Some(mut r) = self.recording else { return };
-        r.attributes.push((
-            "http.response.status_code",
-            Value::Int(i64::from(status.as_u16())),
-        ));
-        // Client spans fail on 4xx too (semantic conventions): the call did not do its job.
-        let outcome = if status.is_client_error() || status.is_server_error() || retried {
-            r.attributes
-                .push(("error.type", Value::Owned(status.as_str().into())));
-            let message = if retried {
-                "retried on another target"
-            } else {
-                ""
-            };
-            Status::Error(message.into())
-        } else {
-            Status::Unset
-        };
-        r.finish(outcome);
+        if let Some(r) = self.recording {
+            let (r, outcome) = r.response(status, retried);
+            r.finish(outcome);
+        }
+    }
+
+    /// Notes the upstream's response head; a recorded span is returned open, to be ended when
+    /// the upstream's body has been read.
+    pub fn end_head(self, status: StatusCode) -> Option<OpenSpan> {
+        let (r, outcome) = self.recording?.response(status, false);
+        let tracer = r.tracer.clone();
+        Some(OpenSpan::new(tracer, r.into_data(outcome)))
     }
 
     /// Ends the attempt with the error that ended it (connect, timeout, broken response).
@@ -254,7 +249,37 @@ impl ClientSpan {
 }
 
 impl Recording {
+    /// Notes the upstream's status; returns the outcome it makes.
+    fn response(mut self, status: StatusCode, retried: bool) -> (Self, Status) {
+        self.attributes.push((
+            "http.response.status_code",
+            Value::Int(i64::from(status.as_u16())),
+        ));
+        // Client spans fail on 4xx too (semantic conventions): the call did not do its job.
+        let outcome = if status.is_client_error() || status.is_server_error() || retried {
+            self.attributes
+                .push(("error.type", Value::Owned(status.as_str().into())));
+            let message = if retried {
+                "retried on another target"
+            } else {
+                ""
+            };
+            Status::Error(message.into())
+        } else {
+            Status::Unset
+        };
+        (self, outcome)
+    }
+
     fn finish(self, status: Status) {
+        let tracer = self.tracer.clone();
+        let mut data = self.into_data(status);
+        data.end = span::now();
+        tracer.record(data);
+    }
+
+    /// The span as queued (its end still to be set).
+    fn into_data(self, status: Status) -> SpanData {
         let method = self
             .attributes
             .first()
@@ -262,7 +287,7 @@ impl Recording {
                 Value::Static("_OTHER") => Value::Static("HTTP"),
                 m => m.clone(),
             });
-        self.tracer.record(SpanData {
+        SpanData {
             trace_id: self.span.trace_id,
             span_id: self.span.span_id,
             parent: Parent::Local(self.parent.span_id),
@@ -270,10 +295,10 @@ impl Recording {
             name: (method, None),
             kind: Kind::Client,
             start: self.start,
-            end: span::now(),
+            end: self.start,
             attributes: self.attributes,
             status,
-        });
+        }
     }
 }
 

@@ -7,8 +7,10 @@
 //! * [`context`]: W3C `traceparent`/`tracestate` parsing and formatting, ids.
 //! * [`sampler`]: parent-based, ratio for new traces.
 //! * [`span`]: a finished span as queued; [`http_spans`] builds the HTTP server and client spans
-//!   with the semantic-convention attributes; [`stream`] the L4 connection spans.
-//! * `export`: the batching task; `transport`: OTLP over hyper; `proto`: the wire messages.
+//!   with the semantic-convention attributes, which [`open`] ends with their bodies; [`stream`]
+//!   the L4 connection spans.
+//! * `export`: the batching task; `proto`: the wire messages; OTLP over hyper is
+//!   `telemetry::otlp`, shared with the metrics exporter.
 //!
 //! Without `telemetry.traces` there is no [`Tracer`], and the request path does one atomic
 //! load to find that out. A [`Tracer`] lives until the config changes its settings: reload
@@ -18,11 +20,11 @@
 pub mod context;
 mod export;
 pub mod http_spans;
-mod proto;
+pub mod open;
+pub(crate) mod proto;
 pub mod sampler;
 pub mod span;
 pub mod stream;
-mod transport;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,8 +40,10 @@ use self::context::{RemoteParent, SpanContext, new_span_id, new_trace_id};
 use self::sampler::Sampler;
 use self::span::{Parent, SpanData};
 use super::metrics::{Counter, Registry};
+use super::otlp::{self as transport, Signal};
 
 pub use self::http_spans::{ClientSpan, InternalSpan, ServerSpan};
+pub use self::open::OpenSpan;
 pub use self::stream::StreamTraceFactory;
 
 /// `service.name` when the config names none.
@@ -71,7 +75,7 @@ impl Settings {
 /// `gateway validate`). `Err` is a message about `telemetry.traces.otlp_endpoint`.
 pub fn check(config: &TelemetryConfig) -> Result<(), String> {
     match &config.traces {
-        Some(t) => transport::Endpoint::parse(&t.otlp_endpoint).map(drop),
+        Some(t) => transport::Endpoint::parse(&t.otlp_endpoint, Signal::Traces).map(drop),
         None => Ok(()),
     }
 }
@@ -106,7 +110,7 @@ impl Tracer {
         let Some(settings) = Settings::of(config) else {
             return Ok(None);
         };
-        let endpoint = transport::Endpoint::parse(&settings.endpoint)?;
+        let endpoint = transport::Endpoint::parse(&settings.endpoint, Signal::Traces)?;
         let counters = counters(registry);
         let (queue, rx) = mpsc::channel(export::QUEUE);
         let signal = Arc::new(export::Signal::default());
@@ -220,8 +224,8 @@ fn counters(registry: &Registry) -> export::Counters {
     }
 }
 
-/// The resource every span is reported under.
-fn resource(service_name: &str) -> proto::Resource {
+/// The resource every span (and metric) is reported under.
+pub(crate) fn resource(service_name: &str) -> proto::Resource {
     proto::Resource {
         attributes: vec![
             proto::string_kv("service.name", service_name),

@@ -116,11 +116,11 @@ pub(crate) struct KeyValue {
     pub(crate) value: Option<AnyValue>,
 }
 
-/// `AnyValue` (the string and integer cases).
+/// `AnyValue` (the string, boolean and integer cases).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct AnyValue {
     /// The value.
-    #[prost(oneof = "any_value::Value", tags = "1, 3")]
+    #[prost(oneof = "any_value::Value", tags = "1, 2, 3")]
     pub(crate) value: Option<any_value::Value>,
 }
 
@@ -131,10 +131,13 @@ pub(crate) mod any_value {
     pub(crate) enum Value {
         /// `string_value`.
         #[prost(string, tag = "1")]
-        StringValue(String),
+        String(String),
+        /// `bool_value`.
+        #[prost(bool, tag = "2")]
+        Bool(bool),
         /// `int_value`.
         #[prost(int64, tag = "3")]
-        IntValue(i64),
+        Int(i64),
     }
 }
 
@@ -150,15 +153,16 @@ pub(crate) fn string_kv(key: &str, value: impl Into<String>) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
         value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
+            value: Some(any_value::Value::String(value.into())),
         }),
     }
 }
 
 fn kv(key: &str, value: &Value) -> KeyValue {
     let value = match value.resolve() {
-        Resolved::Str(s) => any_value::Value::StringValue(s.into_owned()),
-        Resolved::Int(i) => any_value::Value::IntValue(i),
+        Resolved::Str(s) => any_value::Value::String(s.into_owned()),
+        Resolved::Int(i) => any_value::Value::Int(i),
+        Resolved::Bool(b) => any_value::Value::Bool(b),
     };
     KeyValue {
         key: key.to_owned(),
@@ -170,6 +174,7 @@ fn text(value: &Value) -> String {
     match value.resolve() {
         Resolved::Str(s) => s.into_owned(),
         Resolved::Int(i) => i.to_string(),
+        Resolved::Bool(b) => b.to_string(),
     }
 }
 

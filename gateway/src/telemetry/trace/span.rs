@@ -35,6 +35,8 @@ pub enum Value {
     Owned(Box<str>),
     /// An integer.
     Int(i64),
+    /// A boolean.
+    Bool(bool),
     /// An IP address, as text.
     Ip(IpAddr),
     /// A header value, as lossy UTF-8.
@@ -55,6 +57,7 @@ impl Value {
             Self::Shared(s) => Resolved::Str(std::borrow::Cow::Borrowed(s)),
             Self::Owned(s) => Resolved::Str(std::borrow::Cow::Borrowed(s)),
             Self::Int(i) => Resolved::Int(*i),
+            Self::Bool(b) => Resolved::Bool(*b),
             Self::Ip(ip) => Resolved::Str(ip.to_string().into()),
             Self::Header(v) => Resolved::Str(String::from_utf8_lossy(v.as_bytes())),
             Self::Path(p) => Resolved::Str(std::borrow::Cow::Borrowed(p.path())),
@@ -74,6 +77,8 @@ pub enum Resolved<'a> {
     Str(std::borrow::Cow<'a, str>),
     /// An integer.
     Int(i64),
+    /// A boolean.
+    Bool(bool),
 }
 
 /// How a span ended.

@@ -1,10 +1,12 @@
-//! OTLP over the workspace's hyper client, one connection kept open between exports.
+//! OTLP over the workspace's hyper client, one connection kept open between exports; used by
+//! the trace exporter and the metrics exporter alike ([`Signal`] picks the service).
 //!
-//! * OTLP/gRPC: an HTTP/2 POST to `/opentelemetry.proto.collector.trace.v1.TraceService/Export`
-//!   with gRPC's 5-byte length prefix; success is `grpc-status: 0` (in the trailers, or in the
-//!   headers of a trailers-only reply). Cleartext endpoints speak h2c with prior knowledge.
+//! * OTLP/gRPC: an HTTP/2 POST to the signal's Export method (for traces
+//!   `/opentelemetry.proto.collector.trace.v1.TraceService/Export`) with gRPC's 5-byte length
+//!   prefix; success is `grpc-status: 0` (in the trailers, or in the headers of a trailers-only
+//!   reply). Cleartext endpoints speak h2c with prior knowledge.
 //! * OTLP/HTTP: an HTTP/1.1 POST of the protobuf (`application/x-protobuf`) to the configured
-//!   URL, which ends in `/v1/traces`; success is any 2xx.
+//!   URL, which ends in `/v1/traces` (or `/v1/metrics`); success is any 2xx.
 //!
 //! `https://` endpoints use rustls (aws-lc-rs) with the bundled web roots, like upstreams
 //! without a CA file. Every error drops the connection, so the next export starts clean.
@@ -23,9 +25,30 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::proto::ExportTraceServiceRequest;
+/// What an endpoint receives: its gRPC method and its OTLP/HTTP path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// Spans.
+    Traces,
+    /// Metrics.
+    Metrics,
+}
 
-const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+impl Signal {
+    fn grpc_path(self) -> &'static str {
+        match self {
+            Self::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            Self::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        }
+    }
+
+    fn http_path(self) -> &'static str {
+        match self {
+            Self::Traces => "/v1/traces",
+            Self::Metrics => "/v1/metrics",
+        }
+    }
+}
 
 /// Why an export failed (for the log line; the spans are counted as dropped either way).
 pub(crate) type ExportError = String;
@@ -52,9 +75,10 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses `url`: `http(s)://host[:port][/path]`; a path ending in `/v1/traces` selects
-    /// OTLP/HTTP, anything else OTLP/gRPC (whose path is fixed by the protocol).
-    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+    /// Parses `url`: `http(s)://host[:port][/path]`; a path ending in the signal's OTLP/HTTP
+    /// path (`/v1/traces`, `/v1/metrics`) selects OTLP/HTTP, anything else OTLP/gRPC (whose
+    /// path is fixed by the protocol).
+    pub(crate) fn parse(url: &str, signal: Signal) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
         let https = match uri.scheme_str() {
             Some("http") => false,
@@ -70,7 +94,11 @@ impl Endpoint {
         if host.is_empty() {
             return Err("the URL has no host".into());
         }
-        let protocol = if uri.path().trim_end_matches('/').ends_with("/v1/traces") {
+        let protocol = if uri
+            .path()
+            .trim_end_matches('/')
+            .ends_with(signal.http_path())
+        {
             Protocol::HttpProtobuf
         } else {
             Protocol::Grpc
@@ -85,7 +113,7 @@ impl Endpoint {
             Protocol::Grpc => Uri::builder()
                 .scheme(uri.scheme_str().unwrap_or("http"))
                 .authority(authority)
-                .path_and_query(GRPC_PATH)
+                .path_and_query(signal.grpc_path())
                 .build()
                 .map_err(|e| e.to_string())?,
         };
@@ -163,10 +191,7 @@ impl Transport {
     }
 
     /// Sends one export request; on any error the connection is dropped.
-    pub(crate) async fn export(
-        &mut self,
-        message: &ExportTraceServiceRequest,
-    ) -> Result<(), ExportError> {
+    pub(crate) async fn export(&mut self, message: &impl Message) -> Result<(), ExportError> {
         let body = match self.endpoint.protocol {
             Protocol::Grpc => grpc_frame(message),
             Protocol::HttpProtobuf => Bytes::from(message.encode_to_vec()),
@@ -233,7 +258,7 @@ impl Transport {
                     .endpoint
                     .uri
                     .path_and_query()
-                    .map_or("/v1/traces", |p| p.as_str());
+                    .map_or("/", |p| p.as_str());
                 *req.uri_mut() = Uri::try_from(path).unwrap_or_default();
                 let h = req.headers_mut();
                 h.insert(
@@ -322,7 +347,7 @@ where
 }
 
 /// gRPC's length-prefixed message: flag 0 (uncompressed), 4-byte big-endian length.
-fn grpc_frame(message: &ExportTraceServiceRequest) -> Bytes {
+fn grpc_frame(message: &impl Message) -> Bytes {
     let len = message.encoded_len();
     let mut buf = BytesMut::with_capacity(5 + len);
     buf.put_u8(0);
@@ -338,23 +363,35 @@ mod tests {
 
     #[test]
     fn endpoints_pick_the_protocol_by_path() {
-        let g = Endpoint::parse("http://127.0.0.1:4317").expect("grpc");
+        let parse = |url| Endpoint::parse(url, Signal::Traces);
+        let g = parse("http://127.0.0.1:4317").expect("grpc");
         assert_eq!(g.protocol, Protocol::Grpc);
-        assert_eq!(g.uri.path(), GRPC_PATH);
-        let h = Endpoint::parse("http://collector:4318/v1/traces").expect("http");
+        assert_eq!(g.uri.path(), Signal::Traces.grpc_path());
+        let h = parse("http://collector:4318/v1/traces").expect("http");
         assert_eq!(h.protocol, Protocol::HttpProtobuf);
         assert_eq!((h.host.as_str(), h.port), ("collector", 4318));
-        let d = Endpoint::parse("http://collector/v1/traces").expect("default port");
+        let d = parse("http://collector/v1/traces").expect("default port");
         assert_eq!(d.port, 80);
-        assert!(Endpoint::parse("ftp://x").is_err());
-        assert!(Endpoint::parse("not a url").is_err());
-        assert!(Endpoint::parse("http://").is_err());
-        assert!(Endpoint::parse("http:///v1/traces").is_err());
+        assert!(parse("ftp://x").is_err());
+        assert!(parse("not a url").is_err());
+        assert!(parse("http://").is_err());
+        assert!(parse("http:///v1/traces").is_err());
+        // Each signal recognises its own OTLP/HTTP path.
+        let m = Endpoint::parse("http://collector:4318/v1/metrics", Signal::Metrics).expect("m");
+        assert_eq!(m.protocol, Protocol::HttpProtobuf);
+        assert_eq!(
+            parse("http://collector:4318/v1/metrics")
+                .expect("t")
+                .protocol,
+            Protocol::Grpc
+        );
+        let g = Endpoint::parse("https://collector", Signal::Metrics).expect("grpc");
+        assert_eq!(g.uri.path(), Signal::Metrics.grpc_path());
     }
 
     #[test]
     fn grpc_frames_are_length_prefixed() {
-        let msg = ExportTraceServiceRequest::default();
+        let msg = crate::telemetry::trace::proto::ExportTraceServiceRequest::default();
         let f = grpc_frame(&msg);
         assert_eq!(&f[..5], &[0, 0, 0, 0, 0]);
     }
