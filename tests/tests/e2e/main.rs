@@ -1,6 +1,7 @@
 //! One end-to-end test binary (one link step) with a module per area.
 
 mod cli;
+mod cluster;
 mod core;
 mod h3;
 mod observability;

@@ -1,0 +1,363 @@
+//! Several gateway instances sharing state through a real Redis server (`cluster:`): a global
+//! rate limit counted exactly across three instances, the configured fallbacks while Redis is
+//! down (and no request waiting on it), counting resuming after Redis restarts, passive
+//! ejections reaching the other instance within a second, and a plugin's shared data with CAS
+//! across instances. Each test starts its own `redis-server` on a free loopback port and skips
+//! (printing why) when it is not installed.
+
+use std::time::Duration;
+
+use gateway_tests::backend::Backend;
+use gateway_tests::redis::RedisServer;
+use gateway_tests::{Client, TestGateway, http1, temp_dir};
+use stream_proxy::upstream::Health;
+use tokio::time::Instant;
+
+use crate::wasm::install;
+
+/// The value of one series on the gateway's /metrics (0 when absent).
+fn metric(gw: &TestGateway, series: &str) -> u64 {
+    let text = gw.gateway().telemetry().registry.render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cluster_up(gw: &TestGateway) -> bool {
+    gw.gateway()
+        .generation()
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.is_up())
+}
+
+/// Waits (bounded) until every instance's link to Redis is up.
+async fn all_up(gws: &[TestGateway]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gws.iter().all(cluster_up) {
+        assert!(Instant::now() < deadline, "cluster link not up after 10s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn start_three(yaml: &str) -> (Vec<TestGateway>, Vec<Client>) {
+    let mut gws = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let gw = TestGateway::start(yaml).await;
+        clients.push(http1(gw.addr("main")).await);
+        gws.push(gw);
+    }
+    all_up(&gws).await;
+    (gws, clients)
+}
+
+/// `n` requests to `path`, round robin over the instances; the statuses in order.
+async fn round_robin(clients: &mut [Client], path: &str, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::with_capacity(n);
+    let k = clients.len();
+    for i in 0..n {
+        statuses.push(clients[i % k].get(path).await.status());
+    }
+    statuses
+}
+
+fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+fn limits_config(redis: &str) -> String {
+    format!(
+        r#"
+server: {{ watch_config: false }}
+cluster: {{ redis: "{redis}", prefix: t1, timeout: 50ms }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+routes:
+  - name: local-fallback
+    match: {{ path: /a }}
+    filters:
+      - rate_limit: {{ requests: 10, per: 1m, scope: global }}
+    respond: {{ body: "a" }}
+  - name: fail-closed
+    match: {{ path: /deny }}
+    filters:
+      - rate_limit: {{ requests: 10, per: 1m, scope: global, fallback: deny }}
+    respond: {{ body: "deny" }}
+  - name: fail-open
+    match: {{ path: /allow }}
+    filters:
+      - rate_limit: {{ requests: 10, per: 1m, scope: global, fallback: allow }}
+    respond: {{ body: "allow" }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_share_a_global_limit_and_fall_back_while_redis_is_down() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let (gws, mut clients) = start_three(&limits_config(&redis.url())).await;
+
+    // 30 requests spread over three instances: exactly the limit of 10 passes.
+    let statuses = round_robin(&mut clients, "/a", 30).await;
+    assert_eq!(count(&statuses, 200), 10, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 20, "{statuses:?}");
+    assert!(statuses[..10].iter().all(|s| *s == 200), "{statuses:?}");
+    let refused = clients[1].get("/a").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.header("ratelimit-limit"), "10");
+    assert_eq!(refused.header("ratelimit-remaining"), "0");
+    let retry: u64 = refused.header("retry-after").parse().unwrap();
+    assert!((1..=7).contains(&retry), "retry-after {retry}");
+    // The bucket is in Redis, under the prefix, keyed by the client address.
+    let mut conn = redis.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("t1:rl:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys, ["t1:rl:local-fallback:0:ip:127.0.0.1"]);
+    for gw in &gws {
+        assert_eq!(
+            metric(
+                gw,
+                "gateway_rate_limit_fallback_total{route=\"local-fallback\"}"
+            ),
+            0
+        );
+    }
+
+    // Redis goes away: every route still answers at once, as its fallback says.
+    redis.stop();
+    let started = Instant::now();
+    for (i, c) in clients.iter_mut().enumerate() {
+        // The local bucket of each instance allows the whole limit by itself.
+        let mut ok = 0;
+        for _ in 0..12 {
+            let res = c.get("/a").await;
+            assert!(
+                matches!(res.status(), 200 | 429),
+                "instance {i}: {}",
+                res.status()
+            );
+            ok += usize::from(res.status() == 200);
+        }
+        assert_eq!(ok, 10, "instance {i}: the local fallback limits alone");
+        let res = c.get("/deny").await;
+        assert_eq!(res.status(), 503, "fail closed");
+        assert_eq!(res.header("retry-after"), "1");
+        let res = c.get("/allow").await;
+        assert_eq!(res.status(), 200, "fail open");
+        assert_eq!(res.header("ratelimit-limit"), "", "no limit was applied");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "42 requests took {:?}",
+        started.elapsed()
+    );
+    for gw in &gws {
+        assert!(!cluster_up(gw));
+        assert!(
+            metric(
+                gw,
+                "gateway_rate_limit_fallback_total{route=\"local-fallback\"}"
+            ) >= 12
+        );
+        assert_eq!(
+            metric(
+                gw,
+                "gateway_rate_limit_fallback_total{route=\"fail-closed\"}"
+            ),
+            1
+        );
+        // Only the call that found Redis gone (and perhaps a ping) failed: the other requests
+        // fell back at once, without trying Redis and waiting for `cluster.timeout`.
+        let errors = metric(gw, "gateway_cluster_redis_errors_total");
+        assert!((1..=2).contains(&errors), "{errors} failed Redis calls");
+        assert_eq!(metric(gw, "gateway_cluster_redis_up"), 0);
+    }
+
+    // Redis is back (empty: nothing persisted): the instances reconnect by themselves and
+    // count globally again.
+    redis.resume().await;
+    all_up(&gws).await;
+    let statuses = round_robin(&mut clients, "/a", 30).await;
+    assert_eq!(count(&statuses, 200), 10, "{statuses:?}");
+    let statuses = round_robin(&mut clients, "/deny", 15).await;
+    assert_eq!(count(&statuses, 200), 10, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 5, "{statuses:?}");
+    for gw in &gws {
+        assert_eq!(metric(gw, "gateway_cluster_redis_up"), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passive_ejection_reaches_the_other_instance_within_a_second() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let live = Backend::start("live").await;
+    // A port nothing listens on: connections are refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let yaml = format!(
+        r#"
+server: {{ watch_config: false }}
+cluster: {{ redis: "{}", share_health: true }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  u:
+    targets: ["{}", "{dead}"]
+    health_check: {{ unhealthy_after: 1, eject_for: 30s }}
+routes:
+  - match: {{ path_prefix: / }}
+    proxy: {{ upstream: u }}
+"#,
+        redis.url(),
+        live.addr()
+    );
+    let gws = [
+        TestGateway::start(&yaml).await,
+        TestGateway::start(&yaml).await,
+    ];
+    all_up(&gws).await;
+    let health = |gw: &TestGateway| {
+        gw.gateway()
+            .generation()
+            .upstreams
+            .get("u")
+            .unwrap()
+            .targets
+            .health(1)
+            .unwrap()
+    };
+    assert_eq!(health(&gws[1]), Health::Healthy);
+
+    // Requests through the first instance until it ejects the dead target.
+    let mut c = http1(gws[0].addr("main")).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while health(&gws[0]) != Health::Ejected {
+        assert!(
+            Instant::now() < deadline,
+            "first instance never ejected the target"
+        );
+        let _ = c.get("/").await;
+    }
+    let ejected_at = Instant::now();
+    while health(&gws[1]) != Health::Ejected {
+        assert!(
+            ejected_at.elapsed() < Duration::from_secs(1),
+            "the second instance did not learn of the ejection within a second"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("ejection shared in {:?}", ejected_at.elapsed());
+    assert_eq!(
+        metric(
+            &gws[0],
+            "gateway_cluster_health_events_total{direction=\"sent\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &gws[1],
+            "gateway_cluster_health_events_total{direction=\"received\"}"
+        ),
+        1
+    );
+    // The second instance now sends everything to the live target without trying the dead one.
+    let mut c = http1(gws[1].addr("main")).await;
+    for _ in 0..6 {
+        assert_eq!(c.get("/").await.status(), 200);
+    }
+    assert_eq!(
+        health(&gws[0]),
+        Health::Ejected,
+        "its own report is not applied twice"
+    );
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_shared_data_with_global_scope_counts_across_instances() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let mut gws = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let dir = temp_dir();
+        install(dir.path(), "shared_counter", "sc.wasm");
+        let yaml = format!(
+            r#"
+server: {{ watch_config: false }}
+cluster: {{ redis: "{}", prefix: t3 }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+plugins:
+  counter:
+    wasm: sc.wasm
+    shared_data: {{ scope: global }}
+routes:
+  - match: {{ path_prefix: / }}
+    filters:
+      - plugin: counter
+    respond: {{ body: ok }}
+"#,
+            redis.url()
+        );
+        let gw = TestGateway::start_in(dir, &yaml).await;
+        clients.push(http1(gw.addr("main")).await);
+        gws.push(gw);
+    }
+    all_up(&gws).await;
+    // The count already in Redis (another instance's work) is where the plugin goes on from.
+    let mut conn = redis.connection().await;
+    redis::cmd("HSET")
+        .arg("t3:shared:shared-counter/requests")
+        .arg("v")
+        .arg(&1000u64.to_le_bytes()[..])
+        .arg("c")
+        .arg(7)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    // Concurrent requests on all three instances: every count from 1001 to 1060 exactly once.
+    let mut tasks = Vec::new();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..20 {
+                let r = c.get("/").await;
+                assert_eq!(r.status(), 200, "instance {i}");
+                seen.push(r.header("x-request-count").parse::<u64>().unwrap());
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1001..=1060).collect::<Vec<_>>());
+    let (value, cas): (Vec<u8>, u32) = redis::cmd("HMGET")
+        .arg("t3:shared:shared-counter/requests")
+        .arg("v")
+        .arg("c")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, 1060u64.to_le_bytes());
+    assert!(cas >= 7 + 60, "every write bumped the token: {cas}");
+    drop(gws);
+}
