@@ -155,14 +155,58 @@ pub enum AccessLogFormat {
     Combined,
 }
 
-/// A named certificate: PEM files.
+/// A named certificate: PEM files (`cert` and `key`), or `acme` to have it issued and renewed.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateConfig {
     /// PEM certificate chain, leaf first.
-    pub cert: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1; RSA, ECDSA or Ed25519).
-    pub key: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// Issue and renew the certificate from an ACME CA instead of reading files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acme: Option<AcmeConfig>,
+    /// Staple OCSP responses when the certificate names an OCSP responder (default on).
+    #[serde(default = "yes")]
+    pub ocsp_stapling: bool,
+}
+
+/// `certificates.NAME.acme`: automatic issuance and renewal (RFC 8555).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeConfig {
+    /// DNS names the certificate covers (the first is its subject).
+    pub domains: Vec<String>,
+    /// Contact address given to the CA (expiry notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    /// The CA's directory URL (`https://`).
+    pub directory: String,
+    /// How the CA checks control of the names.
+    #[serde(default)]
+    pub challenge: AcmeChallenge,
+    /// Directory for the account key, certificate key and certificate (kept across restarts).
+    pub storage: PathBuf,
+    /// PEM CA bundle trusted for the directory's HTTPS instead of the public roots (test CAs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory_ca: Option<PathBuf>,
+    /// Renew when this much validity remains; default: a third of the certificate's lifetime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<Duration>,
+}
+
+/// An ACME challenge type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AcmeChallenge {
+    /// Answered on the TLS listener itself (ALPN `acme-tls/1`, port 443 as the CA sees it).
+    #[default]
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
+    /// Answered on a plain-HTTP listener (`/.well-known/acme-challenge/`, port 80).
+    #[serde(rename = "http-01")]
+    Http01,
 }
 
 /// An HTTP protocol a listener speaks.

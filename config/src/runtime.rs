@@ -32,7 +32,7 @@ pub struct Config {
     /// Telemetry settings.
     pub telemetry: TelemetryConfig,
     /// Certificates, paths absolute.
-    pub certificates: IndexMap<String, CertificateConfig>,
+    pub certificates: IndexMap<String, Certificate>,
     /// HTTP listeners.
     pub listeners: Vec<Listener>,
     /// Upstream pools.
@@ -70,6 +70,29 @@ impl Config {
             message: message.into(),
         }
     }
+}
+
+/// A validated certificate entry.
+#[derive(Debug, Clone)]
+pub struct Certificate {
+    /// Where the certificate comes from.
+    pub source: CertificateSource,
+    /// Staple OCSP responses when the certificate names a responder.
+    pub ocsp_stapling: bool,
+}
+
+/// Where a certificate comes from.
+#[derive(Debug, Clone)]
+pub enum CertificateSource {
+    /// PEM files (absolute paths).
+    Files {
+        /// Chain, leaf first.
+        cert: PathBuf,
+        /// Private key.
+        key: PathBuf,
+    },
+    /// Issued and renewed by ACME (paths absolute, domains lower-case).
+    Acme(AcmeConfig),
 }
 
 /// A validated HTTP listener.

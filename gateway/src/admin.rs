@@ -1,7 +1,8 @@
 //! The admin API, on its own listener (loopback unless configured otherwise):
 //! `GET /health` (the process is up), `GET /ready` (serving, not draining), `GET /metrics`
 //! (Prometheus text), `GET /config` (the running config, secrets redacted), `POST /reload`
-//! (200, or 400 with the located error).
+//! (200, or 400 with the located error), `POST /acme/renew[?certificate=NAME]` (202: ACME
+//! renewals start now; 404 for a name that is not an ACME certificate).
 
 use std::convert::Infallible;
 
@@ -84,7 +85,22 @@ async fn handle(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
             Ok(()) => text(StatusCode::OK, PLAIN, "reloaded\n"),
             Err(e) => text(StatusCode::BAD_REQUEST, PLAIN, format!("{e}\n")),
         },
-        (_, "/health" | "/ready" | "/metrics" | "/config" | "/reload") => text(
+        (&Method::POST, "/acme/renew") => {
+            let name = req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("certificate="))
+                    .map(str::to_owned)
+            });
+            match gw.renew_certificates(name.as_deref()) {
+                Some(n) => text(
+                    StatusCode::ACCEPTED,
+                    PLAIN,
+                    format!("renewing {n} certificate(s)\n"),
+                ),
+                None => text(StatusCode::NOT_FOUND, PLAIN, "no such ACME certificate\n"),
+            }
+        }
+        (_, "/health" | "/ready" | "/metrics" | "/config" | "/reload" | "/acme/renew") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
             "method not allowed\n",

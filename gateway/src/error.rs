@@ -71,6 +71,9 @@ pub enum GatewayError {
         #[source]
         source: BoxError,
     },
+    /// Obtaining, renewing or stapling a certificate failed (ACME, OCSP, storage).
+    #[error("certificate: {0}")]
+    Certificate(String),
     /// Anything else internal.
     #[error("internal error: {0}")]
     Internal(String),
@@ -86,9 +89,11 @@ impl GatewayError {
             Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::NoHealthyTarget(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Config(_) | Self::Bind { .. } | Self::Filter { .. } | Self::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Self::Config(_)
+            | Self::Bind { .. }
+            | Self::Filter { .. }
+            | Self::Certificate(_)
+            | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod certs;
 pub mod cluster;
 pub mod context;
 pub mod error;

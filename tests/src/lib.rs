@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod h3;
 pub mod otlp;
+pub mod pebble;
 pub mod redis;
 pub mod tls;
 

@@ -47,6 +47,8 @@ pub struct ListenerRuntime {
     pub telemetry: Arc<Telemetry>,
     /// Connection counters.
     pub metrics: ListenerMetrics,
+    /// ACME HTTP-01 answers, on plain listeners.
+    pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
 }
 
 impl ListenerRuntime {
@@ -137,6 +139,12 @@ pub async fn serve(
                     return;
                 }
             };
+            // A TLS-ALPN-01 validation ends with the handshake (RFC 8737 section 3).
+            if tls.get_ref().1.alpn_protocol() == Some(crate::certs::challenge::ACME_TLS_ALPN) {
+                let mut tls = tls;
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+                return;
+            }
             let (alpn_h2, sni) = {
                 let (_, session) = tls.get_ref();
                 (
@@ -181,9 +189,17 @@ async fn serve_http<IO>(
         telemetry: rt.telemetry.clone(),
     });
     let alt_svc = rt.alt_svc.clone();
+    let http01 = rt.http01.clone();
     let service = hyper::service::service_fn(move |req| {
         let (svc, alt_svc) = (svc.clone(), alt_svc.clone());
+        // ACME HTTP-01 answers come before any route: one atomic load while none is pending.
+        let answer = http01
+            .as_ref()
+            .and_then(|c| c.http_answer(req.uri().path()));
         async move {
+            if let Some(answer) = answer {
+                return Ok(crate::certs::challenge::http01_response(answer));
+            }
             let mut res = svc.call(req).await?;
             if let Some(v) = alt_svc {
                 res.headers_mut().insert(http::header::ALT_SVC, v);

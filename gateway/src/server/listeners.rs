@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ListenerRuntime};
 use super::h3::{self, QuicListener};
-use super::tls::{self, LoadedCert};
+use super::tls::{self, CertSet};
 use crate::error::GatewayError;
 use crate::generation::Generation;
 use crate::telemetry::{ListenerMetrics, Telemetry};
@@ -69,6 +69,8 @@ pub struct ListenerContext {
     pub connections: TaskTracker,
     /// Tracks accept loops.
     pub acceptors: TaskTracker,
+    /// ACME certificates, OCSP staples and challenge answers (kept across reloads).
+    pub certs: Arc<crate::certs::CertRegistry>,
 }
 
 /// Listeners by name.
@@ -85,7 +87,10 @@ impl ListenerSet {
 
     /// Makes the set match `config`: keep, rebind, add, remove.
     pub fn apply(&mut self, config: &Config, cx: &ListenerContext) -> Result<(), GatewayError> {
-        let certs = tls::load_certificates(config)?;
+        let certs = CertSet {
+            files: tls::load_certificates(config)?,
+            registry: cx.certs.clone(),
+        };
         // Build every runtime and bind every new socket first; only then change anything.
         let mut prepared = Vec::new();
         for (index, l) in config.listeners.iter().enumerate() {
@@ -275,7 +280,7 @@ fn runtime_for(
     config: &Config,
     index: usize,
     l: &Listener,
-    certs: &HashMap<String, Arc<LoadedCert>>,
+    certs: &CertSet,
     cx: &ListenerContext,
     alt_svc: Option<http::HeaderValue>,
 ) -> Result<Arc<ListenerRuntime>, GatewayError> {
@@ -291,6 +296,7 @@ fn runtime_for(
         max_uri: l.settings.max_uri_length.as_usize(),
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
         alt_svc,
+        http01: l.tls.is_none().then(|| cx.certs.challenges.clone()),
         generation: cx.generation.clone(),
         telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::new(&cx.telemetry.registry, &l.name),

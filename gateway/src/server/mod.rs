@@ -46,6 +46,7 @@ struct Inner {
     admin: Mutex<Option<AdminHandle>>,
     config_path: PathBuf,
     reload_lock: tokio::sync::Mutex<()>,
+    acme: crate::certs::acme::AcmeManager,
 }
 
 impl Gateway {
@@ -59,10 +60,16 @@ impl Gateway {
         telemetry
             .metrics_export
             .store(metrics_exporter_for(&telemetry, &config)?);
+        // ACME certificates from storage are in the registry before the first handshake.
+        let certs = crate::certs::CertRegistry::new(&telemetry.registry);
+        let acme = crate::certs::acme::AcmeManager::new(certs.clone(), telemetry.registry.clone());
+        let shutdown = CancellationToken::new();
+        acme.apply(&config, &shutdown);
         let cx = ListenerContext {
             generation: Arc::new(ArcSwap::from_pointee(generation)),
             telemetry,
-            shutdown: CancellationToken::new(),
+            shutdown,
+            certs,
             connections: TaskTracker::new(),
             acceptors: TaskTracker::new(),
         };
@@ -79,6 +86,7 @@ impl Gateway {
                 admin: Mutex::new(None),
                 config_path: PathBuf::from(&config.file),
                 reload_lock: tokio::sync::Mutex::new(()),
+                acme,
             }),
         };
         gateway.apply_admin(&config)?;
@@ -154,6 +162,17 @@ impl Gateway {
         &self.inner.cx.telemetry
     }
 
+    /// Starts ACME renewals now: of the named certificate, or of all. `None` when `name` is
+    /// not an ACME certificate.
+    pub fn renew_certificates(&self, name: Option<&str>) -> Option<usize> {
+        self.inner.acme.renew(name)
+    }
+
+    /// Live certificates: ACME certificates, OCSP staples, challenge answers.
+    pub fn certificates(&self) -> &Arc<crate::certs::CertRegistry> {
+        &self.inner.cx.certs
+    }
+
     /// Whether the gateway is serving (not draining).
     pub fn is_ready(&self) -> bool {
         !self.inner.cx.shutdown.is_cancelled()
@@ -211,6 +230,7 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .apply(&config, cx)?;
+        self.inner.acme.apply(&config, &cx.shutdown);
         self.inner
             .streams
             .commit(streams, config.server.drain_timeout.get());

@@ -13,7 +13,6 @@ mod conn;
 mod endpoint;
 mod quic;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use gateway_config::{Config, Listener};
@@ -22,7 +21,7 @@ use http::HeaderValue;
 pub use endpoint::{H3Runtime, QuicListener, bind_udp};
 
 use super::listeners::ListenerContext;
-use super::tls::{self, LoadedCert};
+use super::tls::{self, CertSet};
 use crate::error::GatewayError;
 use crate::telemetry::ListenerMetrics;
 
@@ -31,7 +30,7 @@ pub fn prepare(
     config: &Config,
     index: usize,
     l: &Listener,
-    certs: &HashMap<String, Arc<LoadedCert>>,
+    certs: &CertSet,
     cx: &ListenerContext,
 ) -> Result<(quinn::ServerConfig, Arc<H3Runtime>), GatewayError> {
     let key = format!("listeners[{index}]");

@@ -1,0 +1,197 @@
+//! A real ACME CA for tests: Pebble and its challenge test server (as DNS, answering every name
+//! with 127.0.0.1) on loopback ports picked per test. Pebble validates challenges against the
+//! gateway's own listeners (its `httpPort`/`tlsPort` are the gateway's), serves its directory
+//! over HTTPS with a certificate from a per-test CA, and hands out its issuing root on the
+//! management API. The binaries come from `go install` (see `scripts/setup.sh`); without them
+//! [`Pebble::start`] says why and returns `None`, and the test skips.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::TestCa;
+
+/// Pebble and its DNS, stopped on drop.
+pub struct Pebble {
+    children: Vec<Child>,
+    /// The ACME directory URL.
+    pub directory: String,
+    /// PEM file of the CA that signed Pebble's HTTPS certificate (`acme.directory_ca`).
+    pub directory_ca: PathBuf,
+    /// The management API address (roots).
+    management: SocketAddr,
+    ca: TestCa,
+}
+
+/// A free loopback TCP port (bound, then released for the process that will use it).
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Where `go install` puts a binary: `$PEBBLE_BIN`, `$GOBIN`, `$GOPATH/bin`, `~/go/bin`, `PATH`.
+fn find(binary: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for var in ["PEBBLE_BIN", "GOBIN"] {
+        if let Some(d) = std::env::var_os(var) {
+            dirs.push(d.into());
+        }
+    }
+    if let Some(p) = std::env::var_os("GOPATH") {
+        dirs.extend(std::env::split_paths(&p).map(|d| d.join("bin")));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(Path::new(&home).join("go/bin"));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(binary))
+        .find(|p| p.is_file())
+}
+
+impl Pebble {
+    /// Starts Pebble validating on the gateway ports `http_port` (HTTP-01) and `tls_port`
+    /// (TLS-ALPN-01), with files in `dir`. `None` (after printing why) when not installed.
+    pub async fn start(dir: &Path, http_port: u16, tls_port: u16) -> Option<Self> {
+        let (Some(pebble), Some(challtestsrv)) = (find("pebble"), find("pebble-challtestsrv"))
+        else {
+            eprintln!(
+                "skipping: pebble and pebble-challtestsrv are not installed (they need Go; \
+                 scripts/setup.sh installs them with `go install`)"
+            );
+            return None;
+        };
+        let ca = TestCa::new();
+        let (cert, key) = ca.write(
+            dir,
+            "pebble-https",
+            &["localhost", "127.0.0.1"],
+            crate::KeyKind::Ecdsa,
+        );
+        let directory_ca = dir.join("pebble-https-ca.pem");
+        std::fs::write(&directory_ca, &ca.pem).expect("write CA");
+
+        let dns = free_udp_port();
+        let challtest_mgmt = free_tcp_port();
+        let listen = free_tcp_port();
+        let management = free_tcp_port();
+        let config = serde_json::json!({
+            "pebble": {
+                "listenAddress": format!("127.0.0.1:{listen}"),
+                "managementListenAddress": format!("127.0.0.1:{management}"),
+                "certificate": cert,
+                "privateKey": key,
+                "httpPort": http_port,
+                "tlsPort": tls_port,
+                "ocspResponderURL": "",
+                "externalAccountBindingRequired": false,
+                "retryAfter": { "authz": 1, "order": 1 },
+                "profiles": { "default": { "description": "test", "validityPeriod": 7_776_000 } }
+            }
+        });
+        let config_path = dir.join("pebble.json");
+        std::fs::write(&config_path, config.to_string()).expect("write pebble config");
+
+        let log = |name: &str| {
+            std::fs::File::create(dir.join(name))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null())
+        };
+        let mut children = Vec::new();
+        children.push(
+            Command::new(challtestsrv)
+                .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+                .args(["-dns01", &format!("127.0.0.1:{dns}")])
+                .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+                .args(["-management", &format!("127.0.0.1:{challtest_mgmt}")])
+                .stdout(log("challtestsrv.log"))
+                .stderr(log("challtestsrv.err"))
+                .spawn()
+                .expect("start pebble-challtestsrv"),
+        );
+        children.push(
+            Command::new(pebble)
+                .arg("-config")
+                .arg(&config_path)
+                .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+                .env("PEBBLE_VA_NOSLEEP", "1")
+                .env("PEBBLE_WFE_NONCEREJECT", "0")
+                .stdout(log("pebble.log"))
+                .stderr(log("pebble.err"))
+                .spawn()
+                .expect("start pebble"),
+        );
+        let me = Self {
+            children,
+            directory: format!("https://127.0.0.1:{listen}/dir"),
+            directory_ca,
+            management: SocketAddr::from(([127, 0, 0, 1], management)),
+            ca,
+        };
+        for port in [listen, management, challtest_mgmt] {
+            wait_for_port(port).await;
+        }
+        Some(me)
+    }
+
+    /// The root that issued certificates chain to (PEM), from the management API.
+    pub async fn issuing_root(&self) -> String {
+        let config = self.ca.client_config(&[b"http/1.1"]);
+        let tls = crate::tls_connect(self.management, "127.0.0.1", config)
+            .await
+            .expect("connect to pebble management");
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .expect("HTTP/1.1 handshake");
+        tokio::spawn(conn);
+        let req = http::Request::get("/roots/0")
+            .header(
+                http::header::HOST,
+                format!("127.0.0.1:{}", self.management.port()),
+            )
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let res = sender.send_request(req).await.expect("pebble /roots/0");
+        assert_eq!(res.status(), 200, "pebble /roots/0");
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .expect("root body")
+            .to_bytes();
+        String::from_utf8(body.to_vec()).expect("PEM")
+    }
+}
+
+async fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("port {port} did not open within 10 s");
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
