@@ -38,3 +38,19 @@ if command -v go >/dev/null 2>&1; then
 else
   log "go not found; the HTTP/2 conformance test (h2spec) will say so and skip"
 fi
+
+# Pebble (a test ACME CA) and its challenge test server for the automatic-HTTPS tests, when Go
+# is available; installed into $(go env GOPATH)/bin, where the tests look for them.
+PEBBLE_VERSION=v2.8.0
+if command -v go >/dev/null 2>&1; then
+  gobin="$(go env GOPATH)/bin"
+  for tool in pebble pebble-challtestsrv; do
+    if [ ! -x "$gobin/$tool" ]; then
+      log "installing $tool ${PEBBLE_VERSION}"
+      go install "github.com/letsencrypt/pebble/v2/cmd/$tool@${PEBBLE_VERSION}" >/dev/null 2>&1 \
+        || log "could not install $tool; the ACME tests will say so and skip"
+    fi
+  done
+else
+  log "go not found; the ACME tests (Pebble) will say so and skip"
+fi
