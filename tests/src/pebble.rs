@@ -109,8 +109,7 @@ impl Pebble {
                 .map(Stdio::from)
                 .unwrap_or_else(|_| Stdio::null())
         };
-        let mut children = Vec::new();
-        children.push(
+        let children = vec![
             Command::new(challtestsrv)
                 .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
                 .args(["-dns01", &format!("127.0.0.1:{dns}")])
@@ -120,8 +119,6 @@ impl Pebble {
                 .stderr(log("challtestsrv.err"))
                 .spawn()
                 .expect("start pebble-challtestsrv"),
-        );
-        children.push(
             Command::new(pebble)
                 .arg("-config")
                 .arg(&config_path)
@@ -132,7 +129,7 @@ impl Pebble {
                 .stderr(log("pebble.err"))
                 .spawn()
                 .expect("start pebble"),
-        );
+        ];
         let me = Self {
             children,
             directory: format!("https://127.0.0.1:{listen}/dir"),

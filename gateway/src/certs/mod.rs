@@ -99,7 +99,10 @@ impl CertRegistry {
     pub(crate) fn set_staple(&self, leaf: &[u8], response: Option<Arc<[u8]>>) {
         let mut state = self.state();
         let changed = match response {
-            Some(r) => state.staples.insert(leaf.to_vec(), r).is_none() || true,
+            Some(r) => {
+                state.staples.insert(leaf.to_vec(), r);
+                true
+            }
             None => state.staples.remove(leaf).is_some(),
         };
         if changed {

@@ -246,7 +246,7 @@ impl Renewal {
                     tracing::warn!(certificate = %self.name, error = %e, retry_in = ?backoff, "ACME order failed");
                     retry_in = Some(backoff);
                     // A stale account (e.g. the CA forgot it) is registered anew next time.
-                    if failures % 3 == 0 {
+                    if failures.is_multiple_of(3) {
                         account = None;
                     }
                 }
