@@ -85,6 +85,11 @@ impl GatewayError {
         match self {
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            // A body cut off at the listener's `max_body_size` fails the same way as a broken
+            // one; the marker error inside tells them apart.
+            Self::RequestBody(e) if crate::server::policy::is_body_limit(&**e) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::RequestBody(_) => StatusCode::BAD_REQUEST,
             Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,

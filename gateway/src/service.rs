@@ -17,6 +17,7 @@ use crate::filter::with_server;
 use crate::generation::Generation;
 use crate::router::request_host;
 use crate::server::idle::Activity;
+use crate::server::policy::ListenerPolicy;
 use crate::telemetry::trace::context::hex;
 use crate::telemetry::trace::{self, OpenSpan, ServerSpan, TraceCx};
 use crate::telemetry::{AccessRecord, RouteMetrics, Telemetry, protocol_text};
@@ -29,8 +30,8 @@ pub struct ConnService {
     pub conn: Arc<ConnInfo>,
     /// Idle/header-timeout bookkeeping.
     pub activity: Arc<Activity>,
-    /// Longest URI accepted.
-    pub max_uri: usize,
+    /// The listener's limits and response headers.
+    pub policy: Arc<ListenerPolicy>,
     /// Metrics and access log.
     pub telemetry: Arc<Telemetry>,
 }
@@ -67,11 +68,12 @@ impl ConnService {
         let trace_cx = span.as_ref().map(|s| s.context().clone());
 
         let routed = self.dispatch(&generation, req, start, trace_cx.clone());
-        let (res, route_name, metrics) = match trace_cx {
+        let (mut res, route_name, metrics) = match trace_cx {
             // The trace is also the task's current one, for work started without a context.
             Some(cx) => trace::scope(cx, routed).await,
             None => routed.await,
         };
+        self.policy.decorate(&mut res);
         metrics.record(version, res.status(), start.elapsed());
         // A recorded span stays open until the response body has been sent.
         let open = span.and_then(|s| s.end_head(res.status(), &route_name));
@@ -111,10 +113,11 @@ impl ConnService {
                 &generation.unrouted,
             )
         };
+        let req = match self.policy.admit(req) {
+            Ok(req) => req,
+            Err(status) => return unrouted(status),
+        };
         let uri = req.uri();
-        if uri.path_and_query().map_or(0, |p| p.as_str().len()) > self.max_uri {
-            return unrouted(StatusCode::URI_TOO_LONG);
-        }
         let Some(listener) = generation.listener_index(&self.conn.listener) else {
             return unrouted(StatusCode::NOT_FOUND);
         };

@@ -24,11 +24,39 @@ impl Terminal {
     /// Produces the response.
     pub async fn handle(&self, req: Request<Body>, cx: &RequestCx) -> Response<Body> {
         match self {
-            Self::Respond(r) => r.response(req.method()),
+            Self::Respond(r) => {
+                if http_body::Body::is_end_stream(req.body()) {
+                    return r.response(req.method());
+                }
+                let (parts, body) = req.into_parts();
+                if let Err(e) = discard(body).await {
+                    return crate::error::GatewayError::RequestBody(e).into_response();
+                }
+                r.response(&parts.method)
+            }
             Self::Static(s) => s.serve(req).await,
             Self::Proxy(p) => p.forward(req, cx).await,
         }
     }
+}
+
+/// Bodies a synthetic response reads to the end before answering.
+const DISCARD_LIMIT: usize = 64 * 1024;
+
+/// Reads and drops a request body that a synthetic response does not use, so the whole request
+/// has been received (and HTTP/2 has checked it against its `content-length`) before the answer:
+/// a malformed body gets an error, not a success. Past [`DISCARD_LIMIT`] the rest is left to the
+/// protocol layer (drained or reset).
+async fn discard(mut body: Body) -> Result<(), crate::body::BoxError> {
+    use http_body_util::BodyExt;
+    let mut seen = 0;
+    while seen <= DISCARD_LIMIT {
+        match body.frame().await {
+            None => break,
+            Some(frame) => seen += frame?.data_ref().map_or(0, Bytes::len),
+        }
+    }
+    Ok(())
 }
 
 /// A synthetic response, built once: per request only the header map is cloned.

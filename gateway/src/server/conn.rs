@@ -1,6 +1,6 @@
 //! Serving one accepted connection: TLS handshake and ALPN, the hyper connection (HTTP/1.1,
-//! HTTP/2, or either by preface sniffing on cleartext), the idle and header-read watchdog, and
-//! graceful shutdown when the gateway drains.
+//! HTTP/2, or either by preface sniffing on cleartext), the HTTP/1 framing checks, the idle and
+//! header-read watchdog, and graceful shutdown when the gateway drains.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::ConnInfo;
 use crate::generation::Generation;
+use crate::server::checked::CheckedIo;
+use crate::server::framing::Framing;
 use crate::server::idle::{Activity, TrackedIo, Verdict};
+use crate::server::linger::Lingering;
+use crate::server::policy::ListenerPolicy;
 use crate::service::ConnService;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
@@ -31,12 +35,16 @@ pub struct ListenerRuntime {
     pub http2: bool,
     /// hyper settings.
     pub builder: auto::Builder<TokioExecutor>,
+    /// The same HTTP/1 settings, for connections that may only speak HTTP/1.
+    pub h1_builder: hyper::server::conn::http1::Builder,
+    /// Largest HTTP/1 request head (hyper's read buffer); the framing checks hold no more.
+    pub max_head: usize,
     /// Idle timeout.
     pub idle_timeout: Duration,
     /// Header read timeout (also bounds the TLS handshake).
     pub header_timeout: Duration,
-    /// Longest URI accepted.
-    pub max_uri: usize,
+    /// Limits and response headers applied to every request.
+    pub policy: Arc<ListenerPolicy>,
     /// Expect a PROXY protocol header (from a front load balancer) before anything else.
     pub accept_proxy_protocol: bool,
     /// `Alt-Svc` advertising the listener's HTTP/3 side, added to every response.
@@ -52,16 +60,34 @@ pub struct ListenerRuntime {
 }
 
 impl ListenerRuntime {
+    /// The largest HTTP/1 request head accepted (hyper needs at least 8 KiB of read buffer).
+    pub fn max_head(settings: &gateway_config::model::ListenerConfig) -> usize {
+        settings.max_header_size.as_usize().max(8192)
+    }
+
+    /// The builder for HTTP/1-only connections, set up as the auto builder's HTTP/1 side.
+    pub fn http1_builder(
+        settings: &gateway_config::model::ListenerConfig,
+    ) -> hyper::server::conn::http1::Builder {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            // hyper answers 431 when a request head does not fit the read buffer.
+            .max_buf_size(Self::max_head(settings))
+            .max_headers(128)
+            .keep_alive(true);
+        b
+    }
+
     /// Builds the hyper connection builder from listener settings.
     pub fn hyper_builder(
         settings: &gateway_config::model::ListenerConfig,
     ) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
-        let max_head = settings.max_header_size.as_usize().max(8192);
+        let max_head = Self::max_head(settings);
         b.http1()
             .timer(TokioTimer::new())
             .header_read_timeout(None)
-            // hyper answers 431 when a request head does not fit the read buffer.
             .max_buf_size(max_head)
             .max_headers(128)
             .keep_alive(true);
@@ -113,7 +139,7 @@ pub async fn serve(
         (client, local)
     };
     // Bytes read past the PROXY header belong to TLS or HTTP: replay them first.
-    let stream = stream_proxy::Rewind::new(rest.freeze(), stream);
+    let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
     match &rt.tls {
         None => {
             let info = ConnInfo {
@@ -185,7 +211,7 @@ async fn serve_http<IO>(
         generation: rt.generation.clone(),
         conn: Arc::new(info),
         activity: activity.clone(),
-        max_uri: rt.max_uri,
+        policy: rt.policy.clone(),
         telemetry: rt.telemetry.clone(),
     });
     let alt_svc = rt.alt_svc.clone();
@@ -207,42 +233,62 @@ async fn serve_http<IO>(
             Ok::<_, std::convert::Infallible>(res)
         }
     });
-    let io = TokioIo::new(TrackedIo::new(io, activity.clone()));
-    let builder = match (h1, h2) {
-        (true, false) => rt.builder.clone().http1_only(),
-        (false, true) => rt.builder.clone().http2_only(),
-        _ => rt.builder.clone(),
+    // HTTP/1 requests are checked for ambiguous framing before hyper parses them; a
+    // connection that chose HTTP/2 by ALPN is not (HTTP/2 frames every message itself).
+    let framing = match (h1, h2) {
+        (false, true) => Framing::off(),
+        (true, false) => Framing::http1(rt.max_head, false),
+        // Served by preface sniffing below: an HTTP/2 preface turns the checks off.
+        _ => Framing::http1(rt.max_head, true),
     };
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(conn);
-    let mut draining = false;
-    loop {
-        let wait = match activity.check(rt.idle_timeout, rt.header_timeout) {
-            Verdict::Wait(d) => d,
-            Verdict::Idle => {
-                if !draining {
-                    draining = true;
-                    conn.as_mut().graceful_shutdown();
+    let tracked = TrackedIo::new(io, activity.clone());
+    let io = TokioIo::new(CheckedIo::new(tracked, framing, rt.policy.rejected.clone()));
+    // The watchdog around whichever hyper connection serves this stream.
+    macro_rules! drive {
+        ($conn:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            let mut draining = false;
+            loop {
+                let wait = match activity.check(rt.idle_timeout, rt.header_timeout) {
+                    Verdict::Wait(d) => d,
+                    Verdict::Idle => {
+                        if !draining {
+                            draining = true;
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        rt.header_timeout
+                    }
+                    Verdict::SlowHead => {
+                        tracing::debug!(listener = %rt.name, "request head not received in time; closing");
+                        return;
+                    }
+                };
+                tokio::select! {
+                    res = conn.as_mut() => {
+                        if let Err(e) = res {
+                            tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+                        }
+                        return;
+                    }
+                    _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+                    _ = shutdown.cancelled(), if !draining => {
+                        draining = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
                 }
-                rt.header_timeout
             }
-            Verdict::SlowHead => {
-                tracing::debug!(listener = %rt.name, "request head not received in time; closing");
-                return;
-            }
-        };
-        tokio::select! {
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
-            _ = shutdown.cancelled(), if !draining => {
-                draining = true;
-                conn.as_mut().graceful_shutdown();
-            }
+        }};
+    }
+    // hyper-util's `serve_connection_with_upgrades` sniffs the preface whatever the builder's
+    // version is, so a connection limited to one protocol uses that protocol's own server: an
+    // ALPN `h2` connection never falls back to HTTP/1, an HTTP/1-only one never to h2c.
+    match (h1, h2) {
+        (false, true) => {
+            let builder = rt.builder.clone().http2_only();
+            drive!(builder.serve_connection(io, service))
         }
+        (true, false) => drive!(rt.h1_builder.serve_connection(io, service).with_upgrades()),
+        _ => drive!(rt.builder.serve_connection_with_upgrades(io, service)),
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ListenerRuntime};
 use super::h3::{self, QuicListener};
+use super::policy::ListenerPolicy;
 use super::tls::{self, CertSet};
 use crate::error::GatewayError;
 use crate::generation::Generation;
@@ -291,9 +292,11 @@ fn runtime_for(
         http1: l.http1,
         http2: l.http2,
         builder: ListenerRuntime::hyper_builder(&l.settings),
+        h1_builder: ListenerRuntime::http1_builder(&l.settings),
+        max_head: ListenerRuntime::max_head(&l.settings),
         idle_timeout: l.settings.idle_timeout.get(),
         header_timeout: l.settings.header_read_timeout.get(),
-        max_uri: l.settings.max_uri_length.as_usize(),
+        policy: Arc::new(ListenerPolicy::new(l, &cx.telemetry.registry)),
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
         alt_svc,
         http01: l.tls.is_none().then(|| cx.certs.challenges.clone()),

@@ -4,10 +4,14 @@
 //! connections); `shutdown` stops accepting, lets in-flight work finish (bounded by
 //! `server.drain_timeout`) and returns.
 
+pub mod checked;
 pub mod conn;
+pub mod framing;
 pub mod h3;
 pub mod idle;
+pub mod linger;
 pub mod listeners;
+pub mod policy;
 pub mod tls;
 mod watch;
 
@@ -271,7 +275,12 @@ impl Gateway {
                 .map_err(|e| GatewayError::Internal(e.to_string()))?;
             let stop = self.inner.cx.shutdown.child_token();
             tokio::spawn(crate::admin::serve(listener, self.clone(), stop.clone()));
-            tracing::info!(addr = %local, "admin API listening");
+            if local.ip().is_loopback() {
+                tracing::info!(addr = %local, "admin API listening");
+            } else {
+                // Allowed by `admin.allow_remote`; worth a line in every start-up log.
+                tracing::warn!(addr = %local, "admin API listening beyond loopback, without authentication");
+            }
             *slot = Some(AdminHandle {
                 configured: addr,
                 local,

@@ -3,6 +3,7 @@
 mod acme;
 mod cli;
 mod cluster;
+mod conformance;
 mod core;
 mod h3;
 mod observability;
@@ -15,6 +16,8 @@ mod proxy_stream;
 mod proxy_ws;
 mod rate_limit;
 mod reload;
+mod security;
+mod smuggling;
 mod static_files;
 mod streams;
 mod tls;

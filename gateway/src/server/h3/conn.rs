@@ -55,7 +55,7 @@ pub(super) async fn serve(
         conn: Arc::new(info),
         // QUIC has its own idle timeout and no head deadline; the bookkeeping goes unused.
         activity: Activity::new(false),
-        max_uri: rt.max_uri,
+        policy: rt.policy.clone(),
         telemetry: rt.telemetry.clone(),
     });
     let early = Arc::new(EarlyStreams::default());

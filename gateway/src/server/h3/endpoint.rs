@@ -28,8 +28,8 @@ pub struct H3Runtime {
     pub telemetry: Arc<Telemetry>,
     /// QUIC connection counters (`transport="quic"`).
     pub metrics: ListenerMetrics,
-    /// Longest URI accepted.
-    pub max_uri: usize,
+    /// Limits and response headers applied to every request.
+    pub policy: Arc<crate::server::policy::ListenerPolicy>,
     /// Largest request head (QPACK-decoded field section) accepted.
     pub max_field_section: u64,
     /// Time allowed for the handshake.

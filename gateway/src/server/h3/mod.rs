@@ -44,7 +44,10 @@ pub fn prepare(
         generation: cx.generation.clone(),
         telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::quic(&cx.telemetry.registry, &l.name),
-        max_uri: settings.max_uri_length.as_usize(),
+        policy: Arc::new(crate::server::policy::ListenerPolicy::new(
+            l,
+            &cx.telemetry.registry,
+        )),
         max_field_section: settings.max_header_size.bytes(),
         handshake_timeout: settings.header_read_timeout.get(),
         early_data: settings.http3.enable_0rtt,

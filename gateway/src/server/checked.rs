@@ -1,0 +1,219 @@
+//! The IO wrapper that applies [`Framing`] to an HTTP/1 connection's incoming bytes.
+//!
+//! Bytes of a complete, well-framed request go to hyper as read (the common case costs one scan
+//! of the head and nothing per body byte beyond counting). An incomplete head is held back until
+//! it is whole, so hyper never starts on a request the checks would refuse. A refused request is
+//! replaced with a line hyper's own parser answers with `400 Bad Request` and
+//! `connection: close`; hyper sends that after the responses to any earlier pipelined requests,
+//! and the stream ends there. Inside a body, the stream simply ends at the malformed byte, which
+//! hyper reports as a body error (the gateway's `400`).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::framing::{Framing, Scan, Violation};
+use super::policy::Rejections;
+
+/// What hyper is handed instead of a refused request: a method that is not a token, which its
+/// parser answers with 400.
+const REFUSED_HEAD: &[u8] = b"\x00 / HTTP/1.1\r\n\r\n";
+
+/// An IO stream whose HTTP/1 requests are checked for ambiguous framing.
+pub struct CheckedIo<T> {
+    inner: T,
+    framing: Framing,
+    /// Bytes of a request head that is not complete yet.
+    held: BytesMut,
+    /// Checked bytes to hand on before reading more.
+    ready: Bytes,
+    /// A request was refused: after `ready`, the stream ends.
+    closing: bool,
+    rejected: Rejections,
+}
+
+impl<T> CheckedIo<T> {
+    /// Wraps `inner`; [`Framing::off`] makes this a plain pass-through.
+    pub fn new(inner: T, framing: Framing, rejected: Rejections) -> Self {
+        Self {
+            inner,
+            framing,
+            held: BytesMut::new(),
+            ready: Bytes::new(),
+            closing: false,
+            rejected,
+        }
+    }
+
+    /// Records a refusal: what may still go, then (for a request head) the replacement, then
+    /// the end of the stream.
+    fn refuse(&mut self, pass: Bytes, violation: Violation, head: bool) {
+        tracing::debug!(
+            reason = violation.reason(),
+            "ambiguous HTTP/1 request framing; refusing"
+        );
+        self.rejected.count(violation.reason());
+        self.ready = if head {
+            let mut out = BytesMut::with_capacity(pass.len() + REFUSED_HEAD.len());
+            out.extend_from_slice(&pass);
+            out.extend_from_slice(REFUSED_HEAD);
+            out.freeze()
+        } else {
+            pass
+        };
+        self.held.clear();
+        self.closing = true;
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if !this.ready.is_empty() {
+                let n = this.ready.len().min(buf.remaining());
+                buf.put_slice(&this.ready.split_to(n));
+                return Poll::Ready(Ok(()));
+            }
+            if this.closing {
+                return Poll::Ready(Ok(()));
+            }
+            if this.held.is_empty() {
+                let before = buf.filled().len();
+                ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+                if this.framing.is_off() || buf.filled().len() == before {
+                    return Poll::Ready(Ok(()));
+                }
+                let fresh = &buf.filled()[before..];
+                let keep = match this.framing.scan(fresh) {
+                    Scan::Pass => return Poll::Ready(Ok(())),
+                    Scan::Hold(n) => {
+                        this.held.extend_from_slice(&fresh[n..]);
+                        n
+                    }
+                    Scan::Reject(n, v) => {
+                        this.refuse(Bytes::new(), v, true);
+                        n
+                    }
+                    Scan::Cut(n, v) => {
+                        this.refuse(Bytes::new(), v, false);
+                        n
+                    }
+                };
+                buf.set_filled(before + keep);
+                if keep > 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                continue;
+            }
+            // A head is partly held: read what follows it and look again.
+            let mut space = [0u8; 8192];
+            let mut more = ReadBuf::new(&mut space);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut more))?;
+            if more.filled().is_empty() {
+                // The peer ended mid-head: hand it on; the parser reports the incomplete message.
+                this.ready = this.held.split().freeze();
+                this.closing = true;
+                continue;
+            }
+            this.held.extend_from_slice(more.filled());
+            match this.framing.scan(&this.held) {
+                Scan::Pass => this.ready = this.held.split().freeze(),
+                Scan::Hold(n) => this.ready = this.held.split_to(n).freeze(),
+                Scan::Reject(n, v) => {
+                    let pass = this.held.split_to(n).freeze();
+                    this.refuse(pass, v, true);
+                }
+                Scan::Cut(n, v) => {
+                    let pass = this.held.split_to(n).freeze();
+                    this.refuse(pass, v, false);
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Writes `pieces` one at a time into a pipe read through [`CheckedIo`]; returns what the
+    /// parser would have been handed.
+    async fn through(pieces: &[&[u8]]) -> Vec<u8> {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut io = CheckedIo::new(server, Framing::http1(8192, true), Rejections::default());
+        let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
+        let writer = tokio::spawn(async move {
+            for p in pieces {
+                if client.write_all(&p).await.is_err() {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut out = Vec::new();
+        io.read_to_end(&mut out).await.unwrap();
+        writer.await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn good_requests_pass_unchanged_however_they_arrive() {
+        let input: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(through(&[input]).await, input);
+        let bytes: Vec<&[u8]> = input.chunks(3).collect();
+        assert_eq!(through(&bytes).await, input);
+    }
+
+    #[tokio::test]
+    async fn a_refused_head_becomes_a_line_the_parser_refuses_and_the_stream_ends() {
+        let good: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
+        let bad: &[u8] = b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+        let want = [good, REFUSED_HEAD].concat();
+        assert_eq!(through(&[&[good, bad].concat()]).await, want);
+        assert_eq!(through(&[good, &bad[..20], &bad[20..]]).await, want);
+        // Inside a body, the stream just ends at the bad byte.
+        let body: &[u8] =
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nz\r\nGET /x HTTP/1.1\r\n\r\n";
+        let cut = body.iter().position(|&b| b == b'z').unwrap();
+        assert_eq!(through(&[body]).await, &body[..cut]);
+    }
+}

@@ -1,0 +1,482 @@
+//! HTTP/1 request framing checks that run ahead of hyper's parser (request-smuggling defence).
+//!
+//! Smuggling lives in the gaps between how two HTTP/1 parsers frame the same bytes. hyper
+//! rejects conflicting `Content-Length` values and a `Transfer-Encoding` whose last coding is not
+//! `chunked`, but it accepts shapes that other servers frame differently: `Content-Length`
+//! together with `Transfer-Encoding` (hyper reads the body as chunked and drops the length),
+//! a repeated `Content-Length` line with the same value, list values (`5, 5`), codings before
+//! `chunked` (`gzip, chunked`), and lines ended by a bare LF. [`Framing`] follows the framing of
+//! every request on an HTTP/1 connection (heads, fixed-length and chunked bodies) over the raw
+//! bytes and reports where such a request starts, so [`super::checked::CheckedIo`] can keep it
+//! from the parser. It is a pure state machine over `&[u8]`: bytes may arrive split anywhere.
+//!
+//! A chunked request head is judged together with its first chunk-size line (unless the client
+//! waits for `100 Continue`), so a malformed first chunk rejects the request before anything is
+//! routed or forwarded. A malformed later chunk ends the body early; the parser reports it.
+
+/// The HTTP/2 connection preface; on a port serving both, it means the connection is HTTP/2.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Chunk sizes of more than 16 hex digits overflow 64 bits.
+const MAX_SIZE_DIGITS: u8 = 16;
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// A line of the head ends in LF without CR.
+    BareLf,
+    /// A header line continues the previous one (obs-fold).
+    ObsFold,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    LengthWithChunked,
+    /// `Content-Length` more than once.
+    DuplicateLength,
+    /// `Content-Length` that is not a plain decimal number.
+    InvalidLength,
+    /// `Transfer-Encoding` other than exactly one `chunked`.
+    InvalidTransferEncoding,
+    /// A chunk-size line, chunk terminator or trailer that is not well formed.
+    InvalidChunk,
+}
+
+impl Violation {
+    /// Every violation, for registering counters up front.
+    pub const ALL: [Self; 7] = [
+        Self::BareLf,
+        Self::ObsFold,
+        Self::LengthWithChunked,
+        Self::DuplicateLength,
+        Self::InvalidLength,
+        Self::InvalidTransferEncoding,
+        Self::InvalidChunk,
+    ];
+
+    /// The `reason` label of `gateway_http_rejected_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::BareLf => "bare_lf",
+            Self::ObsFold => "obs_fold",
+            Self::LengthWithChunked => "content_length_with_transfer_encoding",
+            Self::DuplicateLength => "duplicate_content_length",
+            Self::InvalidLength => "invalid_content_length",
+            Self::InvalidTransferEncoding => "invalid_transfer_encoding",
+            Self::InvalidChunk => "invalid_chunk",
+        }
+    }
+}
+
+/// What to do with the bytes just scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Everything may go to the parser.
+    Pass,
+    /// The first `n` bytes may go; the rest start a request head that is not complete yet. The
+    /// next call must pass those held bytes again, followed by whatever arrived since.
+    Hold(usize),
+    /// The first `n` bytes may go; the request starting at `n` is refused.
+    Reject(usize, Violation),
+    /// The first `n` bytes may go; the byte at `n`, inside a body, is not valid there.
+    Cut(usize, Violation),
+}
+
+/// The framing state of one HTTP/1 connection's request stream.
+#[derive(Debug)]
+pub struct Framing {
+    state: State,
+    /// Longest head held back; a longer one goes to the parser, which answers 431.
+    max_head: usize,
+}
+
+#[derive(Debug)]
+enum State {
+    /// A cleartext port serving both protocols: an HTTP/2 preface may come first.
+    Preface,
+    /// Reading a request head.
+    Head(Head),
+    /// Body bytes left of a fixed-length body.
+    Body(u64),
+    /// Inside a chunked body.
+    Chunked(Chunk),
+    /// Not checking (HTTP/2, after an upgrade request, after an oversized head or a refusal).
+    Off,
+}
+
+/// Progress through one request head; positions are relative to the head's first byte.
+#[derive(Debug, Default)]
+struct Head {
+    /// Bytes checked so far (a line start, or inside the first chunk-size line).
+    pos: usize,
+    /// The request line has been seen.
+    started: bool,
+    length: Option<u64>,
+    chunked: bool,
+    /// `Upgrade` or `CONNECT`: what follows may not be HTTP.
+    upgrade: bool,
+    expect_continue: bool,
+    /// After the head of a chunked request: its first chunk-size line, being checked.
+    first_chunk: Option<Chunk>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// Hex digits of a chunk size.
+    Size {
+        value: u64,
+        digits: u8,
+    },
+    /// After the size: whitespace and extensions up to CR.
+    Ext {
+        value: u64,
+    },
+    /// CR seen at the end of a size line.
+    SizeLf {
+        value: u64,
+    },
+    /// Data bytes left of the current chunk.
+    Data(u64),
+    DataCr,
+    DataLf,
+    /// At the start of a trailer line or of the final empty line.
+    TrailerStart,
+    TrailerLine,
+    /// CR seen; `last` when it ended the empty line that ends the message.
+    TrailerLf {
+        last: bool,
+    },
+}
+
+/// One step of a chunked body.
+enum ChunkStep {
+    /// Everything consumed; the body goes on.
+    More,
+    /// The whole body ended after `n` bytes.
+    Done(usize),
+    /// The byte at this offset is not valid here.
+    Bad(usize),
+}
+
+enum HeadStep {
+    Incomplete,
+    Oversize,
+    Bad(Violation),
+    /// The head (and any first chunk-size line) is fine and `len` bytes long.
+    Done {
+        len: usize,
+        next: State,
+    },
+}
+
+impl Framing {
+    /// A connection known to speak HTTP/1 (`sniff_h2` when an HTTP/2 preface may come first).
+    pub fn http1(max_head: usize, sniff_h2: bool) -> Self {
+        let state = if sniff_h2 {
+            State::Preface
+        } else {
+            State::Head(Head::default())
+        };
+        Self { state, max_head }
+    }
+
+    /// A connection that is not checked (HTTP/2 chosen by ALPN).
+    pub fn off() -> Self {
+        Self {
+            state: State::Off,
+            max_head: 0,
+        }
+    }
+
+    /// Whether checking has stopped for good.
+    pub fn is_off(&self) -> bool {
+        matches!(self.state, State::Off)
+    }
+
+    /// Scans bytes in arrival order. After [`Scan::Hold`], the next call starts with the held
+    /// bytes; after [`Scan::Reject`] or [`Scan::Cut`] checking stops.
+    pub fn scan(&mut self, data: &[u8]) -> Scan {
+        let mut at = 0;
+        loop {
+            match &mut self.state {
+                State::Off => return Scan::Pass,
+                State::Preface => {
+                    let n = data.len().min(PREFACE.len());
+                    if data[..n] != PREFACE[..n] {
+                        self.state = State::Head(Head::default());
+                    } else if n < PREFACE.len() {
+                        return Scan::Hold(0);
+                    } else {
+                        self.state = State::Off;
+                        return Scan::Pass;
+                    }
+                }
+                State::Head(head) => match head.scan(&data[at..], self.max_head) {
+                    HeadStep::Incomplete if at == data.len() => return Scan::Pass,
+                    HeadStep::Incomplete => return Scan::Hold(at),
+                    HeadStep::Oversize => {
+                        self.state = State::Off;
+                        return Scan::Pass;
+                    }
+                    HeadStep::Bad(v) => {
+                        self.state = State::Off;
+                        return Scan::Reject(at, v);
+                    }
+                    HeadStep::Done { len, next } => {
+                        at += len;
+                        self.state = next;
+                    }
+                },
+                State::Body(left) => {
+                    let n = (*left).min((data.len() - at) as u64);
+                    *left -= n;
+                    at += n as usize;
+                    if *left > 0 {
+                        return Scan::Pass;
+                    }
+                    self.state = State::Head(Head::default());
+                }
+                State::Chunked(chunk) => match chunk.scan(&data[at..]) {
+                    ChunkStep::More => return Scan::Pass,
+                    ChunkStep::Done(n) => {
+                        at += n;
+                        self.state = State::Head(Head::default());
+                    }
+                    ChunkStep::Bad(i) => {
+                        self.state = State::Off;
+                        return Scan::Cut(at + i, Violation::InvalidChunk);
+                    }
+                },
+            }
+        }
+    }
+}
+
+impl Head {
+    fn scan(&mut self, data: &[u8], max_head: usize) -> HeadStep {
+        loop {
+            if self.pos > max_head {
+                return HeadStep::Oversize;
+            }
+            if let Some(chunk) = self.first_chunk {
+                return self.first_chunk_line(chunk, data);
+            }
+            let rest = &data[self.pos.min(data.len())..];
+            let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+                return if data.len() > max_head {
+                    HeadStep::Oversize
+                } else {
+                    HeadStep::Incomplete
+                };
+            };
+            let Some(line) = rest[..nl].strip_suffix(b"\r") else {
+                return HeadStep::Bad(Violation::BareLf);
+            };
+            self.pos += nl + 1;
+            if !self.started {
+                // Empty lines before a request line are ignored (RFC 9112 §2.2).
+                if !line.is_empty() {
+                    self.started = true;
+                    self.upgrade = line.starts_with(b"CONNECT ");
+                }
+                continue;
+            }
+            if line.is_empty() {
+                match self.end() {
+                    Some(step) => return step,
+                    // A chunked head: its first chunk-size line is checked next.
+                    None => continue,
+                }
+            }
+            if matches!(line[0], b' ' | b'\t') {
+                return HeadStep::Bad(Violation::ObsFold);
+            }
+            if let Err(v) = self.header(line) {
+                return HeadStep::Bad(v);
+            }
+        }
+    }
+
+    fn header(&mut self, line: &[u8]) -> Result<(), Violation> {
+        // A line without a colon is the parser's to refuse.
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return Ok(());
+        };
+        let name = &line[..colon];
+        let value = trim_ows(&line[colon + 1..]);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if self.length.is_some() {
+                return Err(Violation::DuplicateLength);
+            }
+            self.length = Some(parse_length(value).ok_or(Violation::InvalidLength)?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if self.chunked || !value.eq_ignore_ascii_case(b"chunked") {
+                return Err(Violation::InvalidTransferEncoding);
+            }
+            self.chunked = true;
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            self.upgrade = true;
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            self.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+        }
+        Ok(())
+    }
+
+    /// The empty line ending the head was consumed; `None` when the first chunk-size line is
+    /// to be checked before deciding.
+    fn end(&mut self) -> Option<HeadStep> {
+        if self.length.is_some() && self.chunked {
+            return Some(HeadStep::Bad(Violation::LengthWithChunked));
+        }
+        if self.upgrade {
+            // After a protocol switch the bytes are not HTTP; the parser keeps its own checks.
+            return Some(HeadStep::Done {
+                len: self.pos,
+                next: State::Off,
+            });
+        }
+        if self.chunked && !self.expect_continue {
+            self.first_chunk = Some(Chunk::Size {
+                value: 0,
+                digits: 0,
+            });
+            return None;
+        }
+        let next = match (self.chunked, self.length) {
+            (true, _) => State::Chunked(Chunk::Size {
+                value: 0,
+                digits: 0,
+            }),
+            (false, Some(n)) if n > 0 => State::Body(n),
+            _ => State::Head(Head::default()),
+        };
+        Some(HeadStep::Done {
+            len: self.pos,
+            next,
+        })
+    }
+
+    /// Checks the first chunk-size line right after a chunked head, so a malformed one refuses
+    /// the whole request.
+    fn first_chunk_line(&mut self, mut chunk: Chunk, data: &[u8]) -> HeadStep {
+        let mut i = self.pos;
+        while i < data.len() {
+            match chunk.step(data[i]) {
+                Err(()) => return HeadStep::Bad(Violation::InvalidChunk),
+                Ok(next) => chunk = next,
+            }
+            i += 1;
+            if matches!(chunk, Chunk::Data(_) | Chunk::TrailerStart) {
+                return HeadStep::Done {
+                    len: i,
+                    next: State::Chunked(chunk),
+                };
+            }
+        }
+        self.pos = i;
+        self.first_chunk = Some(chunk);
+        HeadStep::Incomplete
+    }
+}
+
+impl Chunk {
+    fn scan(&mut self, data: &[u8]) -> ChunkStep {
+        let mut i = 0;
+        while i < data.len() {
+            if let Chunk::Data(left) = self {
+                let n = (*left).min((data.len() - i) as u64);
+                *left -= n;
+                i += n as usize;
+                if *left == 0 {
+                    *self = Chunk::DataCr;
+                }
+                continue;
+            }
+            let last = matches!(self, Chunk::TrailerLf { last: true });
+            match self.step(data[i]) {
+                Err(()) => return ChunkStep::Bad(i),
+                Ok(next) => *self = next,
+            }
+            i += 1;
+            if last {
+                return ChunkStep::Done(i);
+            }
+        }
+        ChunkStep::More
+    }
+
+    /// One byte outside chunk data (data is skipped in bulk by [`Chunk::scan`]).
+    fn step(self, b: u8) -> Result<Chunk, ()> {
+        Ok(match self {
+            Chunk::Size { value, digits } => match b {
+                b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if digits < MAX_SIZE_DIGITS => {
+                    let d = (b as char).to_digit(16).unwrap_or(0) as u64;
+                    Chunk::Size {
+                        value: (value << 4) | d,
+                        digits: digits + 1,
+                    }
+                }
+                b';' | b' ' | b'\t' if digits > 0 => Chunk::Ext { value },
+                b'\r' if digits > 0 => Chunk::SizeLf { value },
+                _ => return Err(()),
+            },
+            Chunk::Ext { value } => match b {
+                b'\r' => Chunk::SizeLf { value },
+                b'\t' => self,
+                0..=0x1f | 0x7f => return Err(()),
+                _ => self,
+            },
+            Chunk::SizeLf { value } => match b {
+                b'\n' if value == 0 => Chunk::TrailerStart,
+                b'\n' => Chunk::Data(value),
+                _ => return Err(()),
+            },
+            Chunk::Data(_) => self,
+            Chunk::DataCr => match b {
+                b'\r' => Chunk::DataLf,
+                _ => return Err(()),
+            },
+            Chunk::DataLf => match b {
+                b'\n' => Chunk::Size {
+                    value: 0,
+                    digits: 0,
+                },
+                _ => return Err(()),
+            },
+            Chunk::TrailerStart => match b {
+                b'\r' => Chunk::TrailerLf { last: true },
+                b'\n' | b' ' | b'\t' => return Err(()),
+                _ => Chunk::TrailerLine,
+            },
+            Chunk::TrailerLine => match b {
+                b'\r' => Chunk::TrailerLf { last: false },
+                b'\n' => return Err(()),
+                _ => self,
+            },
+            Chunk::TrailerLf { .. } => match b {
+                b'\n' => Chunk::TrailerStart,
+                _ => return Err(()),
+            },
+        })
+    }
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// `1*DIGIT`, nothing else (no sign, no list, no spaces inside), and no overflow.
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests;

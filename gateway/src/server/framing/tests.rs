@@ -1,0 +1,209 @@
+//! Verdicts of the framing checks, and that they do not depend on how bytes are split.
+
+use super::*;
+
+/// Feeds `pieces` the way the IO wrapper does (held bytes first again) and returns the bytes
+/// released to the parser and the refusal, if any.
+fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) {
+    let mut out = Vec::new();
+    let mut held: Vec<u8> = Vec::new();
+    for piece in pieces {
+        held.extend_from_slice(piece);
+        match framing.scan(&held) {
+            Scan::Pass => out.append(&mut held),
+            Scan::Hold(n) => {
+                out.extend(held.drain(..n));
+            }
+            Scan::Reject(n, v) | Scan::Cut(n, v) => {
+                out.extend_from_slice(&held[..n]);
+                return (out, Some(v));
+            }
+        }
+    }
+    (out, None)
+}
+
+fn verdict(input: &[u8]) -> (Vec<u8>, Option<Violation>) {
+    run(&mut Framing::http1(64 * 1024, true), &[input])
+}
+
+#[test]
+fn plain_requests_pass_whole() {
+    let input: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /last HTTP/1.1\r\n\r\n";
+    assert_eq!(verdict(input), (input.to_vec(), None));
+}
+
+#[test]
+fn smuggling_shapes_are_refused_at_the_request_start() {
+    let ok = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    let cases: &[(&[u8], Violation)] = &[
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            Violation::LengthWithChunked,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
+            Violation::LengthWithChunked,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+            Violation::DuplicateLength,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 6\r\n\r\nhello",
+            Violation::DuplicateLength,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\nhello",
+            Violation::InvalidLength,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\nhello",
+            Violation::InvalidLength,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            Violation::InvalidLength,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            Violation::InvalidTransferEncoding,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            Violation::InvalidTransferEncoding,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
+            Violation::InvalidTransferEncoding,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            Violation::InvalidTransferEncoding,
+        ),
+        (b"GET / HTTP/1.1\nHost: a\r\n\r\n", Violation::BareLf),
+        (b"GET / HTTP/1.1\r\nHost: a\n\r\n", Violation::BareLf),
+        (b"GET / HTTP/1.1\r\nHost: a\r\n\n", Violation::BareLf),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n",
+            Violation::ObsFold,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+            Violation::InvalidChunk,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n",
+            Violation::InvalidChunk,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+            Violation::InvalidChunk,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+            Violation::InvalidChunk,
+        ),
+    ];
+    for (bad, violation) in cases {
+        // After a good request, so the refusal point is checked too.
+        let input = [&ok[..], bad].concat();
+        let (released, got) = verdict(&input);
+        assert_eq!(got, Some(*violation), "{}", String::from_utf8_lossy(bad));
+        assert_eq!(released, ok, "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn a_bad_later_chunk_is_refused_where_it_is() {
+    let input: &[u8] =
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nxyz\r\n";
+    let (released, got) = verdict(input);
+    assert_eq!(got, Some(Violation::InvalidChunk));
+    assert_eq!(released, &input[..input.len() - 5]);
+    // Data not followed by CRLF.
+    let input: &[u8] = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n";
+    let (released, got) = verdict(input);
+    assert_eq!(got, Some(Violation::InvalidChunk));
+    assert!(released.ends_with(b"he"));
+}
+
+#[test]
+fn expect_continue_releases_a_chunked_head_before_its_body() {
+    let head: &[u8] =
+        b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(verdict(head), (head.to_vec(), None));
+    // Without it, the head waits for its first chunk-size line.
+    let head: &[u8] = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(verdict(head), (Vec::new(), None));
+    let mut f = Framing::http1(64 * 1024, false);
+    assert_eq!(
+        run(&mut f, &[head, b"3\r\nab"]).0,
+        [head, b"3\r\nab"].concat()
+    );
+}
+
+#[test]
+fn http2_preface_turns_checking_off() {
+    let mut f = Framing::http1(64 * 1024, true);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\n\n";
+    assert_eq!(run(&mut f, &[&preface[..10], &preface[10..]]).1, None);
+    assert!(f.is_off());
+    // Without sniffing (an HTTP/1-only connection) the preface is just a bad request line,
+    // the parser's to refuse.
+    let mut f = Framing::http1(64 * 1024, false);
+    assert!(!f.is_off());
+    let _ = run(&mut f, &[preface]);
+}
+
+#[test]
+fn upgrade_requests_turn_checking_off() {
+    let input: &[u8] =
+        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n\x81\x05hello\n";
+    let mut f = Framing::http1(64 * 1024, true);
+    assert_eq!(run(&mut f, &[input]), (input.to_vec(), None));
+    assert!(f.is_off());
+}
+
+#[test]
+fn oversized_heads_go_to_the_parser_unchecked() {
+    let mut f = Framing::http1(64, false);
+    let big = [
+        b"GET / HTTP/1.1\r\nX-Big: ".as_slice(),
+        &[b'a'; 100],
+        b"\r\n",
+    ]
+    .concat();
+    let (released, got) = run(&mut f, &[&big]);
+    assert_eq!((released, got), (big, None));
+    assert!(f.is_off());
+}
+
+#[test]
+fn verdicts_do_not_depend_on_how_bytes_are_split() {
+    let inputs: &[&[u8]] = &[
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST /u HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc\r\nGET / HTTP/1.1\r\n\r\n",
+        b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;a=b\r\nabc\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: a\n\r\n",
+        b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nq\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\n\n\n",
+        b"PRI * HTTP/1.1\r\nHost: a\r\n\r\n",
+    ];
+    for input in inputs {
+        let whole = verdict(input);
+        for split in 1..input.len() {
+            let mut f = Framing::http1(64 * 1024, true);
+            let parts = run(&mut f, &[&input[..split], &input[split..]]);
+            assert_eq!(
+                parts,
+                whole,
+                "split at {split}: {}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let mut f = Framing::http1(64 * 1024, true);
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(run(&mut f, &bytes), whole, "byte by byte");
+    }
+}

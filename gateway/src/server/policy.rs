@@ -1,0 +1,243 @@
+//! Per-listener request policy, built once when a listener's settings load: the URI and body
+//! limits, the `Strict-Transport-Security` header of TLS listeners, and the counters of refused
+//! requests (`gateway_http_rejected_total{listener, reason}`).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use gateway_config::Listener;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+
+use crate::body::{Body, BoxError};
+use crate::server::framing::Violation;
+use crate::telemetry::{Counter, Registry};
+
+/// Reasons counted besides the framing violations.
+const URI_TOO_LONG: &str = "uri_too_long";
+const BODY_TOO_LARGE: &str = "body_too_large";
+
+/// Counters of refused requests, one per reason, registered up front.
+#[derive(Clone, Debug, Default)]
+pub struct Rejections {
+    counters: Vec<(&'static str, Counter)>,
+}
+
+impl Rejections {
+    /// The series of `listener`.
+    pub fn new(registry: &Registry, listener: &str) -> Self {
+        let reasons = Violation::ALL
+            .iter()
+            .map(|v| v.reason())
+            .chain([URI_TOO_LONG, BODY_TOO_LARGE]);
+        let counters = reasons
+            .map(|reason| {
+                let c = registry.counter(
+                    "gateway_http_rejected_total",
+                    "Requests refused before routing (ambiguous framing, limits), by reason.",
+                    &[("listener", listener), ("reason", reason)],
+                );
+                (reason, c)
+            })
+            .collect();
+        Self { counters }
+    }
+
+    /// Counts one refusal (only on the refusal path, so a short scan is fine).
+    pub fn count(&self, reason: &str) {
+        if let Some((_, c)) = self.counters.iter().find(|(r, _)| *r == reason) {
+            c.inc();
+        }
+    }
+}
+
+/// What the service checks and adds for every request of a listener.
+#[derive(Debug)]
+pub struct ListenerPolicy {
+    /// Longest request target (path and query).
+    pub max_uri: usize,
+    /// Largest request body; 0 means unlimited.
+    pub max_body: u64,
+    /// `Strict-Transport-Security` for every response (TLS listeners with `tls.hsts`).
+    pub hsts: Option<HeaderValue>,
+    /// Refusal counters.
+    pub rejected: Rejections,
+}
+
+/// The error a body over the listener's limit fails with; the proxy and the body-buffering
+/// filters turn it into `413`.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub struct BodyLimitExceeded(pub u64);
+
+impl ListenerPolicy {
+    /// Builds the policy of `listener`.
+    pub fn new(listener: &Listener, registry: &Registry) -> Self {
+        let settings = &listener.settings;
+        Self {
+            max_uri: settings.max_uri_length.as_usize(),
+            max_body: settings.max_body_size.bytes(),
+            hsts: listener
+                .tls
+                .as_ref()
+                .and_then(|t| t.hsts.as_ref())
+                .map(hsts_value),
+            rejected: Rejections::new(registry, &listener.name),
+        }
+    }
+
+    /// Checks a request before routing: `414` for a long target, `413` for a declared length
+    /// over the limit. A body of unknown length is wrapped so it fails once it passes the limit.
+    pub fn admit(&self, req: Request<Body>) -> Result<Request<Body>, StatusCode> {
+        let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        if uri_len > self.max_uri {
+            self.rejected.count(URI_TOO_LONG);
+            return Err(StatusCode::URI_TOO_LONG);
+        }
+        if self.max_body == 0 || req.body().is_end_stream() {
+            return Ok(req);
+        }
+        match req.body().size_hint().exact() {
+            // The protocol layer already holds the body to its declared length.
+            Some(n) if n <= self.max_body => Ok(req),
+            Some(_) => {
+                self.rejected.count(BODY_TOO_LARGE);
+                Err(StatusCode::PAYLOAD_TOO_LARGE)
+            }
+            None => {
+                let (limit, rejected) = (self.max_body, self.rejected.clone());
+                Ok(req.map(|inner| {
+                    Body::new(Limited {
+                        inner,
+                        left: limit,
+                        limit,
+                        rejected,
+                    })
+                }))
+            }
+        }
+    }
+
+    /// Adds the listener's response headers.
+    pub fn decorate<B>(&self, res: &mut Response<B>) {
+        if let Some(v) = &self.hsts {
+            res.headers_mut()
+                .insert(http::header::STRICT_TRANSPORT_SECURITY, v.clone());
+        }
+    }
+}
+
+/// The `Strict-Transport-Security` value, formatted once.
+fn hsts_value(cfg: &gateway_config::model::HstsConfig) -> HeaderValue {
+    let mut v = format!("max-age={}", cfg.max_age.get().as_secs());
+    if cfg.include_subdomains {
+        v.push_str("; includeSubDomains");
+    }
+    if cfg.preload {
+        v.push_str("; preload");
+    }
+    HeaderValue::try_from(v).unwrap_or_else(|_| HeaderValue::from_static("max-age=0"))
+}
+
+/// A request body of unknown length held to a byte limit.
+struct Limited {
+    inner: Body,
+    left: u64,
+    limit: u64,
+    rejected: Rejections,
+}
+
+impl HttpBody for Limited {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        if let Some(data) = frame.data_ref() {
+            let n = data.len() as u64;
+            if n > self.left {
+                self.left = 0;
+                self.rejected.count(BODY_TOO_LARGE);
+                return Poll::Ready(Some(Err(BodyLimitExceeded(self.limit).into())));
+            }
+            self.left -= n;
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Whether `error` (or anything it wraps) is a body over the listener's limit.
+pub fn is_body_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(error);
+    while let Some(e) = cur {
+        if e.is::<BodyLimitExceeded>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn policy(max_body: u64) -> ListenerPolicy {
+        ListenerPolicy {
+            max_uri: 16,
+            max_body,
+            hsts: None,
+            rejected: Rejections::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn limits_uri_declared_and_streamed_bodies() {
+        let p = policy(4);
+        let long = Request::get("/0123456789abcdefgh").body(Body::empty());
+        assert_eq!(p.admit(long.unwrap()).err(), Some(StatusCode::URI_TOO_LONG));
+        let declared = Request::post("/").body(Body::full("hello")).unwrap();
+        assert_eq!(p.admit(declared).err(), Some(StatusCode::PAYLOAD_TOO_LARGE));
+        let chunks = futures_util::stream::iter(
+            ["ab", "cd", "e"]
+                .map(|s| Ok::<_, std::io::Error>(Frame::data(Bytes::from_static(s.as_bytes())))),
+        );
+        let streamed = Request::post("/")
+            .body(Body::new(http_body_util::StreamBody::new(chunks)))
+            .unwrap();
+        let body = p.admit(streamed).unwrap().into_body();
+        let err = body.collect().await.unwrap_err();
+        assert!(is_body_limit(&*err), "{err}");
+        let fits = Request::post("/").body(Body::full("abcd")).unwrap();
+        assert!(p.admit(fits).is_ok());
+    }
+
+    #[test]
+    fn hsts_value_lists_the_directives() {
+        let cfg = gateway_config::model::HstsConfig {
+            max_age: "365d".parse().unwrap(),
+            include_subdomains: true,
+            preload: true,
+        };
+        assert_eq!(
+            hsts_value(&cfg),
+            "max-age=31536000; includeSubDomains; preload"
+        );
+    }
+}
