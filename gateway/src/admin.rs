@@ -134,7 +134,23 @@ pub fn redact(value: &mut serde_yaml::Value) {
             }
         }
         serde_yaml::Value::Sequence(seq) => seq.iter_mut().for_each(redact),
+        serde_yaml::Value::String(s) => redact_url_password(s),
         _ => {}
+    }
+}
+
+/// `scheme://user:password@host…` → `scheme://user:<redacted>@host…` (e.g. `cluster.redis`).
+fn redact_url_password(s: &mut String) {
+    let Some(start) = s.find("://").map(|i| i + 3) else {
+        return;
+    };
+    let authority_end = s[start..].find('/').map_or(s.len(), |i| start + i);
+    let Some(at) = s[start..authority_end].rfind('@').map(|i| start + i) else {
+        return;
+    };
+    let colon = s[start..at].find(':').map_or(start, |i| start + i + 1);
+    if colon < at {
+        s.replace_range(colon..at, "<redacted>");
     }
 }
 
@@ -151,5 +167,19 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("header: x-api-key"), "{text}");
+    }
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        let mut v: serde_yaml::Value =
+            serde_yaml::from_str("cluster: { redis: \"redis://app:hunter2@10.0.0.5:6379/1\" }\nother: \"redis://10.0.0.5:6379\"\n").unwrap();
+        super::redact(&mut v);
+        let text = serde_yaml::to_string(&v).unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("redis://app:<redacted>@10.0.0.5:6379/1"),
+            "{text}"
+        );
+        assert!(text.contains("redis://10.0.0.5:6379"), "{text}");
     }
 }
