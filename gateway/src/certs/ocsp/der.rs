@@ -318,8 +318,9 @@ mod tests {
         let req = ocsp_request(&[1; 20], &[2; 20], &[0x01, 0x02, 0x03]);
         // OCSPRequest > TBSRequest > requestList > Request > CertID
         let mut r = Reader(&req);
-        let tbs = r.expect(SEQUENCE).unwrap();
+        let ocsp_request = r.expect(SEQUENCE).unwrap();
         assert!(r.is_empty());
+        let tbs = Reader(ocsp_request).expect(SEQUENCE).unwrap();
         let list = Reader(tbs).expect(SEQUENCE).unwrap();
         let request = Reader(list).expect(SEQUENCE).unwrap();
         let cert_id = Reader(request).expect(SEQUENCE).unwrap();
