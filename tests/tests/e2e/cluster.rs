@@ -361,3 +361,56 @@ routes:
     assert!(cas >= 7 + 60, "every write bumped the token: {cas}");
     drop(gws);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_an_unchanged_cluster_and_a_changed_one_starts_anew() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let config = |prefix: &str, extra: &str| {
+        format!(
+            r#"
+server: {{ watch_config: false }}
+cluster: {{ redis: "{}", prefix: {prefix} }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+routes:
+  - name: limited
+    match: {{ path: /a }}
+    filters:
+      - rate_limit: {{ requests: 5, per: 1m, scope: global }}
+    respond: {{ body: "a" }}
+{extra}"#,
+            redis.url()
+        )
+    };
+    let gw = TestGateway::start(&config("r1", "")).await;
+    all_up(std::slice::from_ref(&gw)).await;
+    let cluster = || gw.gateway().generation().cluster.clone().unwrap();
+    let before = cluster();
+    let mut c = http1(gw.addr("main")).await;
+    for _ in 0..3 {
+        assert_eq!(c.get("/a").await.status(), 200);
+    }
+
+    // Another route, same cluster settings: same connection, the count goes on.
+    let extra = "  - name: other\n    match: { path: /b }\n    respond: { body: b }\n";
+    std::fs::write(gw.dir().join("gateway.yaml"), config("r1", extra)).unwrap();
+    gw.gateway().reload().await.expect("reload");
+    assert!(std::sync::Arc::ptr_eq(&before, &cluster()));
+    let statuses = [c.get("/a").await.status(), c.get("/a").await.status()];
+    assert_eq!(statuses, [200, 200]);
+    assert_eq!(c.get("/a").await.status(), 429);
+    assert_eq!(c.get("/b").await.status(), 200);
+
+    // A new prefix: a new connection, and buckets of its own.
+    std::fs::write(gw.dir().join("gateway.yaml"), config("r2", extra)).unwrap();
+    gw.gateway().reload().await.expect("reload");
+    let after = cluster();
+    assert!(!std::sync::Arc::ptr_eq(&before, &after));
+    drop(before);
+    all_up(std::slice::from_ref(&gw)).await;
+    let statuses = round_robin(std::slice::from_mut(&mut c), "/a", 6).await;
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+}
