@@ -1,11 +1,14 @@
 //! HTTP/1 request framing checks that run ahead of hyper's parser (request-smuggling defence).
 //!
 //! Smuggling lives in the gaps between how two HTTP/1 parsers frame the same bytes. hyper
-//! rejects conflicting `Content-Length` values and a `Transfer-Encoding` whose last coding is not
-//! `chunked`, but it accepts shapes that other servers frame differently: `Content-Length`
-//! together with `Transfer-Encoding` (hyper reads the body as chunked and drops the length),
-//! a repeated `Content-Length` line with the same value, list values (`5, 5`), codings before
-//! `chunked` (`gzip, chunked`), and lines ended by a bare LF. [`Framing`] follows the framing of
+//! rejects conflicting or non-numeric `Content-Length` values, obs-fold, and a
+//! `Transfer-Encoding` whose last coding is not `chunked`, but it accepts shapes that other
+//! servers frame differently: `Content-Length` together with `Transfer-Encoding` (hyper reads the
+//! body as chunked and drops the length), a repeated `Content-Length` line with the same value,
+//! codings before `chunked` (`gzip, chunked`), a repeated `Transfer-Encoding`, and lines ended by
+//! a bare LF; and it hands a chunked request on before its first chunk-size line has been read.
+//! The checks here cover those and the ones hyper refuses (so every refusal is counted by
+//! reason). [`Framing`] follows the framing of
 //! every request on an HTTP/1 connection (heads, fixed-length and chunked bodies) over the raw
 //! bytes and reports where such a request starts, so [`super::checked::CheckedIo`] can keep it
 //! from the parser. It is a pure state machine over `&[u8]`: bytes may arrive split anywhere.
