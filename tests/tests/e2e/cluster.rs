@@ -414,3 +414,75 @@ routes:
     let statuses = round_robin(std::slice::from_mut(&mut c), "/a", 6).await;
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
 }
+
+/// Global queues without a plugin in between: what `proxy_enqueue_shared_queue` and
+/// `proxy_dequeue_shared_queue` do for a VM with `shared_data: { scope: global }`, on two
+/// clusters (two instances) sharing one Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_queue_carries_items_and_wakes_the_owner_across_instances() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let settings = gateway_config::model::ClusterConfig {
+        redis: redis.url(),
+        prefix: "t5".into(),
+        timeout: gateway_config::Duration::from_millis(50),
+        share_health: false,
+    };
+    let registries = [
+        gateway::telemetry::Registry::new(),
+        gateway::telemetry::Registry::new(),
+    ];
+    let [producer, consumer] = [0, 1].map(|i| {
+        gateway::cluster::Cluster::get_or_start(&registries[i], &settings).expect("cluster")
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(producer.is_up() && consumer.is_up()) {
+        assert!(Instant::now() < deadline, "cluster link not up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Give the consumer's subscriber a moment to subscribe.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The consumer's VM registers the queue; the producer's side enqueues on it by name.
+    let host = gateway::wasm::host();
+    let (woken_tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+    let id = host.shared.register_queue_in(
+        Some(&consumer.shared_data()),
+        "t5-vm",
+        "jobs",
+        Some(std::sync::Arc::new(move |id| {
+            let _ = woken_tx.send(id);
+        })),
+    );
+    use wasm_host::shared::GlobalStore as _;
+    let store = producer.shared_data();
+    let name = wasm_host::shared::global_queue_name("t5-vm", "jobs");
+    for item in ["one", "two"] {
+        store
+            .0
+            .enqueue(&name, bytes::Bytes::from(item))
+            .expect("enqueued");
+    }
+    let mut conn = redis.connection().await;
+    let len: usize = redis::cmd("LLEN")
+        .arg("t5:queue:t5-vm/jobs")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 2, "the items wait in Redis");
+    let first = tokio::time::timeout(Duration::from_secs(1), woken.recv())
+        .await
+        .expect("the owner is told within a second");
+    assert_eq!(first, Some(id));
+    // The consumer takes them in order, from Redis.
+    assert_eq!(
+        host.shared.dequeue(id),
+        Some(Some(bytes::Bytes::from("one")))
+    );
+    assert_eq!(
+        host.shared.dequeue(id),
+        Some(Some(bytes::Bytes::from("two")))
+    );
+    assert_eq!(host.shared.dequeue(id), Some(None));
+}
