@@ -1,6 +1,7 @@
 //! HTTP/2 conformance: h2spec (installed by `scripts/setup.sh` when Go is present) runs its
-//! whole default suite against an h2c listener and a TLS listener (ALPN `h2`); any failing case
-//! fails the test with h2spec's own report. Without h2spec the test says why and passes.
+//! whole suite, strict cases included, against an h2c listener and a TLS listener (ALPN `h2`);
+//! any failing case fails the test with h2spec's own report. Without h2spec the test says why
+//! and passes.
 
 use std::path::PathBuf;
 
@@ -44,7 +45,8 @@ fn summary(out: &str) -> Option<(u32, u32, u32, u32)> {
 
 async fn run_h2spec(bin: &PathBuf, port: u16, tls: bool) -> Result<(u32, u32), String> {
     let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+    // `-S`: also the strict cases (SHOULD-level requirements).
+    cmd.args(["-S", "-h", "127.0.0.1", "-p", &port.to_string()]);
     // A generous per-case timeout: the machine running the suite may be busy.
     cmd.args(["-o", "10"]);
     if tls {
@@ -66,7 +68,7 @@ async fn run_h2spec(bin: &PathBuf, port: u16, tls: bool) -> Result<(u32, u32), S
             "{failed} of {tests} h2spec cases failed:\n{report}"
         ));
     }
-    // The suite really ran (h2spec 2.x has 146 cases in its default run).
+    // The suite really ran (h2spec 2.2.1 has 146 cases with `-S`).
     assert!(tests >= 140 && passed + skipped == tests, "{text}");
     Ok((passed, skipped))
 }
