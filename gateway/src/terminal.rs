@@ -1,5 +1,7 @@
 //! Terminals produce a route's response: a synthetic `respond`, static files, or the reverse
-//! proxy. Dispatch is a plain `match` (no boxing per request).
+//! proxy. Dispatch is a plain `match`; the static and proxy futures are boxed because hyper
+//! keeps one request future's worth of space per HTTP/1 connection for the connection's whole
+//! life, and theirs are kilobytes (one allocation per request is noise next to their work).
 
 use std::sync::Arc;
 
@@ -34,8 +36,8 @@ impl Terminal {
                 }
                 r.response(&parts.method)
             }
-            Self::Static(s) => s.serve(req).await,
-            Self::Proxy(p) => p.forward(req, cx).await,
+            Self::Static(s) => Box::pin(s.serve(req)).await,
+            Self::Proxy(p) => Box::pin(p.forward(req, cx)).await,
         }
     }
 }

@@ -255,8 +255,14 @@ tokio::task_local! {
 }
 
 /// Runs `fut` (a request) with `cx` as the current trace.
-pub async fn scope<F: std::future::Future>(cx: TraceCx, fut: F) -> F::Output {
-    CURRENT.scope(cx, fut).await
+///
+/// A plain function, not an `async fn`: an `async fn` would store `fut` twice (as its argument
+/// and inside the scope it awaits), and request futures are kilobytes.
+pub fn scope<F: std::future::Future>(
+    cx: TraceCx,
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    CURRENT.scope(cx, fut)
 }
 
 /// The trace of the request the current task is serving, if it is traced.
