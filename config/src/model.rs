@@ -249,6 +249,14 @@ pub struct ListenerConfig {
     /// A connection with no request in flight and no traffic for this long is closed.
     #[serde(default = "default_idle_timeout")]
     pub idle_timeout: Duration,
+    /// Longest wait for the next bytes of a request body the gateway is reading; beyond it the
+    /// request gets 408 and the connection closes. 0 turns it off.
+    #[serde(default = "default_body_read_timeout")]
+    pub body_read_timeout: Duration,
+    /// Longest a connection may refuse every byte the gateway has to send (a client that stopped
+    /// reading); it is then closed. 0 turns it off.
+    #[serde(default = "default_write_timeout")]
+    pub write_timeout: Duration,
     /// Cap on concurrent connections; 0 means unlimited.
     #[serde(default)]
     pub max_connections: usize,
@@ -276,6 +284,12 @@ fn default_header_read_timeout() -> Duration {
     Duration::from_secs(10)
 }
 fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_body_read_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_write_timeout() -> Duration {
     Duration::from_secs(60)
 }
 

@@ -38,6 +38,9 @@ pub enum GatewayError {
     /// Reading the request body failed.
     #[error("reading the request body failed")]
     RequestBody(#[source] BoxError),
+    /// The client sent no request body bytes for this long while the gateway waited.
+    #[error("no request body bytes for {0:?}")]
+    BodyReadTimeout(Duration),
     /// Connecting to an upstream failed.
     #[error("connect to upstream {addr} failed")]
     UpstreamConnect {
@@ -90,6 +93,8 @@ impl GatewayError {
             Self::RequestBody(e) if crate::server::policy::is_body_limit(&**e) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
+            Self::BodyReadTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::RequestBody(e) if is_body_read_timeout(&**e) => StatusCode::REQUEST_TIMEOUT,
             Self::RequestBody(_) => StatusCode::BAD_REQUEST,
             Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -114,6 +119,21 @@ impl GatewayError {
     pub fn into_response(self) -> Response<Body> {
         error_response(self.status())
     }
+}
+
+/// Whether a body error is (or wraps, as hyper's client does) a body read timeout.
+fn is_body_read_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if matches!(
+            err.downcast_ref::<GatewayError>(),
+            Some(GatewayError::BodyReadTimeout(_))
+        ) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// A minimal plain-text response for `status`.

@@ -10,6 +10,8 @@ pub mod cluster;
 pub mod context;
 pub mod error;
 pub mod filter;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod generation;
 pub mod proxy;
 pub mod router;

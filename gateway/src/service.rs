@@ -32,6 +32,8 @@ pub struct ConnService {
     pub activity: Arc<Activity>,
     /// The listener's limits and response headers.
     pub policy: Arc<ListenerPolicy>,
+    /// Longest wait for the next bytes of a request body; `None`: no limit.
+    pub body_read_timeout: Option<std::time::Duration>,
     /// Metrics and access log.
     pub telemetry: Arc<Telemetry>,
 }
@@ -44,7 +46,13 @@ impl ConnService {
     ) -> Result<Response<Body>, Infallible> {
         self.activity
             .request_started(req.version() == http::Version::HTTP_2);
-        let res = self.handle(req.map(Body::incoming)).await;
+        let limit = self.body_read_timeout;
+        let res = self
+            .handle(req.map(|b| match limit {
+                Some(limit) => Body::incoming_with_timeout(b, limit),
+                None => Body::incoming(b),
+            }))
+            .await;
         self.activity.request_done();
         Ok(res)
     }

@@ -17,6 +17,8 @@ mod cpu;
 pub mod engine;
 pub mod error;
 mod exports;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod metrics;
 pub mod plugin;
 pub mod shared;

@@ -43,6 +43,10 @@ pub struct ListenerRuntime {
     pub idle_timeout: Duration,
     /// Header read timeout (also bounds the TLS handshake).
     pub header_timeout: Duration,
+    /// Longest wait for request body bytes being read; `None`: no limit.
+    pub body_read_timeout: Option<Duration>,
+    /// Longest the client may accept no byte of what is being written; zero: no limit.
+    pub write_timeout: Duration,
     /// Limits and response headers applied to every request.
     pub policy: Arc<ListenerPolicy>,
     /// Expect a PROXY protocol header (from a front load balancer) before anything else.
@@ -196,6 +200,20 @@ pub async fn serve(
     }
 }
 
+/// Serves cleartext HTTP on any byte stream with the listener's protocols: what [`serve`] does
+/// after TLS and the PROXY header. The fuzz targets drive it over in-memory pipes.
+pub async fn serve_io<IO>(
+    rt: Arc<ListenerRuntime>,
+    io: IO,
+    info: ConnInfo,
+    shutdown: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (h1, h2) = (rt.http1, rt.http2);
+    serve_http(rt, io, info, h1, h2, shutdown).await;
+}
+
 async fn serve_http<IO>(
     rt: Arc<ListenerRuntime>,
     io: IO,
@@ -206,12 +224,14 @@ async fn serve_http<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let client = info.client;
     let activity = Activity::new(!h2 || h1);
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
         conn: Arc::new(info),
         activity: activity.clone(),
         policy: rt.policy.clone(),
+        body_read_timeout: rt.body_read_timeout,
         telemetry: rt.telemetry.clone(),
     });
     let alt_svc = rt.alt_svc.clone();
@@ -250,7 +270,7 @@ async fn serve_http<IO>(
             tokio::pin!(conn);
             let mut draining = false;
             loop {
-                let wait = match activity.check(rt.idle_timeout, rt.header_timeout) {
+                let wait = match activity.check(rt.idle_timeout, rt.header_timeout, rt.write_timeout) {
                     Verdict::Wait(d) => d,
                     Verdict::Idle => {
                         if !draining {
@@ -261,6 +281,13 @@ async fn serve_http<IO>(
                     }
                     Verdict::SlowHead => {
                         tracing::debug!(listener = %rt.name, "request head not received in time; closing");
+                        return;
+                    }
+                    Verdict::WriteStalled => {
+                        // Dropping the connection drops what it buffered: a client that
+                        // stopped reading holds no memory past this point.
+                        rt.metrics.write_timeouts.inc();
+                        tracing::debug!(listener = %rt.name, %client, "client read nothing for write_timeout; closing");
                         return;
                     }
                 };

@@ -4,6 +4,8 @@
 //! request, which would make the idle timeout and the slow-header timeout one setting. Instead,
 //! the IO wrapper stamps the time of the last byte moved and of the first byte of a new request
 //! head, the service marks requests in flight, and one watchdog per connection decides.
+//! Writes that cannot make progress (a client that stopped reading) are stamped too, so the
+//! watchdog can close a connection whose peer has refused every byte for `write_timeout`.
 
 use std::io;
 use std::pin::Pin;
@@ -32,6 +34,8 @@ pub struct Activity {
     head_started: AtomicU64,
     in_flight: AtomicUsize,
     track_heads: AtomicBool,
+    /// When a write first found the socket full with no progress since (0: not blocked).
+    write_blocked: AtomicU64,
 }
 
 /// What the watchdog decided.
@@ -43,6 +47,8 @@ pub enum Verdict {
     Idle,
     /// A request head has been arriving for longer than the header timeout.
     SlowHead,
+    /// The peer has accepted no byte for longer than the write timeout.
+    WriteStalled,
 }
 
 impl Activity {
@@ -69,6 +75,14 @@ impl Activity {
 
     fn on_write(&self) {
         self.last.store(now_ms(), Ordering::Relaxed);
+        self.write_blocked.store(0, Ordering::Relaxed);
+    }
+
+    /// A write or flush found no room: start the stall clock unless it already runs.
+    fn on_write_blocked(&self) {
+        if self.write_blocked.load(Ordering::Relaxed) == 0 {
+            self.write_blocked.store(now_ms(), Ordering::Relaxed);
+        }
     }
 
     /// A request head was parsed: it is in flight until [`Activity::request_done`]. HTTP/2
@@ -87,9 +101,30 @@ impl Activity {
         self.last.store(now_ms(), Ordering::Relaxed);
     }
 
-    /// Decides whether the connection should be closed.
-    pub fn check(&self, idle: Duration, header: Duration) -> Verdict {
+    /// Decides whether the connection should be closed. A zero `write` turns the write-stall
+    /// deadline off.
+    pub fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
         let now = now_ms();
+        let blocked = self.write_blocked.load(Ordering::Relaxed);
+        if blocked != 0 && !write.is_zero() {
+            let stalled = Duration::from_millis(now.saturating_sub(blocked));
+            if stalled >= write {
+                return Verdict::WriteStalled;
+            }
+            // Whatever else is pending, look again when the stall would reach the limit.
+            return match self.check_traffic(now, idle, header) {
+                Verdict::Wait(d) => Verdict::Wait(d.min(write - stalled)),
+                other => other,
+            };
+        }
+        match self.check_traffic(now, idle, header) {
+            // A stall may start at any moment; look again within the write timeout.
+            Verdict::Wait(d) if !write.is_zero() => Verdict::Wait(d.min(write)),
+            other => other,
+        }
+    }
+
+    fn check_traffic(&self, now: u64, idle: Duration, header: Duration) -> Verdict {
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return Verdict::Wait(idle.min(header));
         }
@@ -142,6 +177,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for TrackedIo<T> {
     }
 }
 
+impl<T> TrackedIo<T> {
+    fn note_write(&self, res: &Poll<io::Result<usize>>) {
+        match res {
+            Poll::Ready(Ok(n)) if *n > 0 => self.activity.on_write(),
+            Poll::Pending => self.activity.on_write_blocked(),
+            _ => {}
+        }
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -149,9 +194,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.on_write();
-        }
+        self.note_write(&res);
         res
     }
 
@@ -161,9 +204,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.on_write();
-        }
+        self.note_write(&res);
         res
     }
 
@@ -172,7 +213,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        // TLS accepts plaintext into its buffer and only a flush finds the socket full.
+        let res = Pin::new(&mut self.inner).poll_flush(cx);
+        match res {
+            Poll::Pending => self.activity.on_write_blocked(),
+            Poll::Ready(Ok(())) => self.activity.write_blocked.store(0, Ordering::Relaxed),
+            Poll::Ready(Err(_)) => {}
+        }
+        res
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -188,16 +236,48 @@ mod tests {
     fn idle_and_slow_head_verdicts() {
         let a = Activity::new(true);
         let long = Duration::from_secs(60);
-        assert!(matches!(a.check(long, long), Verdict::Wait(_)));
-        assert_eq!(a.check(Duration::ZERO, long), Verdict::Idle);
+        assert!(matches!(a.check(long, long, long), Verdict::Wait(_)));
+        assert_eq!(a.check(Duration::ZERO, long, long), Verdict::Idle);
         a.on_read();
-        assert_eq!(a.check(long, Duration::ZERO), Verdict::SlowHead);
+        assert_eq!(a.check(long, Duration::ZERO, long), Verdict::SlowHead);
         a.request_started(false);
         assert!(matches!(
-            a.check(Duration::ZERO, Duration::ZERO),
+            a.check(Duration::ZERO, Duration::ZERO, long),
             Verdict::Wait(_)
         ));
         a.request_done();
-        assert_eq!(a.check(Duration::ZERO, long), Verdict::Idle);
+        assert_eq!(a.check(Duration::ZERO, long, long), Verdict::Idle);
+    }
+
+    #[test]
+    fn a_stalled_write_closes_even_with_a_request_in_flight() {
+        let a = Activity::new(true);
+        let long = Duration::from_secs(60);
+        a.request_started(false);
+        a.on_write_blocked();
+        // Within the limit: wait no longer than the rest of the write timeout.
+        match a.check(long, long, Duration::from_secs(5)) {
+            Verdict::Wait(d) => assert!(d <= Duration::from_secs(5), "{d:?}"),
+            v => panic!("{v:?}"),
+        }
+        assert_eq!(a.check(long, long, Duration::ZERO), Verdict::Wait(long));
+        // Nothing stalled yet: still look again within the write timeout.
+        a.on_write();
+        assert_eq!(
+            a.check(long, long, Duration::from_secs(1)),
+            Verdict::Wait(Duration::from_secs(1))
+        );
+        a.on_write_blocked();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            a.check(long, long, Duration::from_millis(1)),
+            Verdict::WriteStalled
+        );
+        // Progress clears the stall.
+        a.on_write();
+        assert!(matches!(
+            a.check(long, long, Duration::from_millis(1)),
+            Verdict::Wait(_)
+        ));
     }
 }

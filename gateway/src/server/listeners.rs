@@ -296,6 +296,8 @@ fn runtime_for(
         max_head: ListenerRuntime::max_head(&l.settings),
         idle_timeout: l.settings.idle_timeout.get(),
         header_timeout: l.settings.header_read_timeout.get(),
+        body_read_timeout: Some(l.settings.body_read_timeout.get()).filter(|d| !d.is_zero()),
+        write_timeout: l.settings.write_timeout.get(),
         policy: Arc::new(ListenerPolicy::new(l, &cx.telemetry.registry)),
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
         alt_svc,
@@ -356,6 +358,10 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// Pause after a failed accept (out of file descriptors): short enough to serve again soon
+/// after descriptors free up, long enough that a full table costs next to no CPU.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
 async fn accept_loop(
     runtime: Arc<ArcSwap<ListenerRuntime>>,
     listener: TcpListener,
@@ -373,9 +379,11 @@ async fn accept_loop(
         let (stream, client): (TcpStream, SocketAddr) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
-                // EMFILE/ENFILE and friends: back off instead of spinning on a full fd table.
+                // EMFILE/ENFILE and friends: the pending connection stays in the backlog, so the
+                // socket stays readable; back off instead of spinning on a full fd table.
+                rt.metrics.accept_errors.inc();
                 tracing::warn!(listener = %rt.name, error = %e, "accept failed; backing off");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };

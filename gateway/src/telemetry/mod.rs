@@ -171,6 +171,10 @@ pub struct ListenerMetrics {
     pub accepted: Counter,
     /// Connections refused at the cap.
     pub refused: Counter,
+    /// Connections closed because the client accepted no byte for `write_timeout`.
+    pub write_timeouts: Counter,
+    /// Failed accepts (EMFILE and the like), each followed by a back-off.
+    pub accept_errors: Counter,
 }
 
 impl ListenerMetrics {
@@ -200,6 +204,16 @@ impl ListenerMetrics {
             refused: registry.counter(
                 "gateway_listener_refused_connections_total",
                 "Connections refused because the listener was at max_connections.",
+                labels,
+            ),
+            write_timeouts: registry.counter(
+                "gateway_listener_write_timeouts_total",
+                "Connections closed because the client read nothing for write_timeout.",
+                labels,
+            ),
+            accept_errors: registry.counter(
+                "gateway_listener_accept_errors_total",
+                "Accepts that failed (such as EMFILE: out of file descriptors) and were retried after a pause.",
                 labels,
             ),
         }

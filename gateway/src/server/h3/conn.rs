@@ -56,6 +56,8 @@ pub(super) async fn serve(
         // QUIC has its own idle timeout and no head deadline; the bookkeeping goes unused.
         activity: Activity::new(false),
         policy: rt.policy.clone(),
+        // Flow control and QUIC's idle timeout bound a stalled stream here.
+        body_read_timeout: None,
         telemetry: rt.telemetry.clone(),
     });
     let early = Arc::new(EarlyStreams::default());

@@ -1,0 +1,210 @@
+//! Load limits: out of file descriptors (the accept loop backs off instead of spinning, and
+//! serves again once descriptors free up), and thousands of idle keep-alive connections held
+//! with bounded memory while new requests are still answered quickly. The connection cap per
+//! listener is tested in `core::connection_cap_refuses_extra_connections`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream as StdTcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gateway_tests::{TestGateway, gateway_binary, rss_kib, temp_dir, write_file};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::faults::{End, active, open_sockets, settles};
+
+/// Kills the child gateway when the test ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User plus system CPU time of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start at ") ".
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+fn get_hello(port: u16) -> Option<String> {
+    let mut s = StdTcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn out_of_file_descriptors_backs_off_then_serves_again() {
+    let binary = gateway_binary();
+    if !binary.exists() {
+        eprintln!(
+            "skipped: {} is not built (cargo build -p gateway --bin gateway)",
+            binary.display()
+        );
+        return;
+    }
+    let dir = temp_dir();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg = write_file(
+        dir.path(),
+        "g.yaml",
+        format!(
+            "server: {{ watch_config: false, worker_threads: 2 }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+        ),
+    );
+    let log = dir.path().join("stderr.log");
+    // A shell lowers the descriptor limit, then becomes the gateway.
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" run --config \"$1\"")
+        .arg(&binary)
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let child = Child(child);
+    let pid = child.0.id();
+    let mut up = false;
+    for _ in 0..200 {
+        if get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")) {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(up, "the gateway answered");
+
+    // Hold more connections than it has descriptors: the rest wait in the backlog and every
+    // accept fails with EMFILE.
+    let mut held = Vec::new();
+    for _ in 0..120 {
+        held.push(StdTcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("accept failed")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never ran out of descriptors"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Out of descriptors for a second: a loop retrying accept would burn a whole core.
+    let hz = clock_ticks_per_second();
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        used * 100 < hz * 20,
+        "the gateway used {used} of {hz} ticks in a second while out of descriptors"
+    );
+
+    // Descriptors free up: it serves again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway did not recover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The soft limit on open files of this process.
+fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+}
+
+#[tokio::test]
+async fn two_thousand_idle_keep_alive_connections_with_bounded_memory() {
+    const N: usize = 2000;
+    // Each connection is two descriptors here (client and gateway side); leave room for the
+    // other tests in this process.
+    let limit = open_files_limit();
+    if limit < (2 * N + 2000) as u64 {
+        eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
+        return;
+    }
+    let gw = TestGateway::start(
+        "server: { watch_config: false }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\nroutes:\n  - match: { path: /hello }\n    respond: { body: hi }\n",
+    )
+    .await;
+    let addr = gw.addr("main");
+    let port = addr.port();
+    let (rss_before, _) = rss_kib();
+    let mut held = Vec::with_capacity(N);
+    let mut buf = [0u8; 256];
+    for _ in 0..N {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let n = tcp.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        held.push(tcp);
+    }
+    settles(
+        "connections held",
+        Duration::from_secs(10),
+        N as i64,
+        || active(&gw, "main"),
+    )
+    .await;
+    let (rss_held, _) = rss_kib();
+    // A new client is answered at once while they are all held.
+    let started = Instant::now();
+    let res = gateway_tests::http1(addr).await.get("/hello").await;
+    let took = started.elapsed();
+    assert_eq!(res.status(), 200);
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+    // Both ends are in this process: the figure bounds client plus gateway per connection.
+    let per_conn = rss_held.saturating_sub(rss_before) * 1024 / N as u64;
+    eprintln!(
+        "{N} idle keep-alive connections: {per_conn} bytes of RSS each (both ends), a new request answered in {took:?}"
+    );
+    assert!(per_conn < 64 * 1024, "{per_conn} bytes per connection");
+    drop(held);
+    settles("connections closed", Duration::from_secs(10), 0, || {
+        active(&gw, "main")
+    })
+    .await;
+    settles("gateway sockets", Duration::from_secs(10), 0, || {
+        open_sockets(port, End::Local)
+    })
+    .await;
+}

@@ -1,0 +1,49 @@
+//! Regression tests for host calls found by the `host_calls` fuzz target (see
+//! `wasm_host::fuzzing`): a hostile guest must not make the host do work or allocate memory
+//! out of proportion to its own memory cap.
+
+use std::sync::Arc;
+
+use wasm_host::{CompiledPlugin, HostEngine, HttpStream, PluginInfo, Shared, StreamInfo};
+
+/// `fd_write` with 1024 iovecs that all point at the same 64 KiB: 64 MiB of "output" from a
+/// 128 KiB guest. The host used to copy all of it into one buffer (with a 64 MiB memory cap, a
+/// single call could make it allocate 64 GiB). Now a call takes at most a bounded amount and
+/// reports a short write, as WASI allows; the guest traps if more was claimed.
+const FD_WRITE_AMPLIFIER: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32) (i32.const 100000))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (local $i i32)
+    (loop $fill
+      (i32.store (i32.mul (local.get $i) (i32.const 8)) (i32.const 16384))
+      (i32.store offset=4 (i32.mul (local.get $i) (i32.const 8)) (i32.const 65536))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $fill (i32.lt_u (local.get $i) (i32.const 1024))))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1024) (i32.const 90000)))
+    (if (i32.gt_u (i32.load (i32.const 90000)) (i32.const 65536)) (then unreachable))
+    (i32.const 0))
+)"#;
+
+#[test]
+fn fd_write_copies_a_bounded_amount_per_call() {
+    let engine = HostEngine::new();
+    let info = PluginInfo {
+        name: "amplifier".into(),
+        ..Default::default()
+    };
+    let compiled =
+        CompiledPlugin::load(&engine, Shared::new(), info, FD_WRITE_AMPLIFIER.as_bytes()).unwrap();
+    let mut vm = compiled.instantiate(None).unwrap();
+    let id = vm
+        .create_http(HttpStream::new(Arc::new(StreamInfo::default())))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let result = vm.on_request_headers(id, true);
+    assert!(result.is_ok(), "{result:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+}
