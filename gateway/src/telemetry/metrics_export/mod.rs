@@ -242,3 +242,62 @@ impl Task {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use gateway_config::model::MetricsExportConfig;
+    use gateway_config::units::Duration as ConfigDuration;
+
+    use super::*;
+
+    fn config(endpoint: &str, interval: ConfigDuration) -> TelemetryConfig {
+        TelemetryConfig {
+            metrics: Some(MetricsExportConfig {
+                otlp_endpoint: endpoint.into(),
+                interval,
+            }),
+            ..TelemetryConfig::default()
+        }
+    }
+
+    #[test]
+    fn check_names_the_key_at_fault() {
+        let ten = ConfigDuration::from_secs(10);
+        assert!(check(&TelemetryConfig::default()).is_ok());
+        assert!(check(&config("http://collector:4317", ten)).is_ok());
+        assert!(check(&config("https://collector/v1/metrics", ten)).is_ok());
+        let (key, _) = check(&config("ftp://collector", ten)).unwrap_err();
+        assert_eq!(key, "telemetry.metrics.otlp_endpoint");
+        let (key, message) = check(&config(
+            "http://collector:4317",
+            ConfigDuration::from_secs(0),
+        ))
+        .unwrap_err();
+        assert_eq!(key, "telemetry.metrics.interval");
+        assert!(message.contains("longer than 0"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn equal_settings_keep_the_exporter_and_drop_stops_it() {
+        let registry = Registry::new();
+        let cfg = config("http://127.0.0.1:9", ConfigDuration::from_secs(10));
+        let exporter = MetricsExporter::start(&cfg, &registry, SystemTime::now())
+            .expect("valid")
+            .expect("configured");
+        assert!(exporter.matches(&cfg));
+        let other = config("http://127.0.0.1:9", ConfigDuration::from_secs(5));
+        assert!(!exporter.matches(&other));
+        assert!(!exporter.matches(&TelemetryConfig::default()));
+        let task = exporter
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("task");
+        drop(exporter);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ends when the exporter is dropped")
+            .expect("no panic");
+    }
+}
