@@ -4,6 +4,7 @@
 //! this function, can still call the hooks.
 
 use std::future::Future;
+use std::ops::ControlFlow::Break;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -49,6 +50,40 @@ fn take_trailers(slot: &TrailerSlot) -> Option<HeaderMap> {
 
 fn put_trailers(slot: &TrailerSlot, trailers: Option<HeaderMap>) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = trailers;
+}
+
+/// What a body stream's `poll_frame` answers.
+type FramePoll = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
+/// The start of both hook streams' `poll_frame`: drives the hook future in flight, if any, and
+/// hands on what it produced (non-empty data, or its error); once the body is `done`, hands on
+/// the trailers, then the end. `Continue`: nothing to hand on, read the next frame.
+fn drain_pending(
+    pending: &mut Option<HookFuture>,
+    done: bool,
+    trailers: &TrailerSlot,
+    cx: &mut Context<'_>,
+) -> std::ops::ControlFlow<FramePoll> {
+    use std::ops::ControlFlow::Continue;
+    if let Some(fut) = pending.as_mut() {
+        let Poll::Ready(out) = fut.as_mut().poll(cx) else {
+            return Break(Poll::Pending);
+        };
+        *pending = None;
+        match out {
+            Ok(Some(data)) if !data.is_empty() => {
+                return Break(Poll::Ready(Some(Ok(Frame::data(data)))));
+            }
+            Ok(_) => {}
+            Err(e) => return Break(Poll::Ready(Some(Err(e)))),
+        }
+    }
+    if done {
+        return Break(Poll::Ready(
+            take_trailers(trailers).map(|t| Ok(Frame::trailers(t))),
+        ));
+    }
+    Continue(())
 }
 
 /// Runs the trailer hooks: request trailers in filter order (`upto: None`), response trailers
@@ -333,25 +368,12 @@ impl HttpBody for ResponseBodyHooks {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let this = &mut *self;
         loop {
-            if let Some(fut) = this.pending.as_mut() {
-                let out = std::task::ready!(fut.as_mut().poll(cx));
-                this.pending = None;
-                match out {
-                    Ok(Some(data)) if !data.is_empty() => {
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                }
-            }
-            if this.finished {
-                return Poll::Ready(take_trailers(&this.trailers).map(|t| Ok(Frame::trailers(t))));
+            if let Break(out) = drain_pending(&mut this.pending, this.finished, &this.trailers, cx)
+            {
+                return out;
             }
             match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -443,25 +465,11 @@ impl HttpBody for RequestBodyHooks {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
         let this = &mut *self;
         loop {
-            if let Some(fut) = this.pending.as_mut() {
-                let out = std::task::ready!(fut.as_mut().poll(cx));
-                this.pending = None;
-                match out {
-                    Ok(Some(data)) if !data.is_empty() => {
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                }
-            }
-            if this.done {
-                return Poll::Ready(take_trailers(&this.trailers).map(|t| Ok(Frame::trailers(t))));
+            if let Break(out) = drain_pending(&mut this.pending, this.done, &this.trailers, cx) {
+                return out;
             }
             match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
