@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use gateway_config::model::UpstreamTlsConfig;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
@@ -82,74 +80,17 @@ fn parse_args() -> Result<Args, Error> {
     Ok(args)
 }
 
-/// Accepts any certificate: load tests run against self-signed ones.
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
+/// The QUIC client's TLS: the gateway's own upstream client config (ALPN `h3`), verifying
+/// against `ca`, or accepting any certificate without one (load tests run against self-signed
+/// ones; handshake signatures are still checked).
 fn client_config(ca: Option<&str>) -> Result<quinn::ClientConfig, Error> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])?;
-    let mut tls = match ca {
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth(),
-        Some(path) => {
-            use rustls::pki_types::pem::PemObject;
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(path)? {
-                roots.add(cert?)?;
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        }
+    let upstream = UpstreamTlsConfig {
+        ca: ca.map(std::path::PathBuf::from),
+        insecure_skip_verify: ca.is_none(),
+        ..UpstreamTlsConfig::default()
     };
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let tls = gateway::proxy::tls::client_config(&upstream, b"h3")
+        .map_err(|(key, e)| format!("{key}: {e}"))?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     Ok(quinn::ClientConfig::new(Arc::new(quic)))
 }

@@ -1,7 +1,8 @@
 //! TLS to upstream targets: one rustls client config per upstream, built at config load (CA
 //! bundle or the bundled web roots, optional client certificate, ALPN from the upstream's
 //! protocol), and the name each target is verified against (`tls.server_name`, else the
-//! target's host).
+//! target's host). The HTTP/3 load generator (`h3load`) builds its QUIC client's config here
+//! too, so there is one place that decides roots and what `insecure_skip_verify` still checks.
 
 use std::sync::Arc;
 
@@ -12,8 +13,9 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
-/// Builds the client config; errors name the offending file and are located by the caller.
-pub(crate) fn client_config(
+/// Builds the client config; errors name the offending key (`tls.ca`, ...) and file, and are
+/// located by the caller.
+pub fn client_config(
     tls: &UpstreamTlsConfig,
     alpn: &'static [u8],
 ) -> Result<Arc<ClientConfig>, (&'static str, String)> {
