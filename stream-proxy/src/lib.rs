@@ -33,6 +33,7 @@ pub mod upstream;
 pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
 pub use error::StreamError;
 pub use filter::{CloseSummary, ConnectionInfo, Decision, StreamFilter, StreamFilterFactory};
+pub use listener::bind_tcp;
 pub use rewind::Rewind;
 pub use server::{PreparedStreams, StreamServer};
 pub use stats::{StreamStats, StreamStatsSnapshot};

@@ -59,26 +59,13 @@ impl Bound {
             addr: rt.addr,
             source,
         };
-        let addr = rt.addr;
         let (kind, proto) = match rt.protocol {
             StreamProtocol::Tcp => (socket2::Type::STREAM, socket2::Protocol::TCP),
             StreamProtocol::Udp => (socket2::Type::DGRAM, socket2::Protocol::UDP),
         };
-        let socket = socket2::Socket::new(socket2::Domain::for_address(addr), kind, Some(proto))
-            .map_err(err)?;
-        socket.set_reuse_address(true).map_err(err)?;
-        if addr.is_ipv6() {
-            socket.set_only_v6(true).map_err(err)?;
-        }
-        socket.set_nonblocking(true).map_err(err)?;
-        socket.bind(&addr.into()).map_err(err)?;
+        let socket = bound_socket(rt.addr, kind, proto).map_err(err)?;
         match rt.protocol {
-            StreamProtocol::Tcp => {
-                socket.listen(4096).map_err(err)?;
-                TcpListener::from_std(socket.into())
-                    .map(Self::Tcp)
-                    .map_err(err)
-            }
+            StreamProtocol::Tcp => listen(socket).map(Self::Tcp).map_err(err),
             StreamProtocol::Udp => {
                 // Bursts from many clients queue here while the loop works; the kernel caps
                 // the request at net.core.rmem_max.
@@ -122,6 +109,38 @@ impl Bound {
             }
         }
     }
+}
+
+/// A TCP listener on `addr` as every listening socket of the gateway is made: SO_REUSEADDR
+/// (a restart binds while old connections linger in TIME_WAIT), IPv6 sockets v6-only (so
+/// `[::]` and `0.0.0.0` can be bound side by side), non-blocking, a deep accept backlog. The
+/// HTTP listeners and the admin API use it too.
+pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    listen(bound_socket(
+        addr,
+        socket2::Type::STREAM,
+        socket2::Protocol::TCP,
+    )?)
+}
+
+fn bound_socket(
+    addr: SocketAddr,
+    kind: socket2::Type,
+    proto: socket2::Protocol,
+) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), kind, Some(proto))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn listen(socket: socket2::Socket) -> std::io::Result<TcpListener> {
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
 }
 
 async fn accept_loop(

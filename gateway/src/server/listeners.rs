@@ -247,7 +247,7 @@ fn bind_missing(
     };
     for attempt in 1..=attempts {
         let tcp = match want_tcp {
-            true => Some(bind_tcp(addr).map_err(|e| bind_error(addr, e))?),
+            true => Some(stream_proxy::bind_tcp(addr).map_err(|e| bind_error(addr, e))?),
             false => None,
         };
         let mut udp_addr = addr;
@@ -339,23 +339,6 @@ fn start(
         local,
         side: TcpSide { runtime, stop },
     })
-}
-
-/// Binds a TCP listener with SO_REUSEADDR and a deep backlog.
-pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
 }
 
 /// Pause after a failed accept (out of file descriptors): short enough to serve again soon

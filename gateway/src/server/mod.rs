@@ -265,7 +265,7 @@ impl Gateway {
             old.stop.cancel();
         }
         if let Some(addr) = wanted {
-            let listener = listeners::bind_tcp(addr).map_err(|source| GatewayError::Bind {
+            let listener = stream_proxy::bind_tcp(addr).map_err(|source| GatewayError::Bind {
                 what: "admin".into(),
                 addr,
                 source,
