@@ -431,9 +431,10 @@ async fn a_client_that_stops_reading_a_large_file_is_closed_after_write_timeout(
         }
     }
     assert!(got + rest < 64 << 20, "read {} bytes of a GiB", got + rest);
-    // Other tests share this process, so only gross buffering fails: the file is a GiB.
+    // Other tests share this process (the GiB streaming tests move up to 256 MiB of RSS), so
+    // only gross buffering fails: the file is a GiB.
     let grown = peak.saturating_sub(rss_before);
-    assert!(grown < 128 * 1024, "RSS grew by {grown} KiB");
+    assert!(grown < 256 * 1024, "RSS grew by {grown} KiB");
     no_leak(&gw, None, 0).await;
 }
 
@@ -463,7 +464,7 @@ async fn a_client_that_stops_reading_a_proxied_body_is_closed_and_the_upstream_r
     .await;
     stop.store(true, Relaxed);
     let grown = peak.await.unwrap().saturating_sub(rss_before);
-    assert!(grown < 128 * 1024, "RSS grew by {grown} KiB");
+    assert!(grown < 256 * 1024, "RSS grew by {grown} KiB");
     // The upstream response could not finish: its connection is dropped, not pooled.
     settles("sockets to the upstream", Duration::from_secs(5), 0, || {
         open_sockets(b.addr().port(), End::Remote)
