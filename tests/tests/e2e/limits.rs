@@ -198,7 +198,7 @@ async fn two_thousand_idle_keep_alive_connections_with_bounded_memory() {
         "{N} idle keep-alive connections: {per_conn} bytes of RSS each (both ends), a new request answered in {took:?}"
     );
     // Measured at about 32 KiB for both ends; other tests in this process move RSS too, so
-    // only a gross regression (a buffer the size of a request head kept per connection) fails.
+    // only a gross regression (such as a whole response buffered per connection) fails.
     assert!(per_conn < 256 * 1024, "{per_conn} bytes per connection");
     drop(held);
     settles("connections closed", Duration::from_secs(10), 0, || {
