@@ -75,11 +75,15 @@ impl ConnService {
             .map(|t| ServerSpan::start(t, &req, &self.conn));
         let trace_cx = span.as_ref().map(|s| s.context().clone());
 
-        let routed = self.dispatch(&generation, req, start, trace_cx.clone());
+        // Each arm builds its future in place: one held in a local and then moved into the
+        // scope would be stored twice in this future, which hyper keeps per HTTP/1 connection.
         let (mut res, route_name, metrics) = match trace_cx {
             // The trace is also the task's current one, for work started without a context.
-            Some(cx) => trace::scope(cx, routed).await,
-            None => routed.await,
+            Some(cx) => {
+                let inner = Some(cx.clone());
+                trace::scope(cx, self.dispatch(&generation, req, start, inner)).await
+            }
+            None => self.dispatch(&generation, req, start, None).await,
         };
         self.policy.decorate(&mut res);
         metrics.record(version, res.status(), start.elapsed());

@@ -149,6 +149,18 @@ impl Chain {
         if self.factories.is_empty() {
             return with_server(terminal.handle(req, &cx).await, server);
         }
+        // Boxed: the filter phases' state is kilobytes, and hyper reserves room for the largest
+        // request future once per HTTP/1 connection; requests with filters allocate anyway.
+        Box::pin(self.run_filters(terminal, req, cx, server)).await
+    }
+
+    async fn run_filters(
+        &self,
+        terminal: &Terminal,
+        req: Request<Body>,
+        cx: RequestCx,
+        server: Option<&HeaderValue>,
+    ) -> Response<Body> {
         let filters = self.factories.iter().map(|f| f.create()).collect();
         let terminal_cx = cx.clone();
         let state: Shared = Arc::new(Mutex::new(State {

@@ -1,6 +1,12 @@
 //! Serving one accepted connection: TLS handshake and ALPN, the hyper connection (HTTP/1.1,
 //! HTTP/2, or either by preface sniffing on cleartext), the HTTP/1 framing checks, the idle and
 //! header-read watchdog, and graceful shutdown when the gateway drains.
+//!
+//! Memory per connection matters at 10,000 connections. The hyper connection is boxed and the
+//! TLS path is a boxed future of its own, so a connection's task holds neither the TLS state nor
+//! the larger of the protocols' states. A cleartext port serving both protocols peeks at the
+//! first bytes to pick HTTP/1 or h2c instead of letting hyper-util's reader consume and replay
+//! them: the replay splits hyper's first read, which makes it double its 8 KiB read buffer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -142,10 +148,23 @@ pub async fn serve(
     } else {
         (client, local)
     };
-    // Bytes read past the PROXY header belong to TLS or HTTP: replay them first.
-    let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
     match &rt.tls {
         None => {
+            let (h1, h2) = match (rt.http1, rt.http2) {
+                // Bytes read past a PROXY header already hold the answer; hyper-util's reader
+                // replays them.
+                (true, true) if rest.is_empty() => {
+                    match peek_version(&stream, rt.idle_timeout, &shutdown).await {
+                        Some(Peeked::Http1) => (true, false),
+                        Some(Peeked::Http2) => (false, true),
+                        Some(Peeked::Either) => (true, true),
+                        None => return,
+                    }
+                }
+                both => both,
+            };
+            // Bytes read past the PROXY header belong to HTTP: replay them first.
+            let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
             let info = ConnInfo {
                 client,
                 local,
@@ -153,51 +172,101 @@ pub async fn serve(
                 tls: false,
                 sni: None,
             };
-            let (h1, h2) = (rt.http1, rt.http2);
             serve_http(rt, stream, info, h1, h2, shutdown).await;
         }
         Some(acceptor) => {
-            let handshake = tokio::time::timeout(rt.header_timeout, acceptor.accept(stream));
-            let tls = match handshake.await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%client, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%client, "TLS handshake timed out");
-                    return;
-                }
-            };
-            // A TLS-ALPN-01 validation ends with the handshake (RFC 8737 section 3).
-            if tls.get_ref().1.alpn_protocol() == Some(crate::certs::challenge::ACME_TLS_ALPN) {
-                let mut tls = tls;
-                let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
-                return;
-            }
-            let (alpn_h2, sni) = {
-                let (_, session) = tls.get_ref();
-                (
-                    session.alpn_protocol() == Some(b"h2"),
-                    session.server_name().map(Arc::from),
-                )
-            };
-            let info = ConnInfo {
-                client,
-                local,
-                listener: rt.name.clone(),
-                tls: true,
-                sni,
-            };
-            // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
-            let (h1, h2) = if alpn_h2 {
-                (false, true)
-            } else {
-                (rt.http1, !rt.http1 && rt.http2)
-            };
-            serve_http(rt, tls, info, h1, h2, shutdown).await;
+            // Bytes read past the PROXY header belong to TLS: replay them first.
+            let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
+            // Boxed: the handshake's state would otherwise enlarge every plain connection's task.
+            let acceptor = acceptor.clone();
+            Box::pin(serve_tls(rt, acceptor, stream, client, local, shutdown)).await;
         }
     }
+}
+
+/// What a cleartext connection's first bytes say about its HTTP version.
+enum Peeked {
+    Http1,
+    Http2,
+    /// A prefix of the HTTP/2 preface, split over segments: hyper-util's reader waits for more.
+    Either,
+}
+
+/// The connection preface of an h2c client with prior knowledge.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Peeks (without consuming) at a cleartext connection's first bytes. `None`: the client
+/// closed, sent nothing within `wait`, or the gateway is draining.
+async fn peek_version(
+    stream: &TcpStream,
+    wait: Duration,
+    shutdown: &CancellationToken,
+) -> Option<Peeked> {
+    let mut buf = [0u8; H2_PREFACE.len()];
+    let n = tokio::select! {
+        r = tokio::time::timeout(wait, stream.peek(&mut buf)) => r.ok()?.ok()?,
+        _ = shutdown.cancelled() => return None,
+    };
+    if n == 0 {
+        return None;
+    }
+    Some(if buf[..n] != H2_PREFACE[..n] {
+        Peeked::Http1
+    } else if n == H2_PREFACE.len() {
+        Peeked::Http2
+    } else {
+        Peeked::Either
+    })
+}
+
+/// The TLS handshake, then HTTP over it as ALPN decided.
+async fn serve_tls(
+    rt: Arc<ListenerRuntime>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: stream_proxy::Rewind<Lingering>,
+    client: SocketAddr,
+    local: SocketAddr,
+    shutdown: CancellationToken,
+) {
+    let handshake = tokio::time::timeout(rt.header_timeout, acceptor.accept(stream));
+    let tls = match handshake.await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%client, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%client, "TLS handshake timed out");
+            return;
+        }
+    };
+    // A TLS-ALPN-01 validation ends with the handshake (RFC 8737 section 3).
+    if tls.get_ref().1.alpn_protocol() == Some(crate::certs::challenge::ACME_TLS_ALPN) {
+        let mut tls = tls;
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+        return;
+    }
+    let (alpn_h2, sni) = {
+        let (_, session) = tls.get_ref();
+        (
+            session.alpn_protocol() == Some(b"h2"),
+            session.server_name().map(Arc::from),
+        )
+    };
+    let info = ConnInfo {
+        client,
+        local,
+        listener: rt.name.clone(),
+        tls: true,
+        sni,
+    };
+    // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
+    let (h1, h2) = if alpn_h2 {
+        (false, true)
+    } else {
+        (rt.http1, !rt.http1 && rt.http2)
+    };
+    serve_http(rt, tls, info, h1, h2, shutdown).await;
 }
 
 /// Serves cleartext HTTP on any byte stream with the listener's protocols: what [`serve`] does
@@ -266,8 +335,8 @@ async fn serve_http<IO>(
     // The watchdog around whichever hyper connection serves this stream.
     macro_rules! drive {
         ($conn:expr) => {{
-            let conn = $conn;
-            tokio::pin!(conn);
+            // Boxed: see the module header.
+            let mut conn = Box::pin($conn);
             let mut draining = false;
             loop {
                 let wait = match activity.check(rt.idle_timeout, rt.header_timeout, rt.write_timeout) {
