@@ -182,40 +182,6 @@ pub(crate) fn validate(
     })
 }
 
-/// The admin API has no authentication: it stays on loopback unless `allow_remote` says
-/// otherwise.
-fn validate_admin(c: &Checker<'_>, admin: &AdminConfig) -> Result<SocketAddr> {
-    let addr = c.bind("admin.bind", &admin.bind)?;
-    if !addr.ip().is_loopback() && !admin.allow_remote {
-        return c.err(
-            "admin.bind",
-            format!(
-                "{addr} is not a loopback address; the admin API has no authentication, so \
-                 set `admin.allow_remote: true` to expose it deliberately"
-            ),
-        );
-    }
-    Ok(addr)
-}
-
-/// Browsers' preload lists take only a policy that covers subdomains for at least a year.
-fn validate_hsts(c: &Checker<'_>, key: &str, hsts: &HstsConfig) -> Result<()> {
-    const YEAR: u64 = 365 * 24 * 3600;
-    if hsts.preload && !hsts.include_subdomains {
-        return c.err(
-            format!("{key}.preload"),
-            "preload needs `include_subdomains: true`",
-        );
-    }
-    if hsts.preload && hsts.max_age.get().as_secs() < YEAR {
-        return c.err(
-            format!("{key}.max_age"),
-            "preload needs a max_age of at least 365d",
-        );
-    }
-    Ok(())
-}
-
 /// One `certificates` entry: files that exist, or ACME settings that can work.
 fn validate_certificate(
     c: &Checker<'_>,
