@@ -173,7 +173,10 @@ async fn ejections_are_reported_to_the_listener_and_peer_reports_eject_for_their
         sink.lock().unwrap().push((target.to_owned(), window));
     })));
     t.report_failure(0);
-    assert!(told.lock().unwrap().is_empty(), "one failure is not an ejection");
+    assert!(
+        told.lock().unwrap().is_empty(),
+        "one failure is not an ejection"
+    );
     t.report_failure(0);
     assert_eq!(
         *told.lock().unwrap(),
