@@ -455,7 +455,6 @@ async fn a_global_queue_carries_items_and_wakes_the_owner_across_instances() {
             let _ = woken_tx.send(id);
         })),
     );
-    use wasm_host::shared::GlobalStore as _;
     let store = producer.shared_data();
     let name = wasm_host::shared::global_queue_name("t5-vm", "jobs");
     for item in ["one", "two"] {
