@@ -59,10 +59,18 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let mut rt = tokio::runtime::Builder::new_multi_thread();
-            if loaded.server.worker_threads > 0 {
-                rt.worker_threads(loaded.server.worker_threads);
-            }
+            // One worker means one thread: a current-thread runtime runs every task on this
+            // thread, with no work-stealing queues and no cross-thread wake-ups (how a
+            // process-per-core deployment runs).
+            let mut rt = if loaded.server.worker_threads == 1 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut rt = tokio::runtime::Builder::new_multi_thread();
+                if loaded.server.worker_threads > 0 {
+                    rt.worker_threads(loaded.server.worker_threads);
+                }
+                rt
+            };
             let rt = match rt.enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
