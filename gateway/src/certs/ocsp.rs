@@ -78,11 +78,25 @@ impl OcspRequest {
     /// Checks a DER `OCSPResponse` for this certificate at `now` (Unix seconds).
     pub fn check(&self, response: &[u8], now: i64) -> Result<Validity, String> {
         let basic = der::basic_response(response)?;
-        let signer = match &basic.responder_cert {
-            None => self.issuer_key.clone(),
-            Some(cert) => self.delegated(cert)?,
-        };
-        signer.verify(&basic.signature_alg, basic.tbs, &basic.signature)?;
+        // Signed by the issuer itself, or by a responder certificate the issuer delegated to.
+        // Which one is not decided by `certs` being present: responders that sign with the
+        // issuer's key commonly include the issuer's own certificate there.
+        let verify =
+            |key: &der::PublicKey| key.verify(&basic.signature_alg, basic.tbs, &basic.signature);
+        if let Err(by_issuer) = verify(&self.issuer_key) {
+            let mut delegated = basic
+                .certs
+                .iter()
+                .map(|cert| self.delegated(cert).and_then(|key| verify(&key)));
+            if !delegated.any(|r| r.is_ok()) {
+                return Err(match basic.certs.is_empty() {
+                    true => by_issuer,
+                    false => format!(
+                        "{by_issuer}: not signed by the issuer nor by a responder it delegated to"
+                    ),
+                });
+            }
+        }
         let single = basic
             .responses
             .iter()

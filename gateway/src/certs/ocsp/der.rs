@@ -118,7 +118,9 @@ pub(super) struct Basic<'a> {
     pub(super) tbs: &'a [u8],
     pub(super) signature_alg: String,
     pub(super) signature: Vec<u8>,
-    pub(super) responder_cert: Option<Vec<u8>>,
+    /// The `certs` the responder included: a delegated responder certificate, often the
+    /// issuer's own certificate or a chain, which by themselves prove nothing.
+    pub(super) certs: Vec<Vec<u8>>,
     pub(super) responses: Vec<Single>,
 }
 
@@ -145,15 +147,13 @@ pub(super) fn basic_response(der: &[u8]) -> Result<Basic<'_>, String> {
     let signature_alg = oid_text(Reader(basic.expect(SEQUENCE)?).expect(0x06)?);
     let sig_bits = basic.expect(0x03)?;
     let signature = sig_bits.get(1..).ok_or("empty signature")?.to_vec();
-    let responder_cert = if basic.peek() == Some(0xa0) {
-        let mut certs = Reader(Reader(basic.expect(0xa0)?).expect(SEQUENCE)?);
-        match certs.is_empty() {
-            true => None,
-            false => Some(certs.next()?.2.to_vec()),
+    let mut certs = Vec::new();
+    if basic.peek() == Some(0xa0) {
+        let mut list = Reader(Reader(basic.expect(0xa0)?).expect(SEQUENCE)?);
+        while !list.is_empty() {
+            certs.push(list.next()?.2.to_vec());
         }
-    } else {
-        None
-    };
+    }
 
     let mut data = Reader(tbs_content);
     if data.peek() == Some(0xa0) {
@@ -191,7 +191,7 @@ pub(super) fn basic_response(der: &[u8]) -> Result<Basic<'_>, String> {
         tbs,
         signature_alg,
         signature,
-        responder_cert,
+        certs,
         responses,
     })
 }
