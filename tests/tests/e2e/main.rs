@@ -9,6 +9,7 @@ mod faults;
 mod h3;
 mod limits;
 mod observability;
+mod ocsp;
 mod otel;
 mod otel_metrics;
 mod proxy;
