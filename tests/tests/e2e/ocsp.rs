@@ -77,6 +77,41 @@ fn make_pki(dir: &Path, responder_port: u16, leaves: &[(&str, &str, &str)]) {
         ]
         .concat(),
     );
+    // Two responder certificates signed by the CA: one delegated to sign OCSP responses (the
+    // OCSPSigning extended key usage), one not.
+    for (name, eku) in [
+        ("delegated", "extendedKeyUsage = OCSPSigning\n"),
+        ("undelegated", ""),
+    ] {
+        let (key, csr, crt, cnf) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.cnf"),
+        );
+        std::fs::write(
+            dir.join(&cnf),
+            format!("basicConstraints = CA:FALSE\n{eku}"),
+        )
+        .expect("write responder ext");
+        let subj = format!("/CN=OCSP responder {name}");
+        openssl(
+            dir,
+            &[
+                &["req", "-new", "-nodes"][..],
+                &ec,
+                &["-keyout", &key, "-out", &csr, "-subj", &subj],
+            ]
+            .concat(),
+        );
+        openssl(
+            dir,
+            &[
+                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-days", "1",
+                "-extfile", &cnf, "-out", &crt,
+            ],
+        );
+    }
     let mut index = String::new();
     for (name, host, serial) in leaves {
         let ext = format!(
@@ -151,7 +186,13 @@ struct Responder {
 impl Responder {
     /// Starts the responder on `port` and waits until it answers a status query for `probe`
     /// with `expect` ("good" or "revoked"), so the gateway's first fetch finds it up.
-    fn start(dir: &Path, port: u16, probe: &str, expect: &str) -> Self {
+    /// `signer` names the key pair that signs responses: `ca` (`ca.pem`, `ca.key`), or a
+    /// responder certificate, `delegated` or `undelegated` (`NAME.crt`, `NAME.key`).
+    fn start(dir: &Path, port: u16, signer: &str, probe: &str, expect: &str) -> Self {
+        let (signer_cert, signer_key) = match signer {
+            "ca" => ("ca.pem".to_owned(), "ca.key".to_owned()),
+            name => (format!("{name}.crt"), format!("{name}.key")),
+        };
         let log = std::fs::File::create(dir.join("responder.log")).expect("log file");
         let child = Command::new("openssl")
             .current_dir(dir)
@@ -164,9 +205,9 @@ impl Responder {
                 "-port",
                 &port.to_string(),
                 "-rsigner",
-                "ca.pem",
+                &signer_cert,
                 "-rkey",
-                "ca.key",
+                &signer_key,
                 "-CA",
                 "ca.pem",
                 "-ndays",
@@ -190,7 +231,15 @@ impl Responder {
             let out = Command::new("openssl")
                 .current_dir(dir)
                 .args([
-                    "ocsp", "-issuer", "ca.pem", "-cert", probe, "-url", &url, "-CAfile", "ca.pem",
+                    // Status only: the stapled answer's signature is checked on its own.
+                    "ocsp",
+                    "-issuer",
+                    "ca.pem",
+                    "-cert",
+                    probe,
+                    "-url",
+                    &url,
+                    "-noverify",
                 ])
                 .output()
                 .expect("run openssl ocsp client");
@@ -268,14 +317,17 @@ impl ServerCertVerifier for RecordingVerifier {
 /// One TLS handshake (rustls always asks for a stapled response) for `name`: the staple the
 /// server sent, empty if none. Panics if the handshake fails.
 async fn handshake_staple(addr: SocketAddr, name: &str, ca_pem: &Path) -> Vec<u8> {
-    connect(addr, name, ca_pem).await.0
+    connect(addr, name, ca_pem, rustls::DEFAULT_VERSIONS)
+        .await
+        .0
 }
 
-/// [`handshake_staple`], also returning the connection.
+/// [`handshake_staple`] with the given TLS versions, also returning the connection.
 async fn connect(
     addr: SocketAddr,
     name: &str,
     ca_pem: &Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> (
     Vec<u8>,
     tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
@@ -293,7 +345,7 @@ async fn connect(
         staple: Mutex::new(None),
     });
     let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .expect("versions")
         .dangerous()
         .with_custom_certificate_verifier(verifier.clone())
@@ -352,6 +404,65 @@ fn gateway_yaml(certs: &[&str]) -> String {
     yaml
 }
 
+/// Polls handshakes for `name` (up to 10 s) until one carries a staple, and returns it.
+async fn wait_for_staple(addr: SocketAddr, name: &str, files: &Path) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let staple = handshake_staple(addr, name, &files.join("ca.pem")).await;
+        if !staple.is_empty() {
+            return staple;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no OCSP staple for {name} within 10 s; responder log: {}",
+            std::fs::read_to_string(files.join("responder.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The staple is an `OCSPResponse` with status successful, and `openssl` reads it as a signed
+/// answer for `leaf` that verifies against the test CA, status good.
+fn check_staple(files: &Path, staple: &[u8], leaf: &str) {
+    // OCSPResponse ::= SEQUENCE { responseStatus ENUMERATED successful(0), ... }
+    assert_eq!(staple[0], 0x30, "an OCSPResponse is a SEQUENCE");
+    let len_bytes = if staple[1] & 0x80 == 0 {
+        0
+    } else {
+        usize::from(staple[1] & 0x7f)
+    };
+    assert_eq!(
+        &staple[2 + len_bytes..5 + len_bytes],
+        &[0x0a, 0x01, 0x00],
+        "responseStatus successful"
+    );
+    std::fs::write(files.join("staple.der"), staple).expect("write staple");
+    let out = Command::new("openssl")
+        .current_dir(files)
+        .args([
+            "ocsp",
+            "-respin",
+            "staple.der",
+            "-issuer",
+            "ca.pem",
+            "-cert",
+            leaf,
+            "-CAfile",
+            "ca.pem",
+        ])
+        .output()
+        .expect("run openssl ocsp");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stderr.contains("Response verify OK"),
+        "openssl does not verify the staple: {stderr}"
+    );
+    assert!(stdout.contains(&format!("{leaf}: good")), "{stdout}");
+}
+
 #[tokio::test]
 async fn a_good_status_is_stapled_and_a_revoked_one_is_not() {
     if !have_openssl() {
@@ -367,56 +478,17 @@ async fn a_good_status_is_stapled_and_a_revoked_one_is_not() {
             ("revoked", "revoked.localhost", REVOKED_SERIAL),
         ],
     );
-    let _responder = Responder::start(dir.path(), port, "revoked.crt", "revoked");
+    let _responder = Responder::start(dir.path(), port, "ca", "revoked.crt", "revoked");
     let files: PathBuf = dir.path().to_path_buf();
     let gw = TestGateway::start_in(dir, &gateway_yaml(&["good", "revoked"])).await;
     let addr = gw.addr("tls");
     let ca = files.join("ca.pem");
 
-    // The background fetch lands shortly after start; poll handshakes until one is stapled.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let staple = loop {
-        let staple = handshake_staple(addr, "localhost", &ca).await;
-        if !staple.is_empty() {
-            break staple;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no OCSP staple for localhost within 10 s; responder log: {}",
-            std::fs::read_to_string(files.join("responder.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-
-    // OCSPResponse ::= SEQUENCE { responseStatus ENUMERATED successful(0), ... }
-    assert_eq!(staple[0], 0x30, "an OCSPResponse is a SEQUENCE");
-    let len_bytes = if staple[1] & 0x80 == 0 {
-        0
-    } else {
-        usize::from(staple[1] & 0x7f)
-    };
-    assert_eq!(
-        &staple[2 + len_bytes..5 + len_bytes],
-        &[0x0a, 0x01, 0x00],
-        "responseStatus successful"
-    );
-    // And openssl itself reads it as a response for this leaf, status good, signed by the CA.
-    std::fs::write(files.join("staple.der"), &staple).expect("write staple");
-    let text = openssl(
-        &files,
-        &[
-            "ocsp",
-            "-respin",
-            "staple.der",
-            "-issuer",
-            "ca.pem",
-            "-cert",
-            "good.crt",
-            "-CAfile",
-            "ca.pem",
-        ],
-    );
-    assert!(text.contains("good.crt: good"), "{text}");
+    let staple = wait_for_staple(addr, "localhost", &files).await;
+    check_staple(&files, &staple, "good.crt");
+    // TLS 1.2 carries it in a CertificateStatus message rather than in the certificate entry.
+    let (staple12, _) = connect(addr, "localhost", &ca, &[&rustls::version::TLS12]).await;
+    assert_eq!(staple12, staple, "the same staple over TLS 1.2");
 
     // The revoked leaf's answer was fetched and refused (counted), and is never stapled.
     let text = wait_metrics(&gw, "one fetch ok and one refused", |t| {
@@ -462,7 +534,9 @@ async fn a_responder_that_is_down_leaves_handshakes_unstapled() {
     let staple = handshake_staple(gw.addr("tls"), "localhost", &ca).await;
     assert!(staple.is_empty(), "no staple without a responder");
     // A connection serves requests as usual.
-    let mut tls = connect(gw.addr("tls"), "localhost", &ca).await.1;
+    let mut tls = connect(gw.addr("tls"), "localhost", &ca, rustls::DEFAULT_VERSIONS)
+        .await
+        .1;
     tls.write_all(b"GET /hello HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
         .expect("write");
@@ -473,4 +547,36 @@ async fn a_responder_that_is_down_leaves_handshakes_unstapled() {
         out.starts_with("HTTP/1.1 200") && out.ends_with("hello"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn a_delegated_responder_is_accepted_and_an_undelegated_one_is_not() {
+    if !have_openssl() {
+        return;
+    }
+    for (signer, stapled) in [("delegated", true), ("undelegated", false)] {
+        let dir = temp_dir();
+        let port = free_port();
+        make_pki(dir.path(), port, &[("good", "localhost", GOOD_SERIAL)]);
+        let _responder = Responder::start(dir.path(), port, signer, "good.crt", "good");
+        let files = dir.path().to_path_buf();
+        let gw = TestGateway::start_in(dir, &gateway_yaml(&["good"])).await;
+        let addr = gw.addr("tls");
+        if stapled {
+            let staple = wait_for_staple(addr, "localhost", &files).await;
+            check_staple(&files, &staple, "good.crt");
+        } else {
+            // Signed by a certificate of the CA that may not sign OCSP answers: refused.
+            let text = wait_metrics(&gw, "a refused OCSP answer counted", |t| {
+                metric(t, FAILED) >= 1
+            })
+            .await;
+            assert_eq!(metric(&text, OK), 0, "{signer}");
+            let staple = handshake_staple(addr, "localhost", &files.join("ca.pem")).await;
+            assert!(
+                staple.is_empty(),
+                "an undelegated signer's answer was stapled"
+            );
+        }
+    }
 }
