@@ -186,12 +186,20 @@ struct Responder {
 impl Responder {
     /// Starts the responder on `port` and waits until it answers a status query for `probe`
     /// with `expect` ("good" or "revoked"), so the gateway's first fetch finds it up.
-    /// `signer` names the key pair that signs responses: `ca` (`ca.pem`, `ca.key`), or a
+    /// `signer` names the key pair that signs responses: `ca` (`ca.pem`, `ca.key`; `ca-no-certs`
+    /// without including the certificate), or a
     /// responder certificate, `delegated` or `undelegated` (`NAME.crt`, `NAME.key`).
     fn start(dir: &Path, port: u16, signer: &str, probe: &str, expect: &str) -> Self {
         let (signer_cert, signer_key) = match signer {
-            "ca" => ("ca.pem".to_owned(), "ca.key".to_owned()),
+            "ca" | "ca-no-certs" => ("ca.pem".to_owned(), "ca.key".to_owned()),
             name => (format!("{name}.crt"), format!("{name}.key")),
+        };
+        // `ca-no-certs` leaves the signer's certificate out of the response.
+        let no_certs = ["-resp_no_certs"];
+        let no_certs = if signer == "ca-no-certs" {
+            &no_certs[..]
+        } else {
+            &[]
         };
         let log = std::fs::File::create(dir.join("responder.log")).expect("log file");
         let child = Command::new("openssl")
@@ -213,6 +221,7 @@ impl Responder {
                 "-ndays",
                 "1",
             ])
+            .args(no_certs)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -550,11 +559,16 @@ async fn a_responder_that_is_down_leaves_handshakes_unstapled() {
 }
 
 #[tokio::test]
-async fn a_delegated_responder_is_accepted_and_an_undelegated_one_is_not() {
+async fn the_issuer_without_certs_and_a_delegated_responder_are_accepted_an_undelegated_one_is_not()
+{
     if !have_openssl() {
         return;
     }
-    for (signer, stapled) in [("delegated", true), ("undelegated", false)] {
+    for (signer, stapled) in [
+        ("ca-no-certs", true),
+        ("delegated", true),
+        ("undelegated", false),
+    ] {
         let dir = temp_dir();
         let port = free_port();
         make_pki(dir.path(), port, &[("good", "localhost", GOOD_SERIAL)]);
