@@ -251,3 +251,49 @@ pub(crate) async fn refresh_loop(
         tokio::time::sleep(wait).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A P-256 test CA, a leaf naming an OCSP responder, and the responder's answer for it
+    // (status good, signed with the CA's key and carrying the CA's certificate, as
+    // `openssl ocsp -rsigner ca` answers), produced at `PRODUCED`.
+    const CA: &[u8] = include_bytes!("ocsp/testdata/ca.der");
+    const LEAF: &[u8] = include_bytes!("ocsp/testdata/leaf.der");
+    const RESPONSE: &[u8] = include_bytes!("ocsp/testdata/issuer-signed-with-cert.der");
+    const PRODUCED: i64 = 1_795_270_017;
+
+    fn request() -> OcspRequest {
+        let chain = [CertificateDer::from(LEAF), CertificateDer::from(CA)];
+        OcspRequest::for_chain(&chain).expect("the leaf names a responder")
+    }
+
+    #[test]
+    fn an_issuer_signed_answer_carrying_the_issuer_certificate_is_accepted() {
+        let req = request();
+        assert!(req.url.starts_with("http://127.0.0.1:"), "{}", req.url);
+        let validity = req.check(RESPONSE, PRODUCED + 60).expect("accepted");
+        assert_eq!(validity.next_update, Some(validity.this_update + 86_400));
+        // Refreshed half-way through its day.
+        assert_eq!(
+            validity.refresh_in(validity.this_update),
+            Duration::from_secs(43_200)
+        );
+    }
+
+    #[test]
+    fn a_tampered_or_expired_answer_is_refused() {
+        let req = request();
+        let mut tampered = RESPONSE.to_vec();
+        // A byte of the response's own signature value, which ends just before the included
+        // certificate and its 8 bytes of wrapping.
+        let at = tampered.len() - CA.len() - 10;
+        tampered[at] ^= 1;
+        assert!(req.check(&tampered, PRODUCED + 60).is_err());
+        assert!(req.check(RESPONSE, PRODUCED + 2 * 86_400).is_err());
+        assert!(req.check(RESPONSE, PRODUCED - 3600).is_err());
+        // Without the issuer in the chain there is nothing to ask or check with.
+        assert!(OcspRequest::for_chain(&[CertificateDer::from(LEAF)]).is_none());
+    }
+}
