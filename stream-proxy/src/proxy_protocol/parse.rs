@@ -50,6 +50,11 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>> {
             Ok(None)
         };
     };
+    // The same bytes are refused whether or not the CRLF has arrived yet, so the verdict on a
+    // header never depends on how it was split (`UNKNOWN` accepts anything else up to CRLF).
+    if buf[..end].contains(&b'\n') || buf[..end].contains(&0) {
+        return Err(bad("v1 header with a bare line feed or a NUL byte"));
+    }
     let line = std::str::from_utf8(&buf[6..end]).map_err(|_| bad("v1 header is not ASCII"))?;
     let fields: Vec<&str> = line.split(' ').collect();
     let header = match fields.as_slice() {
