@@ -11,7 +11,7 @@ use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
 use crate::proxy::{ProxyRoute, Upstreams};
 use crate::router::{Matcher, Router};
-use crate::telemetry::trace::stream::observed;
+use crate::telemetry::stream_observer::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
 use crate::terminal::{Respond, Terminal};
 use crate::wasm::{Plugins, WasmFilterFactory, WasmStreamFilterFactory};
@@ -140,7 +140,7 @@ impl Generation {
             ));
         }
         let resolver = StreamResolver(&upstreams, &plugins);
-        let resolver = observed(&resolver, &config, &telemetry.tracer);
+        let resolver = observed(&resolver, &config, telemetry);
         let streams =
             stream_proxy::CompiledStreams::build(&config, &resolver).map_err(|e| match e {
                 stream_proxy::StreamError::Config { key, message } => config.error(key, message),

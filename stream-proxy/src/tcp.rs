@@ -38,7 +38,9 @@ pub(crate) async fn serve(
     stats: Arc<StreamStats>,
     stop: CancellationToken,
 ) {
-    let span = tracing::info_span!(
+    // Debug level: at the default level neither the span nor the close line costs anything per
+    // connection. The per-connection record is the access log's (the gateway's observer).
+    let span = tracing::debug_span!(
         "stream",
         stream = %rt.name,
         %peer,
@@ -147,13 +149,7 @@ async fn proxy(
         if inspect {
             return filtered::relay(io, &mut up.io, filters, progress).await;
         }
-        #[cfg(target_os = "linux")]
-        if rt.zero_copy
-            && let Ok(pipes) = crate::relay::splice::Pipes::new()
-        {
-            return Ok(pipes.relay(io, &up.io, progress).await?);
-        }
-        Ok(buffered::relay(io, &mut up.io, progress).await?)
+        Ok(buffered::relay(io, &up.io, progress, rt.zero_copy).await?)
     };
     tokio::select! {
         r = relay => r,
@@ -210,13 +206,13 @@ fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
     StreamStats::inc(counter);
 }
 
-/// The connection's log line: the stream's access log. Refusals and broken handshakes are
-/// counted and logged at debug level, so a flood of them does not become a flood of lines.
+/// The connection's debug line. Every outcome is counted; the access log (the gateway's observer)
+/// has the per-connection record.
 fn log(progress: &Progress, outcome: &Result<(), StreamError>) {
     let (bytes_in, bytes_out) = (progress.bytes_in(), progress.bytes_out());
     let duration_ms = progress.elapsed().as_millis() as u64;
     match outcome {
-        Ok(()) => tracing::info!(bytes_in, bytes_out, duration_ms, "connection closed"),
+        Ok(()) => tracing::debug!(bytes_in, bytes_out, duration_ms, "connection closed"),
         Err(
             e @ (StreamError::FilterRefused(_)
             | StreamError::ProxyProtocol(_)
@@ -225,6 +221,8 @@ fn log(progress: &Progress, outcome: &Result<(), StreamError>) {
             | StreamError::HeaderTooLarge { .. }
             | StreamError::NoRoute(_)),
         ) => tracing::debug!(error = %e, "connection refused"),
-        Err(e) => tracing::info!(bytes_in, bytes_out, duration_ms, error = %e, "connection closed"),
+        Err(e) => {
+            tracing::debug!(bytes_in, bytes_out, duration_ms, error = %e, "connection closed")
+        }
     }
 }

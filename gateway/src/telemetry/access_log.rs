@@ -1,11 +1,12 @@
-//! Access log: one line per request in JSON or the combined format, to stdout, stderr or a file.
-//! The request path only builds a small record and `try_send`s it; a dedicated thread formats
+//! Access log: one line per request, and per L4 connection or UDP session, in JSON or the
+//! combined format, to stdout, stderr or a file. The request path only builds a small record and
+//! `try_send`s it; a dedicated thread formats
 //! and writes, so a slow disk never blocks requests (records are dropped and counted when the
 //! queue is full). SIGUSR1 makes the writer reopen its file, for logrotate.
 
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,10 +48,42 @@ pub struct AccessRecord {
     pub trace_id: Option<String>,
 }
 
+/// One ended L4 connection (TCP) or session (UDP).
+#[derive(Debug)]
+pub struct StreamRecord {
+    /// When the connection was accepted.
+    pub time: SystemTime,
+    /// Stream name.
+    pub stream: Arc<str>,
+    /// `TCP` or `UDP`.
+    pub protocol: &'static str,
+    /// The client (from the PROXY protocol header when the stream accepts one).
+    pub client: SocketAddr,
+    /// The target connected to, if any.
+    pub target: Option<SocketAddr>,
+    /// The TLS server name, when SNI routing read one.
+    pub sni: Option<String>,
+    /// Client → upstream bytes.
+    pub bytes_in: u64,
+    /// Upstream → client bytes.
+    pub bytes_out: u64,
+    /// How long it lasted.
+    pub duration: Duration,
+    /// Why it ended abnormally, if it did.
+    pub error: Option<String>,
+}
+
+/// What goes through the queue to the writer.
+#[derive(Debug)]
+enum Entry {
+    Http(AccessRecord),
+    Stream(StreamRecord),
+}
+
 /// The request-side handle.
 #[derive(Clone)]
 pub struct AccessLog {
-    tx: SyncSender<AccessRecord>,
+    tx: SyncSender<Entry>,
     dropped: Counter,
     reopen: Arc<AtomicBool>,
 }
@@ -88,9 +121,18 @@ impl AccessLog {
         })
     }
 
-    /// Queues a record; never blocks.
+    /// Queues a request's record; never blocks.
     pub fn log(&self, record: AccessRecord) {
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(record) {
+        self.send(Entry::Http(record));
+    }
+
+    /// Queues an L4 connection's record; never blocks.
+    pub fn log_stream(&self, record: StreamRecord) {
+        self.send(Entry::Stream(record));
+    }
+
+    fn send(&self, entry: Entry) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(entry) {
             self.dropped.inc();
         }
     }
@@ -110,7 +152,7 @@ fn open(sink: &Sink) -> std::io::Result<Box<dyn Write + Send>> {
 }
 
 fn writer(
-    rx: Receiver<AccessRecord>,
+    rx: Receiver<Entry>,
     sink: Sink,
     out: Box<dyn Write + Send>,
     format: AccessLogFormat,
@@ -118,11 +160,13 @@ fn writer(
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(512);
-    let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, r: AccessRecord| {
+    let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: Entry| {
         line.clear();
-        match format {
-            AccessLogFormat::Json => format_json(&r, &mut line),
-            AccessLogFormat::Combined => format_combined(&r, &mut line),
+        match (format, e) {
+            (AccessLogFormat::Json, Entry::Http(r)) => format_json(&r, &mut line),
+            (AccessLogFormat::Combined, Entry::Http(r)) => format_combined(&r, &mut line),
+            (AccessLogFormat::Json, Entry::Stream(r)) => format_stream_json(&r, &mut line),
+            (AccessLogFormat::Combined, Entry::Stream(r)) => format_stream_basic(&r, &mut line),
         }
         let _ = out.write_all(line.as_bytes());
     };
@@ -230,6 +274,58 @@ fn format_combined(r: &AccessRecord, out: &mut String) {
         } else {
             quote(&r.user_agent)
         },
+    );
+}
+
+fn format_stream_json(r: &StreamRecord, out: &mut String) {
+    use std::fmt::Write as _;
+    out.push_str("{\"time\":");
+    json_str(out, &rfc3339(r.time));
+    out.push_str(",\"stream\":");
+    json_str(out, &r.stream);
+    out.push_str(",\"protocol\":");
+    json_str(out, r.protocol);
+    out.push_str(",\"client\":");
+    json_str(out, &r.client.to_string());
+    if let Some(t) = r.target {
+        out.push_str(",\"target\":");
+        json_str(out, &t.to_string());
+    }
+    if let Some(sni) = &r.sni {
+        out.push_str(",\"sni\":");
+        json_str(out, sni);
+    }
+    let _ = write!(
+        out,
+        ",\"bytes_in\":{},\"bytes_out\":{},\"duration_ms\":{:.3}",
+        r.bytes_in,
+        r.bytes_out,
+        r.duration.as_secs_f64() * 1000.0
+    );
+    if let Some(e) = &r.error {
+        out.push_str(",\"error\":");
+        json_str(out, e);
+    }
+    out.push_str("}\n");
+}
+
+/// nginx's `stream` "basic" layout: client, time, protocol, status (200 when both sides closed
+/// cleanly, 500 otherwise; the JSON format carries the error), bytes sent to the client, bytes
+/// received from it, seconds; then the stream and the target.
+fn format_stream_basic(r: &StreamRecord, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "{} [{}] {} {} {} {} {:.3} {} {}",
+        r.client.ip(),
+        httpdate_like::clf(r.time),
+        r.protocol,
+        if r.error.is_none() { 200 } else { 500 },
+        r.bytes_out,
+        r.bytes_in,
+        r.duration.as_secs_f64(),
+        r.stream,
+        r.target.map_or_else(|| "-".to_owned(), |t| t.to_string()),
     );
 }
 

@@ -7,6 +7,7 @@ pub mod access_log;
 pub mod metrics;
 pub mod metrics_export;
 mod otlp;
+pub mod stream_observer;
 mod streams;
 pub mod trace;
 
@@ -26,8 +27,9 @@ pub use trace::Tracer;
 pub struct Telemetry {
     /// Prometheus registry (exported on the admin API).
     pub registry: Arc<Registry>,
-    /// The access log, when configured (swapped on reload).
-    pub access_log: ArcSwapOption<AccessLog>,
+    /// The access log, when configured (swapped on reload; shared with the stream observers,
+    /// which read it when a connection ends).
+    pub access_log: Arc<ArcSwapOption<AccessLog>>,
     /// The tracer, when `telemetry.traces` is configured (replaced on reload when its settings
     /// change; shared with the stream observers, which read it when a connection ends).
     pub tracer: Arc<ArcSwapOption<Tracer>>,
@@ -56,7 +58,7 @@ impl Telemetry {
         Arc::new(Self {
             reloads_ok: reloads("ok"),
             reloads_failed: reloads("failed"),
-            access_log: ArcSwapOption::empty(),
+            access_log: Arc::new(ArcSwapOption::empty()),
             tracer: Arc::new(ArcSwapOption::empty()),
             metrics_export: ArcSwapOption::empty(),
             started: SystemTime::now(),

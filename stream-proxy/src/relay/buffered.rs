@@ -1,49 +1,139 @@
-//! The portable relay: one buffer per direction, read then write, with half-close. Unlike
-//! `tokio::io::copy_bidirectional` it counts bytes as they move (live counters, idle tracking).
+//! The relay for streams whose filters do not inspect data: read then write, each direction on
+//! its own, with half-close. Unlike `tokio::io::copy_bidirectional` it counts bytes as they move
+//! (live counters, idle tracking), and it holds no buffer of its own while a connection waits:
+//!
+//! * bytes are read into one scratch buffer per thread and written on at once (the common case
+//!   on a healthy connection: the socket takes them all), so an idle connection costs only its
+//!   task, not 2 × 64 KiB;
+//! * what the destination does not take right away is copied into a buffer owned by that
+//!   direction until it drains, then freed;
+//! * a read that fills the whole scratch buffer means a bulk transfer: on Linux, when allowed,
+//!   that direction switches to splice(2) for the rest of the connection. Request/response
+//!   traffic of small messages stays on plain `recv`/`send`, which costs less per message than
+//!   two splices through a pipe (and the pipe's two descriptors are only made for bulk).
 
+use std::cell::RefCell;
 use std::io;
+use std::net::Shutdown;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{BUFFER_SIZE, Direction, Progress};
 
-/// Relays until both directions have ended; the first error ends both.
+thread_local! {
+    /// Shared by every connection on this thread: it only holds bytes between one read and the
+    /// write that follows it, with no await in between.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; BUFFER_SIZE].into_boxed_slice());
+}
+
+/// Relays until both directions have ended; the first error ends both. `zero_copy` lets a
+/// direction carrying bulk data switch to splice(2) (Linux only; elsewhere it is ignored).
 pub async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
+    client: &TcpStream,
+    upstream: &TcpStream,
     progress: &Progress,
+    zero_copy: bool,
 ) -> io::Result<()> {
-    let (mut client_r, mut client_w) = client.split();
-    let (mut upstream_r, mut upstream_w) = upstream.split();
     tokio::try_join!(
-        copy(&mut client_r, &mut upstream_w, Direction::In, progress),
-        copy(&mut upstream_r, &mut client_w, Direction::Out, progress),
+        pump(client, upstream, Direction::In, progress, zero_copy),
+        pump(upstream, client, Direction::Out, progress, zero_copy),
     )?;
     Ok(())
 }
 
-/// Copies until `r` ends, then shuts down `w`'s write side.
-pub async fn copy<R, W>(r: &mut R, w: &mut W, dir: Direction, progress: &Progress) -> io::Result<()>
-where
-    R: AsyncRead + Unpin + ?Sized,
-    W: AsyncWrite + Unpin + ?Sized,
-{
-    let mut buf = vec![0u8; BUFFER_SIZE];
+/// What one read-and-write step did.
+enum Step {
+    /// The readiness was stale: nothing to read after all.
+    Spurious,
+    /// The peer sent FIN.
+    Eof,
+    /// `read` bytes arrived; those the destination did not take are in the backlog.
+    Moved { read: usize, filled: bool },
+}
+
+/// One direction: copies until `from` ends, then shuts down `to`'s write side.
+async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    dir: Direction,
+    progress: &Progress,
+    zero_copy: bool,
+) -> io::Result<()> {
+    let mut backlog: Vec<u8> = Vec::new();
     loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return half_close(w).await;
+        from.readable().await?;
+        let step = SCRATCH.with_borrow_mut(|buf| read_and_forward(from, to, buf, &mut backlog))?;
+        let (read, filled) = match step {
+            Step::Spurious => continue,
+            Step::Eof => return half_close(to),
+            Step::Moved { read, filled } => (read, filled),
+        };
+        if !backlog.is_empty() {
+            drain(to, &backlog).await?;
+            // A slow reader's burst is not kept for the rest of the connection.
+            backlog = Vec::new();
         }
-        w.write_all(&buf[..n]).await?;
-        progress.add(dir, n);
+        progress.add(dir, read);
+        #[cfg(target_os = "linux")]
+        if filled
+            && zero_copy
+            && let Ok(pipe) = super::splice::Pipe::new()
+        {
+            return super::splice::pump(from, to, &pipe, dir, progress).await;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (filled, zero_copy);
     }
 }
 
-/// Shuts down the write side; a peer that is already gone is not an error here (the other
+/// Reads what `from` has into `buf` and writes as much of it to `to` as the socket takes now;
+/// the rest goes to `backlog`.
+fn read_and_forward(
+    from: &TcpStream,
+    to: &TcpStream,
+    buf: &mut [u8],
+    backlog: &mut Vec<u8>,
+) -> io::Result<Step> {
+    let read = match from.try_read(buf) {
+        Ok(0) => return Ok(Step::Eof),
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Spurious),
+        Err(e) => return Err(e),
+    };
+    let mut written = 0;
+    while written < read {
+        match to.try_write(&buf[written..read]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    backlog.extend_from_slice(&buf[written..read]);
+    Ok(Step::Moved {
+        read,
+        filled: read == buf.len(),
+    })
+}
+
+/// Writes all of `data` to `to`, waiting for room as needed.
+async fn drain(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Shuts down `to`'s write side; a peer that is already gone is not an error here (the other
 /// direction reports it if it matters).
-pub(crate) async fn half_close<W: AsyncWrite + Unpin + ?Sized>(w: &mut W) -> io::Result<()> {
-    match w.shutdown().await {
+pub(crate) fn half_close(to: &TcpStream) -> io::Result<()> {
+    match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
         Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
         _ => Ok(()),
     }

@@ -12,7 +12,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use super::buffered::half_close;
 use super::{BUFFER_SIZE, Direction, Progress};
 use crate::StreamError;
 use crate::filter::ActiveFilters;
@@ -80,5 +79,14 @@ where
             half_close(w).await?;
             return Ok(());
         }
+    }
+}
+
+/// Shuts down the write side; a peer that is already gone is not an error here (the other
+/// direction reports it if it matters).
+async fn half_close<W: AsyncWrite + Unpin>(w: &mut W) -> std::io::Result<()> {
+    match w.shutdown().await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotConnected => Err(e),
+        _ => Ok(()),
     }
 }

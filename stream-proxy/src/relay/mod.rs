@@ -3,11 +3,12 @@
 //! the other side's write half is shut down and the opposite direction keeps flowing. An error
 //! on either side ends both.
 //!
-//! Three ways to do it: [`splice`] (Linux: socket → pipe → socket inside the kernel, no
-//! userspace copy), [`buffered`] (read/write through one buffer per direction, portable), and
-//! [`filtered`] (buffered, with every chunk passed through the stream's filter hooks). The
-//! caller picks: filters with data hooks need `filtered`; otherwise splice where available.
-//! Measured on loopback (see `examples/relay_throughput.rs` and docs/guide-tcp-udp.md).
+//! Two relays: [`buffered`] (read then write through a per-thread scratch buffer, no buffer
+//! held while idle; a direction carrying bulk data switches to [`splice`] on Linux: socket →
+//! pipe → socket inside the kernel, no userspace copy) and [`filtered`] (every chunk passed
+//! through the stream's filter hooks, one buffer per direction). Filters with data hooks need
+//! `filtered`. Measured on loopback (see `examples/relay_throughput.rs` and
+//! docs/guide-tcp-udp.md).
 
 pub mod buffered;
 pub mod filtered;
@@ -114,5 +115,6 @@ impl Progress {
     }
 }
 
-/// Size of each direction's buffer in the buffered relays.
+/// Size of the buffered relay's per-thread scratch buffer and of each direction's buffer in
+/// the filtered relay. A read that fills it marks a bulk transfer.
 pub const BUFFER_SIZE: usize = 64 * 1024;

@@ -1,6 +1,7 @@
-//! The zero-copy relay (Linux): each direction moves bytes socket → pipe → socket with
-//! splice(2), so payload pages never cross into userspace. The sockets stay registered with
-//! tokio; readiness is awaited as usual and `try_io` clears it when splice says EAGAIN.
+//! The zero-copy path of the relay (Linux): a direction that carries bulk data moves its bytes
+//! socket → pipe → socket with splice(2), so payload pages never cross into userspace. The
+//! sockets stay registered with tokio; readiness is awaited as usual and `try_io` clears it when
+//! splice says EAGAIN.
 //!
 //! A direction fills its pipe only when the pipe is empty, so EAGAIN on the way in always means
 //! "socket has no data" and on the way out "socket buffer full", never "pipe full/empty" — the
@@ -23,44 +24,15 @@ use super::{Direction, Progress};
 /// per byte; pages are only allocated while data sits in the pipe.
 pub const PIPE_SIZE: usize = 256 * 1024;
 
-/// The two pipes of one connection. Made before any byte moves, so a failure (the fd limit)
-/// lets the caller fall back to the buffered relay.
-pub struct Pipes {
-    inbound: Pipe,
-    outbound: Pipe,
-}
-
-impl Pipes {
-    /// Creates both pipes.
-    pub fn new() -> io::Result<Self> {
-        Ok(Self {
-            inbound: Pipe::new()?,
-            outbound: Pipe::new()?,
-        })
-    }
-
-    /// Relays until both directions have ended; the first error ends both.
-    pub async fn relay(
-        self,
-        client: &TcpStream,
-        upstream: &TcpStream,
-        progress: &Progress,
-    ) -> io::Result<()> {
-        tokio::try_join!(
-            pump(client, upstream, &self.inbound, Direction::In, progress),
-            pump(upstream, client, &self.outbound, Direction::Out, progress),
-        )?;
-        Ok(())
-    }
-}
-
-struct Pipe {
+/// One direction's pipe. Made when the direction turns out to carry bulk data; a failure (the
+/// fd limit) keeps that direction on the buffered path.
+pub(super) struct Pipe {
     r: PipeReader,
     w: PipeWriter,
 }
 
 impl Pipe {
-    fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         let (r, w) = io::pipe()?;
         // SAFETY: fcntl(F_SETPIPE_SZ) on a pipe descriptor we own; it takes an int argument and
         // touches no memory of ours. Failure (a lower pipe-max-size limit) keeps the default.
@@ -71,7 +43,8 @@ impl Pipe {
     }
 }
 
-async fn pump(
+/// Moves `from` → `to` through `pipe` until `from` ends, then shuts down `to`'s write side.
+pub(super) async fn pump(
     from: &TcpStream,
     to: &TcpStream,
     pipe: &Pipe,

@@ -165,7 +165,7 @@ impl SessionTask {
             duration: p.elapsed(),
             error,
         };
-        tracing::info!(
+        tracing::debug!(
             stream = %self.info.stream, %client, %target,
             bytes_in = summary.bytes_in, bytes_out = summary.bytes_out,
             duration_ms = summary.duration.as_millis() as u64,

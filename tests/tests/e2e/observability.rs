@@ -183,6 +183,99 @@ async fn access_log_writes_json_and_combined_lines() {
     }
 }
 
+/// Reads `path` until `lines` lines have arrived (the writer is a background thread).
+async fn wait_for_lines(path: &std::path::Path, lines: usize) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= lines {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    text
+}
+
+#[tokio::test]
+async fn access_log_records_tcp_connections_and_udp_sessions() {
+    use gateway_tests::backend::l4::{Mode, TcpBackend, UdpEcho};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let echo = TcpBackend::start(Mode::Echo, false).await;
+    let udp = UdpEcho::start().await;
+    for format in ["json", "combined"] {
+        let yaml = format!(
+            "{}upstreams:\n  echo: {{ targets: [\"{}\"] }}\n  udp: {{ targets: [\"{}\"] }}\n\
+             streams:\n  - name: echo\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: echo\n\
+             \x20 - name: dns\n    bind: 127.0.0.1:0\n    protocol: udp\n    upstream: udp\n    idle_timeout: 200ms\n",
+            YAML.replace(
+                "plugins: {}",
+                &format!("telemetry:\n  access_log: {{ path: access.log, format: {format} }}"),
+            ),
+            echo.addr(),
+            udp.addr(),
+        );
+        let gw = TestGateway::start_in(temp_dir(), &yaml).await;
+        let mut tcp = tokio::net::TcpStream::connect(gw.stream_addr("echo"))
+            .await
+            .unwrap();
+        let client = tcp.local_addr().unwrap();
+        tcp.write_all(b"0123456789").await.unwrap();
+        let mut buf = [0u8; 10];
+        tcp.read_exact(&mut buf).await.unwrap();
+        tcp.shutdown().await.unwrap();
+        assert_eq!(
+            tcp.read(&mut buf).await.unwrap(),
+            0,
+            "echo closes after our FIN"
+        );
+        drop(tcp);
+
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        sock.send_to(b"ping", gw.stream_addr("dns")).await.unwrap();
+        let mut dgram = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), sock.recv(&mut dgram))
+            .await
+            .expect("udp echo")
+            .unwrap();
+        assert_eq!(&dgram[..n], b"ping");
+
+        // The UDP line comes when its session expires (idle_timeout).
+        let text = wait_for_lines(&gw.dir().join("access.log"), 2).await;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{format}: {text}");
+        let tcp_line = lines
+            .iter()
+            .find(|l| l.contains("TCP"))
+            .expect("a TCP line");
+        let udp_line = lines
+            .iter()
+            .find(|l| l.contains("UDP"))
+            .expect("a UDP line");
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(tcp_line).expect("valid JSON");
+            assert_eq!(v["stream"], "echo");
+            assert_eq!(v["client"], client.to_string());
+            assert_eq!(v["target"], echo.addr().to_string());
+            assert_eq!(v["bytes_in"], 10);
+            assert_eq!(v["bytes_out"], 10);
+            assert!(v.get("error").is_none(), "{tcp_line}");
+            let v: serde_json::Value = serde_json::from_str(udp_line).expect("valid JSON");
+            assert_eq!(v["stream"], "dns");
+            assert_eq!(v["bytes_in"], 4);
+            assert_eq!(v["bytes_out"], 4);
+        } else {
+            // nginx's stream "basic" layout: client [time] protocol status sent received secs.
+            let f: Vec<&str> = tcp_line.split(' ').collect();
+            assert_eq!(f[0], "127.0.0.1", "{tcp_line}");
+            assert_eq!(&f[3..6], ["TCP", "200", "10"], "{tcp_line}");
+            assert_eq!(f[6], "10", "{tcp_line}");
+            assert_eq!(f[8], "echo", "{tcp_line}");
+            assert_eq!(f[9], echo.addr().to_string(), "{tcp_line}");
+            assert!(udp_line.contains(" UDP 200 4 4 "), "{udp_line}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn stream_series_count_connections_and_bytes() {
     use gateway_tests::backend::l4::{Mode, TcpBackend};

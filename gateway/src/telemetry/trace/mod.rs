@@ -44,7 +44,6 @@ use super::otlp::{self as transport, Signal};
 
 pub use self::http_spans::{ClientSpan, InternalSpan, ServerSpan};
 pub use self::open::OpenSpan;
-pub use self::stream::StreamTraceFactory;
 
 /// `service.name` when the config names none.
 pub const DEFAULT_SERVICE_NAME: &str = "gateway";
