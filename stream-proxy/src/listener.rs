@@ -176,7 +176,12 @@ async fn accept_loop(
         }
         StreamStats::inc(&stats.connections_accepted);
         let guard = Active::new(stats.clone());
-        let local = io.local_addr().ok().or(bound).unwrap_or(peer);
+        // A socket bound to one address accepts only on it: ask the kernel (a syscall per
+        // connection) only for wildcard binds.
+        let local = match bound {
+            Some(b) if !b.ip().is_unspecified() => b,
+            _ => io.local_addr().ok().or(bound).unwrap_or(peer),
+        };
         let hard = hard.clone();
         tasks.spawn(async move {
             crate::tcp::serve(io, peer, local, rt, stats, hard).await;

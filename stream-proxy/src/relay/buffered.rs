@@ -15,6 +15,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use tokio::net::TcpStream;
 
@@ -34,9 +35,24 @@ pub async fn relay(
     progress: &Progress,
     zero_copy: bool,
 ) -> io::Result<()> {
+    let one_ended = AtomicBool::new(false);
     tokio::try_join!(
-        pump(client, upstream, Direction::In, progress, zero_copy),
-        pump(upstream, client, Direction::Out, progress, zero_copy),
+        pump(
+            client,
+            upstream,
+            Direction::In,
+            progress,
+            zero_copy,
+            &one_ended
+        ),
+        pump(
+            upstream,
+            client,
+            Direction::Out,
+            progress,
+            zero_copy,
+            &one_ended
+        ),
     )?;
     Ok(())
 }
@@ -58,6 +74,7 @@ async fn pump(
     dir: Direction,
     progress: &Progress,
     zero_copy: bool,
+    one_ended: &AtomicBool,
 ) -> io::Result<()> {
     let mut backlog: Vec<u8> = Vec::new();
     loop {
@@ -65,6 +82,9 @@ async fn pump(
         let step = SCRATCH.with_borrow_mut(|buf| read_and_forward(from, to, buf, &mut backlog))?;
         let (read, filled) = match step {
             Step::Spurious => continue,
+            // The second direction to end needs no shutdown: both sockets are closed right
+            // after, which sends the FIN (nothing is left unread on either).
+            Step::Eof if one_ended.swap(true, Relaxed) => return Ok(()),
             Step::Eof => return half_close(to),
             Step::Moved { read, filled } => (read, filled),
         };
@@ -79,7 +99,7 @@ async fn pump(
             && zero_copy
             && let Ok(pipe) = super::splice::Pipe::new()
         {
-            return super::splice::pump(from, to, &pipe, dir, progress).await;
+            return super::splice::pump(from, to, &pipe, dir, progress, one_ended).await;
         }
         #[cfg(not(target_os = "linux"))]
         let _ = (filled, zero_copy);

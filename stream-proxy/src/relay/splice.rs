@@ -14,6 +14,7 @@
 use std::io::{self, PipeReader, PipeWriter};
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -50,6 +51,7 @@ pub(super) async fn pump(
     pipe: &Pipe,
     dir: Direction,
     progress: &Progress,
+    one_ended: &AtomicBool,
 ) -> io::Result<()> {
     let (from_fd, to_fd) = (from.as_raw_fd(), to.as_raw_fd());
     let (pipe_r, pipe_w) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd());
@@ -62,6 +64,10 @@ pub(super) async fn pump(
             }
         };
         if in_pipe == 0 {
+            if one_ended.swap(true, Relaxed) {
+                // The other direction ended first: closing both sockets sends the FIN.
+                return Ok(());
+            }
             return match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
                 Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
                 _ => Ok(()),
