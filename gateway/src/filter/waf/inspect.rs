@@ -12,7 +12,7 @@ use http::header::{CONTENT_LENGTH, COOKIE, REFERER, TRANSFER_ENCODING, USER_AGEN
 use http::request;
 
 use super::body::{self, BodyKind};
-use super::detect::{Hit, Kind, ids, scanner};
+use super::detect::{Hit, Kind, cache, ids, scanner};
 use super::log::{Location, MatchEvent, Outcome};
 use super::normalize::{DecodeFlags, normalize_path, url_decode};
 use super::policy::Policy;
@@ -29,6 +29,13 @@ pub const MAX_MATCHES: usize = 16;
 type Flow = ControlFlow<()>;
 const GO: Flow = ControlFlow::Continue(());
 
+/// The headers whose verdicts are cached (see [`Inspection::cached_header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeaderSlot {
+    UserAgent = 1,
+    Referer = 2,
+}
+
 /// One request's inspection state.
 pub struct Inspection<'a> {
     policy: &'a Policy,
@@ -39,6 +46,39 @@ pub struct Inspection<'a> {
     args: &'a mut usize,
     /// The rule that blocked the request, if one did.
     pub blocked: Option<u32>,
+}
+
+/// `ip` as text, formatted on the stack (an address is at most 45 characters); IPv4 by hand,
+/// the common case, without the formatting machinery.
+fn ip_text(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            &buf[..n]
+        }
+        IpAddr::V6(_) => {
+            let mut w = &mut buf[..];
+            let _ = std::io::Write::write_fmt(&mut w, format_args!("{ip}"));
+            let len = 48 - w.len();
+            &buf[..len]
+        }
+    }
 }
 
 /// A fresh request id: 128 random bits in hex, like a trace id.
@@ -246,12 +286,9 @@ impl<'a> Inspection<'a> {
         self.headers(req)?;
         self.cookies(req)?;
         if let Some(set) = &rules.client_ip {
-            // Formatted on the stack: an address is at most 45 characters.
             let mut buf = [0u8; 48];
-            let mut w = &mut buf[..];
-            let _ = std::io::Write::write_fmt(&mut w, format_args!("{}", self.client));
-            let len = 48 - w.len();
-            self.rules(Some(set), Location::ClientIp, &buf[..len])?;
+            let text = ip_text(self.client, &mut buf);
+            self.rules(Some(set), Location::ClientIp, text)?;
         }
         GO
     }
@@ -260,26 +297,17 @@ impl<'a> Inspection<'a> {
         let policy = self.policy;
         let enabled = policy.detectors.enabled();
         for (name, set) in &policy.rules.headers {
-            for v in req.headers.get_all(name) {
+            // The first user agent and referer go through `cached_header` below.
+            let skip = usize::from(name == USER_AGENT || name == REFERER);
+            for v in req.headers.get_all(name).iter().skip(skip) {
                 self.rules(Some(set), Location::Header(name.as_str()), v.as_bytes())?;
             }
         }
-        let ua = req.headers.get(USER_AGENT).map(|v| v.as_bytes());
-        if enabled.scanner
-            && let Some(ua) = ua
-            && let Some(hit) = scanner::detect(ua)
-        {
-            self.builtin(hit, Location::Header("user-agent"), ua)?;
+        if let Some(ua) = req.headers.get(USER_AGENT) {
+            self.cached_header(HeaderSlot::UserAgent, ua.as_bytes())?;
         }
-        if enabled.inspects_values() {
-            // The headers applications commonly log or reflect.
-            if let Some(ua) = ua {
-                self.detect(Kind::Header, Location::Header("user-agent"), ua)?;
-            }
-            if let Some(referer) = req.headers.get(REFERER) {
-                let (decoded, _) = url_decode(referer.as_bytes(), false);
-                self.detect(Kind::Header, Location::Header("referer"), &decoded)?;
-            }
+        if let Some(referer) = req.headers.get(REFERER) {
+            self.cached_header(HeaderSlot::Referer, referer.as_bytes())?;
         }
         if enabled.cmdi {
             // Shellshock reaches CGI programs through any header.
@@ -292,6 +320,47 @@ impl<'a> Inspection<'a> {
                     self.builtin(hit, Location::Header(name.as_str()), v.as_bytes())?;
                 }
             }
+        }
+        GO
+    }
+
+    /// The user agent or referer: its `header:` rules, the scanner list (user agent) and the
+    /// value detectors (the headers applications commonly log or reflect). Both repeat across
+    /// requests (a few thousand user agents make most traffic), so a value on which none of
+    /// this policy's checks reported anything is remembered (keyed by policy and header) and
+    /// skipped the next time, like the detectors' own benign verdicts.
+    fn cached_header(&mut self, slot: HeaderSlot, raw: &[u8]) -> Flow {
+        let policy = self.policy;
+        let enabled = policy.detectors.enabled();
+        let (name, location) = match slot {
+            HeaderSlot::UserAgent => (&USER_AGENT, Location::Header("user-agent")),
+            HeaderSlot::Referer => (&REFERER, Location::Header("referer")),
+        };
+        let set = policy.rules.header(name);
+        let scanner = enabled.scanner && slot == HeaderSlot::UserAgent;
+        if set.is_none() && !scanner && !enabled.inspects_values() {
+            return GO;
+        }
+        let key = cache::tagged_key(policy.id << 8 | slot as u64, raw);
+        if cache::is_benign(key) {
+            return GO;
+        }
+        let reported = self.matches;
+        self.rules(set, location, raw)?;
+        if scanner && let Some(hit) = scanner::detect(raw) {
+            self.builtin(hit, location, raw)?;
+        }
+        if enabled.inspects_values() {
+            match slot {
+                HeaderSlot::UserAgent => self.detect(Kind::Header, location, raw)?,
+                HeaderSlot::Referer => {
+                    let (decoded, _) = url_decode(raw, false);
+                    self.detect(Kind::Header, location, &decoded)?;
+                }
+            }
+        }
+        if self.matches == reported {
+            cache::remember_benign(key);
         }
         GO
     }
@@ -412,6 +481,29 @@ impl<'a> Inspection<'a> {
                 // The application's parser may be more lenient than ours: inspect it whole.
                 self.detect(Kind::Value, Location::Body, raw)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text_matches_display() {
+        let mut buf = [0u8; 48];
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.100.9.255",
+            "192.0.2.10",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::ff00:42:8329",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_text(ip, &mut buf), ip.to_string().as_bytes());
         }
     }
 }

@@ -2,6 +2,7 @@
 //! and the metric handles its matches are counted in.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gateway_config::WafPolicy;
 use gateway_config::model::{WafAction, WafMode};
@@ -17,6 +18,8 @@ use crate::telemetry::{Counter, Registry};
 pub struct Policy {
     /// Name (the `policy` label).
     pub name: String,
+    /// Unique among the policies compiled by this process (a cache key context).
+    pub id: u64,
     /// `block` or `detect`.
     pub mode: WafMode,
     /// Built-in detectors.
@@ -84,8 +87,10 @@ impl Policy {
             })
             .collect();
         let inspects_body = enabled.inspects_values() || enabled.protocol || rules.inspect_body();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
             name: p.name.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             mode,
             detectors: Detectors::new(enabled),
             rules,

@@ -60,6 +60,71 @@ impl RuleSet {
     }
 }
 
+/// Rule sets by exact argument or cookie name. A request looks up every argument and cookie
+/// name it has, and policies name a handful: a mask of the names' lengths rejects most lookups
+/// with one test, the rest compare a few names (a hash map past [`ByName::LINEAR`]).
+#[derive(Debug, Default)]
+pub struct ByName {
+    sets: Vec<(Box<[u8]>, RuleSet)>,
+    /// Bit `min(len, 63)` for each name's length.
+    lens: u64,
+    index: Option<HashMap<Box<[u8]>, usize>>,
+}
+
+impl ByName {
+    /// Up to this many names are compared one by one.
+    pub const LINEAR: usize = 8;
+
+    fn len_bit(len: usize) -> u64 {
+        1 << len.min(63)
+    }
+
+    fn insert(&mut self, name: &[u8], set: RuleSet) {
+        self.lens |= Self::len_bit(name.len());
+        match self.sets.iter().position(|(n, _)| **n == *name) {
+            Some(i) => self.sets[i].1 = set,
+            None => self.sets.push((name.into(), set)),
+        }
+        self.index = (self.sets.len() > Self::LINEAR).then(|| {
+            self.sets
+                .iter()
+                .enumerate()
+                .map(|(i, (n, _))| (n.clone(), i))
+                .collect()
+        });
+    }
+
+    /// The rules of `name`.
+    pub fn get(&self, name: &[u8]) -> Option<&RuleSet> {
+        if self.lens & Self::len_bit(name.len()) == 0 {
+            return None;
+        }
+        match &self.index {
+            Some(index) => index.get(name).map(|&i| &self.sets[i].1),
+            None => self
+                .sets
+                .iter()
+                .find(|(n, _)| **n == *name)
+                .map(|(_, set)| set),
+        }
+    }
+
+    /// Whether `name` has rules.
+    pub fn contains_key(&self, name: &[u8]) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Whether no name has rules.
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// How many names have rules.
+    pub fn len(&self) -> usize {
+        self.sets.len()
+    }
+}
+
 /// A policy's custom rules by target.
 #[derive(Debug, Default)]
 pub struct Rules {
@@ -74,11 +139,11 @@ pub struct Rules {
     /// `client_ip` (text form).
     pub client_ip: Option<RuleSet>,
     /// `arg:NAME`, by exact name (query, form, multipart and JSON arguments).
-    pub args: HashMap<Box<[u8]>, RuleSet>,
+    pub args: ByName,
     /// `header:NAME`.
     pub headers: Vec<(HeaderName, RuleSet)>,
     /// `cookie:NAME`, by exact name.
-    pub cookies: HashMap<Box<[u8]>, RuleSet>,
+    pub cookies: ByName,
 }
 
 impl Rules {
@@ -104,10 +169,10 @@ impl Rules {
                 WafTarget::Body => out.body = Some(set),
                 WafTarget::ClientIp => out.client_ip = Some(set),
                 WafTarget::Arg(n) => {
-                    out.args.insert(n.as_bytes().into(), set);
+                    out.args.insert(n.as_bytes(), set);
                 }
                 WafTarget::Cookie(n) => {
-                    out.cookies.insert(n.as_bytes().into(), set);
+                    out.cookies.insert(n.as_bytes(), set);
                 }
                 WafTarget::Header(n) => {
                     let name = HeaderName::from_bytes(n.as_bytes())
@@ -117,6 +182,14 @@ impl Rules {
             }
         }
         Ok(out)
+    }
+
+    /// The rules of header `name`.
+    pub fn header(&self, name: &HeaderName) -> Option<&RuleSet> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, set)| set)
     }
 
     /// Whether any rule looks at request bodies (`body` or `arg:NAME`, which covers form, JSON
@@ -193,7 +266,27 @@ mod tests {
         assert_eq!(seen, [(1, 0), (3, 8)]);
         assert_eq!(rules.headers.len(), 1);
         assert!(rules.args.contains_key(&b"id"[..]));
+        assert!(!rules.args.contains_key(&b"ix"[..]));
+        assert!(!rules.args.contains_key(&b"idx"[..]));
         assert!(rules.inspect_body());
+    }
+
+    #[test]
+    fn names_are_found_by_exact_match_small_or_large() {
+        for n in [3, ByName::LINEAR + 5] {
+            let list: Vec<WafRule> = (0..n)
+                .map(|i| rule(i as u32, WafTarget::Cookie(format!("c{i}")), "x"))
+                .collect();
+            let rules = Rules::compile(&list, |_, _| Counter::default()).unwrap();
+            assert_eq!(rules.cookies.len(), n);
+            for i in 0..n {
+                let set = rules.cookies.get(format!("c{i}").as_bytes()).unwrap();
+                assert_eq!(set.rules()[0].id, i as u32);
+            }
+            assert!(rules.cookies.get(b"c").is_none());
+            assert!(rules.cookies.get(b"C0").is_none());
+            assert!(rules.cookies.get(format!("c{n}").as_bytes()).is_none());
+        }
     }
 
     #[test]

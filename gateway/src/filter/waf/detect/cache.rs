@@ -47,17 +47,31 @@ pub(super) fn key(detectors: u8, kind: u8, value: &[u8]) -> u64 {
     h.finish() | 1
 }
 
+/// The cache key of `value` in a context `tag` of the caller's choosing (a policy and a place in
+/// the request); never equal to a [`key`] of the same bytes, whose first byte is a detector set
+/// (below 16). 0 means "do not cache".
+pub(crate) fn tagged_key(tag: u64, value: &[u8]) -> u64 {
+    if value.len() > MAX_LEN {
+        return 0;
+    }
+    let mut h = table().hasher.build_hasher();
+    h.write_u8(0xFF);
+    h.write_u64(tag);
+    h.write(value);
+    h.finish() | 1
+}
+
 fn slot(key: u64) -> &'static AtomicU64 {
     &table().slots[(key >> 32) as usize & (SLOTS - 1)]
 }
 
 /// Whether `key` was remembered benign.
-pub(super) fn is_benign(key: u64) -> bool {
+pub(crate) fn is_benign(key: u64) -> bool {
     key != 0 && slot(key).load(Ordering::Relaxed) == key
 }
 
 /// Remembers `key` as benign.
-pub(super) fn remember_benign(key: u64) {
+pub(crate) fn remember_benign(key: u64) {
     if key != 0 {
         slot(key).store(key, Ordering::Relaxed);
     }
@@ -80,5 +94,7 @@ mod tests {
         );
         assert_eq!(key(1, 2, &[b'a'; MAX_LEN + 1]), 0);
         assert!(!is_benign(0));
+        assert_ne!(tagged_key(7, b"v"), tagged_key(8, b"v"));
+        assert_eq!(tagged_key(7, &[b'a'; MAX_LEN + 1]), 0);
     }
 }

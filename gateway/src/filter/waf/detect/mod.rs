@@ -13,7 +13,7 @@ pub mod sqli;
 pub mod traversal;
 pub mod xss;
 
-mod cache;
+pub(crate) mod cache;
 
 use gateway_config::model::WafDetector;
 

@@ -41,27 +41,40 @@ fn has_sql_word(v: &[u8]) -> bool {
     let is_word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
     v.split(|b| !is_word(b))
         .filter(|r| !r.is_empty())
-        .any(|run| {
-            if !run[0].is_ascii_digit() {
-                return lookup(words, run);
-            }
-            // libinjection reads `1union` as the number `1` then the word `union` (also `1e1union`,
-            // `0x1fUNION`): try every suffix that starts with a letter.
-            (1..run.len())
-                .filter(|&i| !run[i].is_ascii_digit() && run.len() - i <= MAX_WORD)
-                .any(|i| lookup(words, &run[i..]))
-        })
+        .any(|run| has_sql_word_in_run(words, run))
+}
+
+fn has_sql_word_in_run(words: &Words, run: &[u8]) -> bool {
+    if !run[0].is_ascii_digit() {
+        return lookup(words, run);
+    }
+    // libinjection reads `1union` as the number `1` then the word `union` (also `1e1union`,
+    // `0x1fUNION`): try every suffix that starts with a letter.
+    (1..run.len())
+        .filter(|&i| !run[i].is_ascii_digit() && run.len() - i <= MAX_WORD)
+        .any(|i| lookup(words, &run[i..]))
 }
 
 fn lookup(words: &Words, w: &[u8]) -> bool {
+    let (Some(&first), Some(&last)) = (w.first(), w.last()) else {
+        return false;
+    };
     if w.len() > MAX_WORD {
+        return false;
+    }
+    // Exact pre-check: a keyword of this length starting and ending with these bytes exists.
+    let bit = 1u64 << w.len();
+    let (first, last) = (first.to_ascii_uppercase(), last.to_ascii_uppercase());
+    if words.first[usize::from(first & 0x7F)] & bit == 0
+        || words.last[usize::from(last & 0x7F)] & bit == 0
+    {
         return false;
     }
     let mut buf = [0u8; MAX_WORD];
     let up = &mut buf[..w.len()];
     up.copy_from_slice(w);
     up.make_ascii_uppercase();
-    words.contains(&*up)
+    words.set.contains(&*up)
 }
 
 /// FNV-1a: the set is fixed and built from the library's table, so no keyed hash is needed.
@@ -85,7 +98,13 @@ impl Hasher for Fnv {
     }
 }
 
-type Words = HashSet<Box<[u8]>, BuildHasherDefault<Fnv>>;
+/// The keyword words, and by first and by last (uppercased ASCII) byte a mask of the lengths of
+/// the words with that byte there (bit `n` for length `n`).
+struct Words {
+    set: HashSet<Box<[u8]>, BuildHasherDefault<Fnv>>,
+    first: [u64; 128],
+    last: [u64; 128],
+}
 
 /// Every word of every non-fingerprint entry of libinjection's keyword table, split the way
 /// [`has_sql_word`] splits input (so multi-word keywords such as `UNION ALL` and dotted names
@@ -93,16 +112,25 @@ type Words = HashSet<Box<[u8]>, BuildHasherDefault<Fnv>>;
 fn sql_words() -> &'static Words {
     static WORDS: OnceLock<Words> = OnceLock::new();
     WORDS.get_or_init(|| {
-        libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
-            .iter()
-            .filter(|k| k.token_type != b'F')
-            .flat_map(|k| {
-                k.word
-                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            })
-            .filter(|w| !w.is_empty() && w.len() <= MAX_WORD)
-            .map(|w| w.to_ascii_uppercase().into_bytes().into_boxed_slice())
-            .collect()
+        let set: HashSet<Box<[u8]>, BuildHasherDefault<Fnv>> =
+            libinjectionrs::sqli::sqli_data::SQL_KEYWORDS
+                .iter()
+                .filter(|k| k.token_type != b'F')
+                .flat_map(|k| {
+                    k.word
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                })
+                .filter(|w| !w.is_empty() && w.len() <= MAX_WORD)
+                .map(|w| w.to_ascii_uppercase().into_bytes().into_boxed_slice())
+                .collect();
+        let mut first = [0u64; 128];
+        let mut last = [0u64; 128];
+        for w in &set {
+            let bit = 1u64 << w.len();
+            first[usize::from(w[0] & 0x7F)] |= bit;
+            last[usize::from(w[w.len() - 1] & 0x7F)] |= bit;
+        }
+        Words { set, first, last }
     })
 }
 
@@ -127,6 +155,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn length_masks_never_hide_a_keyword() {
+        let words = sql_words();
+        for w in &words.set {
+            assert!(lookup(words, w), "{}", String::from_utf8_lossy(w));
+            assert!(lookup(words, &w.to_ascii_lowercase()));
+        }
+        assert!(!lookup(words, b"shoes"));
+        assert!(!lookup(words, b""));
     }
 
     #[test]
