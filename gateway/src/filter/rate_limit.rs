@@ -377,6 +377,24 @@ struct RateLimitFilter {
     decision: Option<Decision>,
 }
 
+/// Numbers below this have a header value made once per process.
+const SMALL_NUMBERS: u64 = 1024;
+
+/// `n` as a header value; small ones (every `RateLimit-Reset` of a window up to 17 minutes, and
+/// `RateLimit-Remaining` of most limits) are static and cost no allocation.
+fn number(n: u64) -> HeaderValue {
+    static SMALL: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
+    if n >= SMALL_NUMBERS {
+        return HeaderValue::from(n);
+    }
+    let small = SMALL.get_or_init(|| {
+        (0..SMALL_NUMBERS)
+            .map(|i| HeaderValue::from_static(String::leak(i.to_string())))
+            .collect()
+    });
+    small[n as usize].clone()
+}
+
 /// Whole seconds, rounded up (a client told 0 would retry at once).
 fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
@@ -442,9 +460,10 @@ impl Shared {
     }
 
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
+        headers.reserve(4);
         headers.insert(LIMIT.clone(), self.limit.clone());
-        headers.insert(REMAINING.clone(), HeaderValue::from(d.remaining));
-        headers.insert(RESET.clone(), HeaderValue::from(ceil_secs(d.reset)));
+        headers.insert(REMAINING.clone(), number(d.remaining));
+        headers.insert(RESET.clone(), number(ceil_secs(d.reset)));
         headers.insert(POLICY.clone(), self.policy.clone());
     }
 
@@ -468,10 +487,17 @@ impl HttpFilter for RateLimitFilter {
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let d = match self.shared.decide(req, cx.client_ip()).await {
-            Ok(Some(d)) => d,
-            Ok(None) => return Ok(Flow::Continue),
-            Err(refused) => return Ok(Flow::Respond(refused)),
+        let shared = &self.shared;
+        let d = if shared.global.is_none() {
+            // Local buckets: no await, and no room for the Redis round trip's state in this
+            // (per-request, boxed) future.
+            shared.limiter.check(shared.key(req, cx.client_ip()))
+        } else {
+            match Box::pin(shared.decide(req, cx.client_ip())).await {
+                Ok(Some(d)) => d,
+                Ok(None) => return Ok(Flow::Continue),
+                Err(refused) => return Ok(Flow::Respond(refused)),
+            }
         };
         if !d.allowed {
             return Ok(Flow::Respond(self.shared.too_many(&d)));
@@ -525,6 +551,13 @@ mod tests {
         assert!(d.allowed);
         assert_eq!(d.remaining, 14);
         assert_eq!(d.reset, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn numbers_as_header_values() {
+        for n in [0, 1, 9, 10, 999, SMALL_NUMBERS - 1, SMALL_NUMBERS, 1 << 40] {
+            assert_eq!(number(n), HeaderValue::from(n));
+        }
     }
 
     #[test]
