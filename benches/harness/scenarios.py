@@ -85,10 +85,14 @@ SCENARIOS = [
     Scenario("wasm", "Wasm add-header plugin vs the native headers filter, on respond", "wrk",
              "http", "", "native", [200], [200], peers=["gateway"],
              variants=[Variant("native", "/native", "native"), Variant("wasm", "/wasm", "wasm")]),
-    Scenario("waf", "WAF (built-in detectors) on vs off, on respond", "wrk", "http", "", "native",
-             [200], [200], headers=BROWSER_HEADERS, peers=["gateway"],
+    Scenario("waf", "WAF (every built-in detector, 50 custom rules) on vs off, on respond", "wrk",
+             "http", "", "native", [200], [200], headers=BROWSER_HEADERS, peers=["gateway"],
              variants=[Variant("waf off", "/nowaf" + WAF_PATH, "native"),
                        Variant("waf on", "/waf" + WAF_PATH, "waf")]),
+    Scenario("rate-limit", "Rate limit (by client IP, nothing refused) on vs off, on respond",
+             "wrk", "http", "", "native", [200], [200], peers=["gateway"],
+             variants=[Variant("rate limit off", "/nolimit", "native"),
+                       Variant("rate limit on", "/limited", "rate-limit")]),
 ]  # fmt: skip
 
 BY_NAME = {s.name: s for s in SCENARIOS}

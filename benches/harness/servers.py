@@ -34,7 +34,7 @@ CAPABILITIES = {
 }
 
 # Optional sections of configs/gateway.yaml and the capability each one brings.
-GATEWAY_SECTIONS = {"h3": "h3", "wasm": "wasm", "waf": "waf"}
+GATEWAY_SECTIONS = {"h3": "h3", "wasm": "wasm", "waf": "waf", "rate-limit": "rate-limit"}
 
 
 @dataclass
