@@ -35,6 +35,7 @@ if [ "$install" = 1 ]; then
   command -v caddy >/dev/null 2>&1 || need+=(caddy)
   command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
   command -v wrk >/dev/null 2>&1 || need+=(wrk)
+  command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)  # benches/harness/l4_bulk.py
   command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
   command -v taskset >/dev/null 2>&1 || need+=(util-linux)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
