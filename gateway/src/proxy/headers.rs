@@ -21,9 +21,30 @@ const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
+/// Whether `name` is one of the hop-by-hop headers removed whatever `Connection` says.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::TE
+        || name == header::UPGRADE
+        || name == header::PROXY_AUTHORIZATION
+        || name == header::PROXY_AUTHENTICATE
+        || name == KEEP_ALIVE
+        || name == PROXY_CONNECTION
+        || name == HTTP2_SETTINGS
+}
+
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
 /// put back, since the next hop must see both to switch protocols.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
+    // Most messages carry none of them: one pass over the names (no hashing) instead of a
+    // lookup per hop-by-hop name. Headers named in `Connection` need `Connection` itself.
+    if !headers.keys().any(is_hop_by_hop) {
+        if upgrading {
+            headers.insert(header::CONNECTION, UPGRADE);
+        }
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         // Headers the sender named in Connection are for this hop only. TE is judged below on
         // its value, and Upgrade stays when switching protocols.
@@ -118,7 +139,7 @@ pub(crate) fn add_forwarding(
             xff.push_str(", ");
         }
     }
-    let _ = write!(xff, "{client}");
+    push_ip(&mut xff, client);
     if let Ok(v) = HeaderValue::try_from(xff) {
         headers.insert(&X_FORWARDED_FOR, v);
     }
@@ -131,14 +152,17 @@ pub(crate) fn add_forwarding(
         }
     }
     match client {
-        IpAddr::V4(ip) => {
-            let _ = write!(fwd, "for={ip}");
+        IpAddr::V4(_) => {
+            fwd.push_str("for=");
+            push_ip(&mut fwd, client);
         }
-        IpAddr::V6(ip) => {
-            let _ = write!(fwd, "for=\"[{ip}]\"");
+        IpAddr::V6(_) => {
+            fwd.push_str("for=\"[");
+            push_ip(&mut fwd, client);
+            fwd.push_str("]\"");
         }
     }
-    let _ = write!(fwd, ";proto={}", if tls { "https" } else { "http" });
+    fwd.push_str(if tls { ";proto=https" } else { ";proto=http" });
     if let Some(host) = host.and_then(|h| h.to_str().ok()) {
         // A quoted-string: escape what would end it early, so a Host header cannot inject
         // parameters of its own.
@@ -163,8 +187,77 @@ pub(crate) fn add_forwarding(
     headers.append(header::VIA, via(version));
 }
 
+/// Appends `ip` in its usual text form. IPv4 (the common case) without the formatting
+/// machinery, which costs more than the rest of the forwarding headers together.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ip_text_matches_display() {
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "9.10.99.100",
+            "255.255.255.255",
+            "10.0.200.7",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut s = String::new();
+            push_ip(&mut s, ip);
+            assert_eq!(s, ip.to_string());
+        }
+    }
+
+    #[test]
+    fn only_hop_by_hop_names_are_recognised() {
+        for name in [
+            "connection",
+            "transfer-encoding",
+            "te",
+            "upgrade",
+            "proxy-authorization",
+            "proxy-authenticate",
+            "keep-alive",
+            "proxy-connection",
+            "http2-settings",
+        ] {
+            assert!(is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+        }
+        for name in [
+            "host",
+            "x-forwarded-for",
+            "trailer",
+            "keep",
+            "content-length",
+        ] {
+            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+        }
+    }
+
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
