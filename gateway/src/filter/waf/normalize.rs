@@ -32,6 +32,9 @@ const MAX_PASSES: usize = 3;
 /// Percent-decodes `input` (repeatedly, while valid escapes remain), maps `+` to a space when
 /// `plus_as_space` (form and query encoding), decodes `%uXXXX` and folds overlong UTF-8.
 pub fn url_decode(input: &[u8], plus_as_space: bool) -> (Cow<'_, [u8]>, DecodeFlags) {
+    if input.len() <= SHORT && is_plain(input, plus_as_space) {
+        return (Cow::Borrowed(input), DecodeFlags::default());
+    }
     let mut flags = DecodeFlags::default();
     let needs_pass = memchr::memchr(b'%', input).is_some()
         || (plus_as_space && memchr::memchr(b'+', input).is_some());
@@ -52,6 +55,34 @@ pub fn url_decode(input: &[u8], plus_as_space: bool) -> (Cow<'_, [u8]>, DecodeFl
     let (value, f) = fold_overlong(value);
     flags.merge(f);
     (value, flags)
+}
+
+/// Up to this length a value is checked for work in one table-driven pass rather than by one
+/// `memchr` per kind of byte (most names and values are short).
+const SHORT: usize = 64;
+
+/// Bits of [`SPECIAL`]: `%`, `+`, and a lead byte that may start an overlong sequence.
+const PERCENT: u8 = 1;
+const PLUS: u8 = 2;
+const OVERLONG_LEAD: u8 = 4;
+
+static SPECIAL: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'%' as usize] = PERCENT;
+    t[b'+' as usize] = PLUS;
+    t[0xC0] = OVERLONG_LEAD;
+    t[0xC1] = OVERLONG_LEAD;
+    t[0xE0] = OVERLONG_LEAD;
+    t[0xF0] = OVERLONG_LEAD;
+    t
+};
+
+/// Whether [`url_decode`] has nothing to do on `v`: no `%`, no `+` (when it is a space) and no
+/// byte that can start an overlong sequence.
+fn is_plain(v: &[u8], plus_as_space: bool) -> bool {
+    let found = v.iter().fold(0, |acc, b| acc | SPECIAL[*b as usize]);
+    let mask = PERCENT | OVERLONG_LEAD | if plus_as_space { PLUS } else { 0 };
+    found & mask == 0
 }
 
 /// Normalises a request path for inspection and `path` rules: decoded as [`url_decode`] (`+`
@@ -320,6 +351,30 @@ mod tests {
             normalize_path(b"/api/v1/users").0,
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn short_and_long_values_decode_alike() {
+        for v in [
+            &b"a+b"[..],
+            b"a%20b",
+            b"plain",
+            &[0xC0, 0xAE],
+            &[0xE0, 0x80, 0xAE],
+            &[0xF0, 0x80, 0x80, 0xAF],
+            b"caf\xc3\xa9",
+        ] {
+            let mut long = v.to_vec();
+            long.resize(SHORT + 1, b'x');
+            for plus in [false, true] {
+                let (short, f) = url_decode(v, plus);
+                let (l, lf) = url_decode(&long, plus);
+                assert_eq!(f, lf, "{v:?}");
+                assert_eq!(&l[..short.len()], &*short, "{v:?}");
+            }
+        }
+        assert!(matches!(url_decode(b"a+b", false).0, Cow::Borrowed(_)));
+        assert_eq!(&*url_decode(b"a+b", true).0, b"a b");
     }
 
     #[test]

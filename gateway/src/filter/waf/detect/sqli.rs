@@ -63,11 +63,7 @@ fn lookup(words: &Words, w: &[u8]) -> bool {
         return false;
     }
     // Exact pre-check: a keyword of this length starting and ending with these bytes exists.
-    let bit = 1u64 << w.len();
-    let (first, last) = (first.to_ascii_uppercase(), last.to_ascii_uppercase());
-    if words.first[usize::from(first & 0x7F)] & bit == 0
-        || words.last[usize::from(last & 0x7F)] & bit == 0
-    {
+    if words.lens[pair(first, last)] & 1u64 << w.len() == 0 {
         return false;
     }
     let mut buf = [0u8; MAX_WORD];
@@ -98,12 +94,28 @@ impl Hasher for Fnv {
     }
 }
 
-/// The keyword words, and by first and by last (uppercased ASCII) byte a mask of the lengths of
-/// the words with that byte there (bit `n` for length `n`).
+/// The keyword words, and by first and last byte (see [`pair`]) a mask of the lengths of the
+/// words that start and end with them (bit `n` for length `n`).
 struct Words {
     set: HashSet<Box<[u8]>, BuildHasherDefault<Fnv>>,
-    first: [u64; 128],
-    last: [u64; 128],
+    lens: Box<[u64; CLASSES * CLASSES]>,
+}
+
+/// Word bytes: letters (any case), digits, `_`; everything else is one more class.
+const CLASSES: usize = 38;
+
+fn class_of(b: u8) -> usize {
+    match b {
+        b'A'..=b'Z' => usize::from(b - b'A'),
+        b'a'..=b'z' => usize::from(b - b'a'),
+        b'0'..=b'9' => 26 + usize::from(b - b'0'),
+        b'_' => 36,
+        _ => 37,
+    }
+}
+
+fn pair(first: u8, last: u8) -> usize {
+    class_of(first) * CLASSES + class_of(last)
 }
 
 /// Every word of every non-fingerprint entry of libinjection's keyword table, split the way
@@ -123,14 +135,11 @@ fn sql_words() -> &'static Words {
                 .filter(|w| !w.is_empty() && w.len() <= MAX_WORD)
                 .map(|w| w.to_ascii_uppercase().into_bytes().into_boxed_slice())
                 .collect();
-        let mut first = [0u64; 128];
-        let mut last = [0u64; 128];
+        let mut lens = Box::new([0u64; CLASSES * CLASSES]);
         for w in &set {
-            let bit = 1u64 << w.len();
-            first[usize::from(w[0] & 0x7F)] |= bit;
-            last[usize::from(w[w.len() - 1] & 0x7F)] |= bit;
+            lens[pair(w[0], w[w.len() - 1])] |= 1u64 << w.len();
         }
-        Words { set, first, last }
+        Words { set, lens }
     })
 }
 
