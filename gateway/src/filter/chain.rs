@@ -413,6 +413,16 @@ impl HttpBody for ResponseBodyHooks {
             }
         }
     }
+
+    /// Without body hooks the data passes unchanged, so the inner body's size still holds:
+    /// hyper then sends `Content-Length` instead of chunked encoding.
+    fn size_hint(&self) -> http_body::SizeHint {
+        if self.hooks {
+            http_body::SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
+    }
 }
 
 impl ResponseBodyHooks {

@@ -181,6 +181,23 @@ async fn headers_filter_edits_responses() {
     assert_eq!(res.header("server"), "gateway");
 }
 
+/// A filter without body hooks leaves the body's length known: the response keeps its
+/// `Content-Length` instead of going out chunked.
+#[tokio::test]
+async fn a_filter_without_body_hooks_keeps_content_length() {
+    let gw = TestGateway::start(ROUTES).await;
+    let out = gateway_tests::raw(
+        gw.addr("main"),
+        b"GET /which HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .to_ascii_lowercase();
+    assert!(out.contains("x-served-by: edge"), "{out}");
+    assert!(out.contains("content-length: 4\r\n"), "{out}");
+    assert!(!out.contains("transfer-encoding"), "{out}");
+    assert!(out.ends_with("\r\n\r\nmain"), "{out}");
+}
+
 #[tokio::test]
 async fn oversized_head_gets_431_and_long_uri_414() {
     let gw = TestGateway::start(&format!("{ROUTES}\n").replace(
