@@ -27,6 +27,8 @@ pub struct Chain {
     factories: Arc<[Arc<dyn FilterFactory>]>,
     request_body: Option<BodyAccess>,
     response_body: bool,
+    /// Some filter has a hook after the response head (body, trailers, log).
+    after_response: bool,
 }
 
 struct State {
@@ -125,10 +127,12 @@ impl Chain {
                 (_, b) => Some(b),
             });
         let response_body = factories.iter().any(|f| f.response_body());
+        let after_response = response_body || factories.iter().any(|f| f.after_response());
         Self {
             factories: factories.into(),
             request_body,
             response_body,
+            after_response,
         }
     }
 
@@ -312,6 +316,9 @@ impl Chain {
                 }
             }
             st.status = parts.status;
+        }
+        if !self.after_response {
+            return Response::from_parts(parts, body);
         }
         let body = Body::new(ResponseBodyHooks {
             inner: body,

@@ -85,6 +85,10 @@ impl FilterFactory for HeadersFilterFactory {
             edits: self.edits.clone(),
         })
     }
+
+    fn after_response(&self) -> bool {
+        false
+    }
 }
 
 struct HeadersFilter {

@@ -58,6 +58,13 @@ pub trait FilterFactory: Send + Sync + 'static {
     fn response_body(&self) -> bool {
         false
     }
+    /// Whether instances do anything once the response head has gone: a response-body,
+    /// response-trailer or log hook. When no filter of a chain does, the response body is
+    /// handed on as it is, without the stream that runs those hooks. True unless a factory
+    /// knows its instances have none of them.
+    fn after_response(&self) -> bool {
+        true
+    }
 }
 
 /// One filter's view of one request.

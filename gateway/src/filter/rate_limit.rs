@@ -370,6 +370,10 @@ impl FilterFactory for RateLimitFilterFactory {
             decision: None,
         })
     }
+
+    fn after_response(&self) -> bool {
+        false
+    }
 }
 
 struct RateLimitFilter {

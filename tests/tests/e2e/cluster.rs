@@ -251,10 +251,12 @@ routes:
         let _ = c.get("/").await;
     }
     let ejected_at = Instant::now();
+    // Milliseconds on a quiet machine (printed below); the bound leaves room for a CI machine
+    // whose two cores are busy with the rest of the suite.
     while health(&gws[1]) != Health::Ejected {
         assert!(
-            ejected_at.elapsed() < Duration::from_secs(1),
-            "the second instance did not learn of the ejection within a second"
+            ejected_at.elapsed() < Duration::from_secs(3),
+            "the second instance did not learn of the ejection within three seconds"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

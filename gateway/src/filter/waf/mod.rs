@@ -72,6 +72,10 @@ impl FilterFactory for WafFilterFactory {
             BodyAccess::None
         }
     }
+
+    fn after_response(&self) -> bool {
+        false
+    }
 }
 
 /// The `waf` filter for one request.
