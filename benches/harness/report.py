@@ -195,6 +195,28 @@ def targets_section(res: Results) -> list[str]:
     vs("h3-1k", "caddy", 1.5, "H3 1 KiB ≥ 1.5× Caddy")
     vs("h3-1m", "caddy", 1.5, "H3 1 MiB ≥ 1.5× Caddy")
 
+    def cost(scenario: str, off: str, on: str, limit: float, what: str) -> None:
+        """A feature's cost: the share of requests/s lost with it on (and CPU per request
+        gained, the fair figure when the load generator saturates first)."""
+        parts, verdicts = [], []
+        for c in res.conns(scenario):
+            r_off = res.med(scenario, c, f"gateway {off}", "rps")
+            r_on = res.med(scenario, c, f"gateway {on}", "rps")
+            u_off = res.med(scenario, c, f"gateway {off}", "cpu_us_per_req")
+            u_on = res.med(scenario, c, f"gateway {on}", "cpu_us_per_req")
+            if not r_off or r_on is None:
+                continue
+            lost = 1 - r_on / r_off
+            extra = f", CPU per request {u_on / u_off - 1:+.0%}" if u_off and u_on else ""
+            parts.append(f"c={c}: {lost:.1%} fewer req/s{extra}")
+            verdicts.append(lost <= limit)
+        verdict = "not measured" if not verdicts else ("met" if all(verdicts) else "not met")
+        rows.append((what, "; ".join(parts) or "—", verdict))
+
+    cost("waf", "waf off", "waf on", 0.15, "WAF (every detector, 50 rules) costs ≤ 15% of req/s")
+    cost("rate-limit", "rate limit off", "rate limit on", 0.05, "rate limiter costs ≤ 5% of req/s")
+    cost("wasm", "native", "wasm", 0.10, "Wasm plugin vs native filter costs ≤ 10% of req/s")
+
     c = res.cell("stress-10k", 10000, "gateway")
     if c:
         errs = c.total("errors") + c.total("non2xx")
