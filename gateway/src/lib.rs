@@ -13,6 +13,7 @@ pub mod filter;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod generation;
+pub mod ip_text;
 pub mod proxy;
 pub mod router;
 pub mod server;

@@ -17,6 +17,7 @@ use super::log::{Location, MatchEvent, Outcome};
 use super::normalize::{DecodeFlags, normalize_path, url_decode};
 use super::policy::Policy;
 use super::rules::RuleSet;
+use crate::ip_text::ip_text;
 use crate::telemetry::Counter;
 
 /// More request headers than this is an anomaly (browsers send 10–25).
@@ -46,39 +47,6 @@ pub struct Inspection<'a> {
     args: &'a mut usize,
     /// The rule that blocked the request, if one did.
     pub blocked: Option<u32>,
-}
-
-/// `ip` as text, formatted on the stack (an address is at most 45 characters); IPv4 by hand,
-/// the common case, without the formatting machinery.
-fn ip_text(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
-    match ip {
-        IpAddr::V4(v4) => {
-            let mut n = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    buf[n] = b'.';
-                    n += 1;
-                }
-                if octet >= 100 {
-                    buf[n] = b'0' + octet / 100;
-                    n += 1;
-                }
-                if octet >= 10 {
-                    buf[n] = b'0' + octet / 10 % 10;
-                    n += 1;
-                }
-                buf[n] = b'0' + octet % 10;
-                n += 1;
-            }
-            &buf[..n]
-        }
-        IpAddr::V6(_) => {
-            let mut w = &mut buf[..];
-            let _ = std::io::Write::write_fmt(&mut w, format_args!("{ip}"));
-            let len = 48 - w.len();
-            &buf[..len]
-        }
-    }
 }
 
 /// A fresh request id: 128 random bits in hex, like a trace id.
@@ -481,29 +449,6 @@ impl<'a> Inspection<'a> {
                 // The application's parser may be more lenient than ours: inspect it whole.
                 self.detect(Kind::Value, Location::Body, raw)
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ip_text_matches_display() {
-        let mut buf = [0u8; 48];
-        for ip in [
-            "0.0.0.0",
-            "1.2.3.4",
-            "10.100.9.255",
-            "192.0.2.10",
-            "255.255.255.255",
-            "::1",
-            "2001:db8::ff00:42:8329",
-            "::ffff:192.0.2.1",
-        ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            assert_eq!(ip_text(ip, &mut buf), ip.to_string().as_bytes());
         }
     }
 }
