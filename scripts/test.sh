@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A one-shot build gains nothing from incremental state, which would add gigabytes to target/.
+# Set CARGO_INCREMENTAL=1 yourself when iterating with this script.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 bash scripts/setup.sh
 if [ -f scripts/build-plugins.sh ]; then
   bash scripts/build-plugins.sh
