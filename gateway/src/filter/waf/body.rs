@@ -59,10 +59,17 @@ fn trim_quotes(v: &[u8]) -> &[u8] {
 /// `name=value` pairs of a query string or form body, still encoded. Empty pairs are skipped;
 /// a pair without `=` has an empty value.
 pub fn pairs(input: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    input
-        .split(|b| *b == b'&')
-        .filter(|p| !p.is_empty())
-        .map(|p| split_once(p, b'=').unwrap_or((p, &[])))
+    raw_pairs(input).map(split_pair)
+}
+
+/// The `name=value` pairs of [`pairs`], not yet split.
+pub fn raw_pairs(input: &[u8]) -> impl Iterator<Item = &[u8]> {
+    input.split(|b| *b == b'&').filter(|p| !p.is_empty())
+}
+
+/// A pair of [`raw_pairs`] as name and value (empty without `=`).
+pub fn split_pair(pair: &[u8]) -> (&[u8], &[u8]) {
+    split_once(pair, b'=').unwrap_or((pair, &[]))
 }
 
 /// One multipart field.

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{Response, StatusCode, request};
 
 use super::{BodyAccess, FilterFactory, Flow, HttpFilter};
@@ -29,7 +29,7 @@ use crate::error::GatewayError;
 use crate::telemetry::Registry;
 use detect::{Hit, ids};
 use gateway_config::WafPolicy;
-use inspect::Inspection;
+use inspect::{HeadScan, Inspection};
 use log::Location;
 pub use policy::Policy;
 
@@ -115,7 +115,8 @@ impl WafFilter {
             self.bypass = true;
             return None;
         }
-        self.request_id = incoming_request_id(req);
+        let scan = HeadScan::new(&req.headers);
+        self.request_id = scan.request_id.and_then(incoming_request_id);
         if policy.denied(ip) {
             let mut insp =
                 Inspection::new(&policy, (ip, route), &mut self.request_id, &mut self.args);
@@ -130,18 +131,17 @@ impl WafFilter {
             return Some(self.forbidden());
         }
         if policy.inspects_body {
-            let too_long = req
-                .headers
-                .get(CONTENT_LENGTH)
+            let too_long = scan
+                .content_length
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
                 .is_some_and(|n| n > policy.max_body);
             if too_long {
                 return Some(GatewayError::BodyTooLarge(policy.max_body).into_response());
             }
-            self.content_type = req.headers.get(CONTENT_TYPE).cloned();
+            self.content_type = scan.content_type.cloned();
         }
         let mut insp = Inspection::new(&policy, (ip, route), &mut self.request_id, &mut self.args);
-        let _ = insp.head(req);
+        let _ = insp.head(req, &scan);
         insp.blocked.is_some().then(|| self.forbidden())
     }
 
@@ -181,8 +181,8 @@ impl WafFilter {
 
 /// An incoming `x-request-id` (set by a load balancer in front) when it is short and plain
 /// enough to repeat in logs and headers.
-fn incoming_request_id(req: &request::Parts) -> Option<String> {
-    let v = req.headers.get(&REQUEST_ID)?.as_bytes();
+fn incoming_request_id(v: &HeaderValue) -> Option<String> {
+    let v = v.as_bytes();
     let ok = !v.is_empty()
         && v.len() <= 64
         && v.iter()
@@ -319,6 +319,81 @@ mod tests {
             head(&f, req).unwrap().status(),
             StatusCode::PAYLOAD_TOO_LARGE
         );
+    }
+
+    #[test]
+    fn remembered_verdicts_never_skip_a_check() {
+        // Every part of a benign request is remembered after the first one; the same request
+        // then passes again, and any changed byte is inspected afresh.
+        let f = factory(
+            "{ detect: [sqli, xss, path_traversal, scanner, protocol, command_injection], \
+             rules: [ { id: 1, where: \"arg:page\", match: \"[^0-9]\" }, \
+                      { id: 2, where: \"cookie:session\", match: \"admin\" }, \
+                      { id: 3, where: path, match: \"^/admin\" } ] }",
+        );
+        let get = |uri: &str, cookie: &str| {
+            http::Request::get(uri)
+                .header("user-agent", "Mozilla/5.0 (X11; Linux x86_64; rv:128.0)")
+                .header("cookie", cookie)
+                .body(())
+                .unwrap()
+        };
+        let benign = "/search?q=running+shoes&page=2";
+        for _ in 0..3 {
+            assert!(head(&f, get(benign, "session=3f2a9c; theme=dark")).is_none());
+        }
+        for (uri, cookie) in [
+            (
+                "/search?q=running+shoes&page=2x",
+                "session=3f2a9c; theme=dark",
+            ),
+            (
+                "/search?q=1%27+or+%271%27%3D%271&page=2",
+                "session=3f2a9c; theme=dark",
+            ),
+            (
+                "/search?q=running+shoes&page=2",
+                "session=3f2a9cadmin; theme=dark",
+            ),
+            (
+                "/search?q=running+shoes&page=2",
+                "session=3f2a9c; theme=<script>alert(1)</script>",
+            ),
+            (
+                "/admin?q=running+shoes&page=2",
+                "session=3f2a9c; theme=dark",
+            ),
+            (
+                "/search/../../etc/passwd?page=2",
+                "session=3f2a9c; theme=dark",
+            ),
+        ] {
+            for _ in 0..2 {
+                assert!(head(&f, get(uri, cookie)).is_some(), "{uri} {cookie}");
+            }
+        }
+        // Another policy remembers its own verdicts: what passed `f` is still checked by `g`.
+        let g = factory("{ rules: [ { id: 9, where: \"arg:page\", match: \"2\" } ] }");
+        assert!(head(&g, get(benign, "session=3f2a9c; theme=dark")).is_some());
+    }
+
+    #[test]
+    fn a_remembered_query_still_counts_its_arguments() {
+        // The body phase counts on from the query's arguments, also when the query's verdict
+        // came from the cache.
+        let f = factory("{ detect: [protocol] }");
+        let query: String = (0..200).map(|i| format!("a{i}=1&")).collect();
+        let body: String = (0..60).map(|i| format!("b{i}=1&")).collect();
+        for _ in 0..3 {
+            let (parts, ()) = http::Request::post(format!("/x?{query}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(())
+                .unwrap()
+                .into_parts();
+            let mut filter = WafFilter::new(f.policy().clone());
+            assert!(filter.check_head(&parts, CLIENT).is_none());
+            assert!(filter.check_body(body.as_bytes(), CLIENT).is_some());
+        }
     }
 
     #[test]

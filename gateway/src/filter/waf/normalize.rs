@@ -57,6 +57,35 @@ pub fn url_decode(input: &[u8], plus_as_space: bool) -> (Cow<'_, [u8]>, DecodeFl
     (value, flags)
 }
 
+/// Size of the buffer [`url_decode_in`] decodes into: most query and form values are shorter.
+pub const INLINE: usize = 128;
+
+/// [`url_decode`], without allocating in the most common case that needs decoding at all: a
+/// short query or form value whose only encoding is `+` for a space (`q=running+shoes`), which
+/// is decoded into `buf`.
+pub fn url_decode_in<'a>(
+    input: &'a [u8],
+    plus_as_space: bool,
+    buf: &'a mut [u8; INLINE],
+) -> (Cow<'a, [u8]>, DecodeFlags) {
+    if input.len() <= INLINE {
+        let found = special(input);
+        if found & (PERCENT | OVERLONG_LEAD) == 0 {
+            // Nothing but `+` to decode: this is what `url_decode` does then, with no pass to
+            // repeat (no `%`) and nothing to fold (no lead byte).
+            if !plus_as_space || found & PLUS == 0 {
+                return (Cow::Borrowed(input), DecodeFlags::default());
+            }
+            let out = &mut buf[..input.len()];
+            for (o, &b) in out.iter_mut().zip(input) {
+                *o = if b == b'+' { b' ' } else { b };
+            }
+            return (Cow::Borrowed(out), DecodeFlags::default());
+        }
+    }
+    url_decode(input, plus_as_space)
+}
+
 /// Up to this length a value is checked for work in one table-driven pass rather than by one
 /// `memchr` per kind of byte (most names and values are short).
 const SHORT: usize = 64;
@@ -80,9 +109,14 @@ static SPECIAL: [u8; 256] = {
 /// Whether [`url_decode`] has nothing to do on `v`: no `%`, no `+` (when it is a space) and no
 /// byte that can start an overlong sequence.
 fn is_plain(v: &[u8], plus_as_space: bool) -> bool {
-    let found = v.iter().fold(0, |acc, b| acc | SPECIAL[*b as usize]);
+    let found = special(v);
     let mask = PERCENT | OVERLONG_LEAD | if plus_as_space { PLUS } else { 0 };
     found & mask == 0
+}
+
+/// The union of the [`SPECIAL`] bits of `v`.
+fn special(v: &[u8]) -> u8 {
+    v.iter().fold(0, |acc, b| acc | SPECIAL[*b as usize])
 }
 
 /// Normalises a request path for inspection and `path` rules: decoded as [`url_decode`] (`+`
@@ -127,11 +161,18 @@ fn is_sep_or_end(v: &[u8], i: usize) -> bool {
     i >= v.len() || v[i] == b'/' || v[i] == b'\\'
 }
 
+/// A `\`, `//`, `/./` or a trailing `/.`, found in one pass (paths are short; this was four
+/// searches).
 fn needs_path_cleanup(v: &[u8]) -> bool {
-    memchr::memchr(b'\\', v).is_some()
-        || memchr::memmem::find(v, b"//").is_some()
-        || memchr::memmem::find(v, b"/./").is_some()
-        || v.ends_with(b"/.")
+    let mut prev = 0u8;
+    for (i, &b) in v.iter().enumerate() {
+        let dot_segment = b == b'.' && v.get(i + 1).is_none_or(|&n| n == b'/');
+        if b == b'\\' || (prev == b'/' && (b == b'/' || dot_segment)) {
+            return true;
+        }
+        prev = b;
+    }
+    false
 }
 
 fn hex(b: u8) -> Option<u8> {
@@ -375,6 +416,47 @@ mod tests {
         }
         assert!(matches!(url_decode(b"a+b", false).0, Cow::Borrowed(_)));
         assert_eq!(&*url_decode(b"a+b", true).0, b"a b");
+    }
+
+    #[test]
+    fn decoding_in_a_buffer_agrees_with_url_decode() {
+        for v in [
+            &b"running+shoes"[..],
+            b"a+b+%2B",
+            b"plain",
+            b"",
+            b"+",
+            b"%zz+x",
+            &[b'+'; INLINE],
+            &[b'+'; INLINE + 1],
+            &[0xC0, 0xAE, b'+'],
+            b"caf\xc3\xa9+x",
+        ] {
+            for plus in [false, true] {
+                let (a, af) = url_decode(v, plus);
+                let mut buf = [0; INLINE];
+                let (b, bf) = url_decode_in(v, plus, &mut buf);
+                assert_eq!(&*a, &*b, "{v:?}");
+                assert_eq!(af, bf, "{v:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn path_cleanup_is_found_in_one_pass() {
+        let slow = |v: &[u8]| {
+            memchr::memchr(b'\\', v).is_some()
+                || memchr::memmem::find(v, b"//").is_some()
+                || memchr::memmem::find(v, b"/./").is_some()
+                || v.ends_with(b"/.")
+        };
+        let alphabet = [b'/', b'.', b'\\', b'a'];
+        for n in 0..=6u32 {
+            for code in 0..4usize.pow(n) {
+                let v: Vec<u8> = (0..n).map(|k| alphabet[code / 4usize.pow(k) % 4]).collect();
+                assert_eq!(needs_path_cleanup(&v), slow(&v), "{v:?}");
+            }
+        }
     }
 
     #[test]

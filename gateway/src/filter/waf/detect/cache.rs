@@ -1,80 +1,127 @@
-//! Benign verdicts of the expensive detectors, remembered per value. Real traffic repeats
-//! itself (a few thousand user agents, referers and argument values make most requests), and
-//! the libinjection port costs microseconds per call, so a value seen benign once is not parsed
-//! again.
+//! Remembered "nothing found" verdicts, keyed by the exact bytes of the value and a tag naming
+//! the check (a detector set and kind, or a policy and a part of the request). Real traffic
+//! repeats itself (a few thousand user agents, a client's address and session cookie on every
+//! request, `page=2`, popular paths), and the checks cost from a regex pass to microseconds of
+//! libinjection, so a value seen benign once is not inspected again by the same check.
 //!
-//! A direct-mapped table of 64-bit keyed hashes (SipHash with a per-process random key), shared
-//! by every policy and thread; a racing write only loses an entry. An attacker cannot make an
-//! attack look cached: they would need a collision on a keyed 64-bit hash they cannot observe.
-//! Only benign verdicts are stored, so a wrong entry could at worst come from such a collision,
-//! and a flood of distinct values only evicts entries (costing speed, never detection).
+//! Each thread has its own direct-mapped table, so a lookup takes no lock and no atomic. An entry
+//! stores the value itself and is compared byte for byte: a hit is an exact repetition of a value
+//! the same (pure) check passed, so the cache can never hide an attack, whatever an attacker
+//! sends. The slot index comes from a fast seeded hash; a crafted collision only evicts an entry
+//! (costing speed, never detection). Only benign verdicts are stored.
 
-use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::RefCell;
 
-/// Entries (a power of two): 16,384 × 8 bytes = 128 KiB.
-const SLOTS: usize = 1 << 14;
+/// Entries per thread (a power of two).
+const SLOTS: usize = 512;
 
-/// Values longer than this are not cached: they are rarely repeated, and hashing them costs
-/// nearly as much as a pre-checked detector run.
-const MAX_LEN: usize = 512;
+/// Values longer than this are not cached: they are rarely repeated. Bounds a thread's table
+/// to `SLOTS × MAX_LEN` = 256 KiB of values.
+pub(crate) const MAX_LEN: usize = 512;
 
-struct Table {
-    hasher: std::collections::hash_map::RandomState,
-    slots: Box<[AtomicU64]>,
+/// What a cached verdict is about; tags of different kinds never collide (the kind is in the
+/// top byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tag(u64);
+
+impl Tag {
+    /// The detector set `detectors` (bits) on a value of kind `kind`.
+    pub(crate) fn detectors(detectors: u8, kind: u8) -> Self {
+        Self(1 << 56 | u64::from(detectors) << 8 | u64::from(kind))
+    }
+
+    /// Every check of policy `policy` on one part of a request (`place` names the part: the
+    /// path, a user agent, a query argument, a cookie, ...).
+    pub(crate) fn place(policy: u64, place: u8) -> Self {
+        Self(2 << 56 | (policy & 0xFFFF_FFFF_FFFF) << 8 | u64::from(place))
+    }
 }
 
-fn table() -> &'static Table {
-    static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(|| Table {
-        hasher: std::collections::hash_map::RandomState::new(),
-        slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+struct Slot {
+    /// 0: empty.
+    tag: u64,
+    /// Of tag and value: most misses are told by it without comparing bytes.
+    hash: u64,
+    value: Vec<u8>,
+}
+
+struct Table {
+    seed: u64,
+    slots: Box<[Slot]>,
+}
+
+impl Table {
+    fn new() -> Self {
+        Self {
+            seed: rand::random::<u64>() | 1,
+            slots: (0..SLOTS)
+                .map(|_| Slot {
+                    tag: 0,
+                    hash: 0,
+                    value: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn hash(&self, tag: Tag, value: &[u8]) -> (u64, usize) {
+        let h = hash(self.seed, tag.0, value);
+        (h, h as usize & (SLOTS - 1))
+    }
+}
+
+thread_local! {
+    static TABLE: RefCell<Table> = RefCell::new(Table::new());
+}
+
+/// A multiply-rotate hash over 8-byte words: only spreads values over the slots (equality is
+/// checked on the bytes), so it needs to be fast, not collision resistant.
+fn hash(seed: u64, tag: u64, v: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(31);
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+    let mut h = mix(seed, tag ^ (v.len() as u64) << 40);
+    let mut rest = v;
+    while let Some((w, tail)) = rest.split_first_chunk::<8>() {
+        h = mix(h, u64::from_le_bytes(*w));
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        // The last 8 bytes (overlapping: the length is in the hash), or the few there are.
+        let last = match v.len().checked_sub(8) {
+            Some(start) => word(&v[start..]),
+            None => rest.iter().fold(0, |acc, &b| acc << 8 | u64::from(b)),
+        };
+        h = mix(h, last);
+    }
+    h ^ h >> 29
+}
+
+/// Whether `value` was remembered benign for `tag` on this thread.
+pub(crate) fn is_benign(tag: Tag, value: &[u8]) -> bool {
+    if value.len() > MAX_LEN {
+        return false;
+    }
+    TABLE.with_borrow(|t| {
+        let (h, i) = t.hash(tag, value);
+        let slot = &t.slots[i];
+        slot.hash == h && slot.tag == tag.0 && slot.value == value
     })
 }
 
-/// The cache key of `value` inspected by the detector set `detectors` as `kind`; 0 means
-/// "do not cache".
-pub(super) fn key(detectors: u8, kind: u8, value: &[u8]) -> u64 {
+/// Remembers `value` as benign for `tag` (evicting what shared its slot).
+pub(crate) fn remember_benign(tag: Tag, value: &[u8]) {
     if value.len() > MAX_LEN {
-        return 0;
+        return;
     }
-    let mut h = table().hasher.build_hasher();
-    h.write_u8(detectors);
-    h.write_u8(kind);
-    h.write(value);
-    // 0 marks an empty slot.
-    h.finish() | 1
-}
-
-/// The cache key of `value` in a context `tag` of the caller's choosing (a policy and a place in
-/// the request); never equal to a [`key`] of the same bytes, whose first byte is a detector set
-/// (below 16). 0 means "do not cache".
-pub(crate) fn tagged_key(tag: u64, value: &[u8]) -> u64 {
-    if value.len() > MAX_LEN {
-        return 0;
-    }
-    let mut h = table().hasher.build_hasher();
-    h.write_u8(0xFF);
-    h.write_u64(tag);
-    h.write(value);
-    h.finish() | 1
-}
-
-fn slot(key: u64) -> &'static AtomicU64 {
-    &table().slots[(key >> 32) as usize & (SLOTS - 1)]
-}
-
-/// Whether `key` was remembered benign.
-pub(crate) fn is_benign(key: u64) -> bool {
-    key != 0 && slot(key).load(Ordering::Relaxed) == key
-}
-
-/// Remembers `key` as benign.
-pub(crate) fn remember_benign(key: u64) {
-    if key != 0 {
-        slot(key).store(key, Ordering::Relaxed);
-    }
+    TABLE.with_borrow_mut(|t| {
+        let (h, i) = t.hash(tag, value);
+        let slot = &mut t.slots[i];
+        slot.tag = tag.0;
+        slot.hash = h;
+        slot.value.clear();
+        slot.value.extend_from_slice(value);
+    });
 }
 
 #[cfg(test)]
@@ -82,19 +129,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remembers_by_value_and_context() {
-        let k = key(1, 2, b"hello world");
-        assert!(!is_benign(key(1, 2, b"never stored here")));
-        remember_benign(k);
-        assert!(is_benign(k));
-        assert_ne!(
-            k,
-            key(3, 2, b"hello world"),
-            "detector set is part of the key"
-        );
-        assert_eq!(key(1, 2, &[b'a'; MAX_LEN + 1]), 0);
-        assert!(!is_benign(0));
-        assert_ne!(tagged_key(7, b"v"), tagged_key(8, b"v"));
-        assert_eq!(tagged_key(7, &[b'a'; MAX_LEN + 1]), 0);
+    fn remembers_exact_values_by_tag() {
+        let tag = Tag::detectors(1, 2);
+        assert!(!is_benign(tag, b"never stored here"));
+        remember_benign(tag, b"hello world");
+        assert!(is_benign(tag, b"hello world"));
+        assert!(!is_benign(tag, b"hello worle"));
+        assert!(!is_benign(tag, b"hello worl"));
+        assert!(!is_benign(Tag::detectors(3, 2), b"hello world"));
+        assert!(!is_benign(Tag::place(1, 2), b"hello world"));
+        // Lengths around the 8-byte words of the hash.
+        for n in 0..20 {
+            let v = vec![b'x'; n];
+            remember_benign(tag, &v);
+            assert!(is_benign(tag, &v), "{n}");
+        }
+        let long = [b'a'; MAX_LEN + 1];
+        remember_benign(tag, &long);
+        assert!(!is_benign(tag, &long));
+    }
+
+    #[test]
+    fn a_full_table_only_evicts() {
+        // Far more values than slots: whatever is found must have been stored, byte for byte.
+        let tag = Tag::place(7, 1);
+        for i in 0..SLOTS * 4 {
+            remember_benign(tag, format!("v{i}").as_bytes());
+        }
+        let found = (0..SLOTS * 4)
+            .filter(|i| is_benign(tag, format!("v{i}").as_bytes()))
+            .count();
+        assert!(found > 0 && found <= SLOTS);
+        assert!(!is_benign(tag, b"x0"));
     }
 }

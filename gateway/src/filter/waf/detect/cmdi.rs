@@ -149,6 +149,22 @@ const AT_START: &[&str] = &[
     "zsh",
 ];
 
+/// By first letter (`a`..`z`), the lengths of the names in `table` that start with it (bit
+/// `len`; names are shorter than 24 bytes, see [`shell_word`]).
+const fn lengths_by_first_letter(table: &[&str]) -> [u32; 26] {
+    let mut masks = [0u32; 26];
+    let mut i = 0;
+    while i < table.len() {
+        let name = table[i].as_bytes();
+        masks[(name[0] - b'a') as usize] |= 1 << name.len();
+        i += 1;
+    }
+    masks
+}
+
+static COMMAND_LENS: [u32; 26] = lengths_by_first_letter(COMMANDS);
+static AT_START_LENS: [u32; 26] = lengths_by_first_letter(AT_START);
+
 /// How strong the boundary before a word is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Boundary {
@@ -233,13 +249,25 @@ fn command_at(v: &[u8], mut i: usize, boundary: Boundary) -> bool {
         // `/???/c?t`: a globbed binary path.
         return boundary != Boundary::Start;
     }
+    // At the start only `AT_START` counts (a subset of `COMMANDS`, checked by a test): the
+    // shorter table is searched first on every value with a space.
+    let (known, lens) = if boundary == Boundary::Start {
+        (AT_START, &AT_START_LENS)
+    } else {
+        (COMMANDS, &COMMAND_LENS)
+    };
+    // Most words are told apart from every command by first letter and length alone.
+    let plausible = match name {
+        [first @ b'a'..=b'z', ..] => lens[usize::from(first - b'a')] & 1 << name.len() != 0,
+        _ => false,
+    };
+    if !plausible {
+        return false;
+    }
     let Ok(name) = std::str::from_utf8(name) else {
         return false;
     };
-    if COMMANDS.binary_search(&name).is_err() {
-        return false;
-    }
-    if boundary == Boundary::Start && AT_START.binary_search(&name).is_err() {
+    if known.binary_search(&name).is_err() {
         return false;
     }
     let english = WORDS.binary_search(&name).is_ok();
@@ -348,6 +376,14 @@ mod tests {
         assert!(WORDS.iter().all(|w| COMMANDS.contains(w)));
         assert!(AT_START.windows(2).all(|w| w[0] < w[1]));
         assert!(AT_START.iter().all(|w| COMMANDS.contains(w)));
+        // The length masks need lower-case names that start with a letter and fit a `u32`.
+        for name in COMMANDS {
+            assert!(
+                name.as_bytes()[0].is_ascii_lowercase() && name.len() < 24,
+                "{name}"
+            );
+            assert_eq!(*name, name.to_ascii_lowercase());
+        }
     }
 
     #[test]

@@ -290,10 +290,15 @@ impl Detectors {
     /// Runs the content detectors (SQLi, XSS, traversal, command injection) that apply to `kind`
     /// on an already decoded value.
     pub fn inspect(&self, kind: Kind, v: &[u8]) -> Option<Hit> {
+        self.inspect_classified(kind, v, features(v))
+    }
+
+    /// [`Self::inspect`] for a caller that already has `f` = [`features`] of `v` (it needs them
+    /// for its own checks too, so the value is classified once).
+    pub fn inspect_classified(&self, kind: Kind, v: &[u8], f: u32) -> Option<Hit> {
         if v.is_empty() || self.enabled.bits() == 0 {
             return None;
         }
-        let f = features(v);
         let traversal = self.enabled.traversal && kind != Kind::Name;
         let cmdi = self.enabled.cmdi && matches!(kind, Kind::Value | Kind::Header | Kind::Filename);
         let sqli = self.enabled.sqli && sqli::may_match(v, f);
@@ -301,16 +306,16 @@ impl Detectors {
         if !sqli && !xss {
             return Self::cheap(kind, v, f, traversal, cmdi);
         }
-        // A remembered benign verdict covers every detector of the set (the key includes it),
-        // so a repeated user agent or referer costs one hash.
-        let key = cache::key(self.enabled.bits(), kind as u8, v);
-        if cache::is_benign(key) {
+        // A remembered benign verdict covers every detector of the set (the tag includes it),
+        // so a repeated user agent or referer costs one lookup.
+        let tag = cache::Tag::detectors(self.enabled.bits(), kind as u8);
+        if cache::is_benign(tag, v) {
             return None;
         }
         let hit = Self::cheap(kind, v, f, traversal, cmdi)
             .or_else(|| self.expensive(kind, v, f, sqli, xss));
         if hit.is_none() {
-            cache::remember_benign(key);
+            cache::remember_benign(tag, v);
         }
         hit
     }
