@@ -1,7 +1,8 @@
 //! Runs a route's filters around its terminal. Without filters the terminal is called directly
-//! (nothing allocated). With filters, the per-request instances and the request context live in
-//! one shared, uncontended lock so that the request-body and response-body streams, which outlive
-//! this function, can still call the hooks.
+//! (nothing allocated). With filters, the per-request instances and the request context live on
+//! the request's future; only when a request-body or response-body stream, which outlives that
+//! future, must still call hooks do they move into one shared, uncontended lock. Hooks a filter
+//! can answer without waiting (`on_*_headers_sync`) are called directly, without a boxed future.
 
 use std::future::Future;
 use std::ops::ControlFlow::Break;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header, request};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::Mutex;
@@ -165,71 +166,105 @@ impl Chain {
         cx: RequestCx,
         server: Option<&HeaderValue>,
     ) -> Response<Body> {
-        let filters = self.factories.iter().map(|f| f.create()).collect();
-        let terminal_cx = cx.clone();
-        let state: Shared = Arc::new(Mutex::new(State {
-            filters,
+        // The state stays on this future's stack unless a body stream that outlives this call
+        // needs the hooks: then, and only then, it moves behind a shared lock.
+        let mut st = State {
+            filters: self.factories.iter().map(|f| f.create()).collect(),
             cx,
             status: StatusCode::OK,
             local_reply: None,
             logged: false,
             started: 0,
-        }));
+        };
+        let all = self.factories.len();
         let (mut parts, body) = req.into_parts();
 
         // Request headers, in order. A local reply goes back through the filters before it.
-        {
-            let mut guard = state.lock().await;
-            let st = &mut *guard;
-            for i in 0..st.filters.len() {
-                st.started = i + 1;
-                let flow = st.filters[i]
-                    .on_request_headers(&mut parts, &mut st.cx)
-                    .await;
-                match self.decide(flow, i) {
-                    None => {}
-                    Some(resp) => {
-                        drop(guard);
-                        return self
-                            .response_phase(state, i, with_server(resp, server))
-                            .await;
+        // The rare paths (a local reply, a buffered or streamed request body) are boxed so
+        // that their state does not enlarge, and is not copied with, every request's future.
+        let (upto, response) = match self.request_headers(&mut st, &mut parts).await {
+            Some((i, reply)) => (i, reply),
+            None => {
+                let body = match self.request_body {
+                    None | Some(BodyAccess::None) => Ok(body),
+                    // A request without a body (most GETs) skips the buffering and the hooks.
+                    Some(BodyAccess::Buffer(_)) if body.is_end_stream() => Ok(body),
+                    Some(BodyAccess::Buffer(limit)) => {
+                        Box::pin(self.buffer_request_body(&mut st, body, limit)).await
                     }
+                    Some(BodyAccess::Stream) => {
+                        let streaming = self.run_streaming(st, parts, body, terminal, server);
+                        return Box::pin(streaming).await;
+                    }
+                };
+                match body {
+                    Ok(body) => {
+                        let req = Request::from_parts(parts, body);
+                        (all, terminal.handle(req, &st.cx).await)
+                    }
+                    Err(reply) => (all, reply),
                 }
             }
-        }
-
-        let body = match self.request_body {
-            None | Some(BodyAccess::None) => body,
-            // A request without a body (most GETs) skips the buffering and the body hooks.
-            Some(BodyAccess::Buffer(_)) if body.is_end_stream() => body,
-            Some(BodyAccess::Buffer(limit)) => {
-                match self.buffer_request_body(&state, body, limit).await {
-                    Ok(body) => body,
-                    Err(resp) => {
-                        let resp = with_server(resp, server);
-                        return self.response_phase(state, self.factories.len(), resp).await;
-                    }
-                }
-            }
-            Some(BodyAccess::Stream) => Body::new(RequestBodyHooks {
-                inner: body,
-                state: state.clone(),
-                pending: None,
-                done: false,
-                trailers: TrailerSlot::default(),
-            }),
         };
+        let response = with_server(response, server);
+        let response = self.response_headers(&mut st, upto, response).await;
+        if !self.after_response {
+            return response;
+        }
+        self.with_body_hooks(Arc::new(Mutex::new(st)), upto, response)
+    }
 
+    /// The terminal reads the request body through the filters' body hooks as it goes, so the
+    /// hooks (inside the body stream) and this function share the state.
+    async fn run_streaming(
+        &self,
+        st: State,
+        parts: request::Parts,
+        body: Body,
+        terminal: &Terminal,
+        server: Option<&HeaderValue>,
+    ) -> Response<Body> {
+        let terminal_cx = st.cx.clone();
+        let state: Shared = Arc::new(Mutex::new(st));
+        let body = Body::new(RequestBodyHooks {
+            inner: body,
+            state: state.clone(),
+            pending: None,
+            done: false,
+            trailers: TrailerSlot::default(),
+        });
         let response = terminal
             .handle(Request::from_parts(parts, body), &terminal_cx)
             .await;
-        let response = match state.lock().await.local_reply.take() {
-            Some(reply) => reply,
-            None => response,
-        };
-        let response = with_server(response, server);
-        self.response_phase(state, self.factories.len(), response)
-            .await
+        let all = self.factories.len();
+        let mut guard = state.lock().await;
+        let response = guard.local_reply.take().unwrap_or(response);
+        let response = self
+            .response_headers(&mut guard, all, with_server(response, server))
+            .await;
+        drop(guard);
+        self.with_body_hooks(state, all, response)
+    }
+
+    /// Runs the request-header hooks in order; a local reply comes back with the index of the
+    /// filter that gave it (the filters after it never see the request).
+    async fn request_headers(
+        &self,
+        st: &mut State,
+        parts: &mut request::Parts,
+    ) -> Option<(usize, Response<Body>)> {
+        for i in 0..st.filters.len() {
+            st.started = i + 1;
+            let filter = &mut st.filters[i];
+            let flow = match filter.on_request_headers_sync(parts, &mut st.cx) {
+                Some(flow) => flow,
+                None => filter.on_request_headers(parts, &mut st.cx).await,
+            };
+            if let Some(reply) = self.decide(flow, i) {
+                return Some((i, reply));
+            }
+        }
+        None
     }
 
     fn decide(&self, flow: Result<Flow, BoxError>, i: usize) -> Option<Response<Body>> {
@@ -249,7 +284,7 @@ impl Chain {
 
     async fn buffer_request_body(
         &self,
-        state: &Shared,
+        st: &mut State,
         mut body: Body,
         limit: u64,
     ) -> Result<Body, Response<Body>> {
@@ -268,8 +303,6 @@ impl Chain {
             }
         }
         let mut chunk = Some(buf.freeze());
-        let mut guard = state.lock().await;
-        let st = &mut *guard;
         for i in 0..st.filters.len() {
             let flow = st.filters[i]
                 .on_request_body(&mut chunk, true, &mut st.cx)
@@ -295,31 +328,39 @@ impl Chain {
         })
     }
 
-    async fn response_phase(
+    /// Runs the response-header hooks in reverse order over the filters that saw the request.
+    /// A local reply from one of them replaces the response for the filters before it.
+    async fn response_headers(
+        &self,
+        st: &mut State,
+        upto: usize,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let (mut parts, mut body) = response.into_parts();
+        for i in (0..upto).rev() {
+            let filter = &mut st.filters[i];
+            let flow = match filter.on_response_headers_sync(&mut parts, &mut st.cx) {
+                Some(flow) => flow,
+                None => filter.on_response_headers(&mut parts, &mut st.cx).await,
+            };
+            if let Some(reply) = self.decide(flow, i) {
+                let (p, b) = reply.into_parts();
+                parts = p;
+                body = b;
+            }
+        }
+        st.status = parts.status;
+        Response::from_parts(parts, body)
+    }
+
+    /// Wraps the body in the stream that runs the response-body, trailer and log hooks.
+    fn with_body_hooks(
         &self,
         state: Shared,
         upto: usize,
         response: Response<Body>,
     ) -> Response<Body> {
-        let (mut parts, mut body) = response.into_parts();
-        {
-            let mut guard = state.lock().await;
-            let st = &mut *guard;
-            for i in (0..upto).rev() {
-                let flow = st.filters[i]
-                    .on_response_headers(&mut parts, &mut st.cx)
-                    .await;
-                if let Some(reply) = self.decide(flow, i) {
-                    let (p, b) = reply.into_parts();
-                    parts = p;
-                    body = b;
-                }
-            }
-            st.status = parts.status;
-        }
-        if !self.after_response {
-            return Response::from_parts(parts, body);
-        }
+        let (parts, body) = response.into_parts();
         let body = Body::new(ResponseBodyHooks {
             inner: body,
             state,

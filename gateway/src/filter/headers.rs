@@ -95,28 +95,27 @@ struct HeadersFilter {
     edits: std::sync::Arc<(Edits, Edits)>,
 }
 
-#[async_trait::async_trait]
 impl HttpFilter for HeadersFilter {
-    async fn on_request_headers(
+    fn on_request_headers_sync(
         &mut self,
         req: &mut request::Parts,
         _cx: &mut RequestCx,
-    ) -> Result<Flow, BoxError> {
+    ) -> Option<Result<Flow, BoxError>> {
         if !self.edits.0.is_empty() {
             self.edits.0.apply(&mut req.headers);
         }
-        Ok(Flow::Continue)
+        Some(Ok(Flow::Continue))
     }
 
-    async fn on_response_headers(
+    fn on_response_headers_sync(
         &mut self,
         res: &mut response::Parts,
         _cx: &mut RequestCx,
-    ) -> Result<Flow, BoxError> {
+    ) -> Option<Result<Flow, BoxError>> {
         if !self.edits.1.is_empty() {
             self.edits.1.apply(&mut res.headers);
         }
-        Ok(Flow::Continue)
+        Some(Ok(Flow::Continue))
     }
 }
 

@@ -68,15 +68,40 @@ pub trait FilterFactory: Send + Sync + 'static {
 }
 
 /// One filter's view of one request.
+///
+/// The head hooks come in two forms. The chain first calls the `_sync` one; a filter that never
+/// waits on the head (every native filter) answers there with `Some`, which spares a boxed
+/// future per hook and request. `None`, the default, sends the chain on to the async hook.
 #[async_trait::async_trait]
 pub trait HttpFilter: Send {
-    /// The request head arrived.
-    async fn on_request_headers(
+    /// The request head arrived, for a filter that can decide without waiting; `None` defers
+    /// to [`HttpFilter::on_request_headers`].
+    fn on_request_headers_sync(
         &mut self,
         _req: &mut request::Parts,
         _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        None
+    }
+
+    /// The response head is about to be sent, for a filter that can decide without waiting;
+    /// `None` defers to [`HttpFilter::on_response_headers`].
+    fn on_response_headers_sync(
+        &mut self,
+        _res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        None
+    }
+
+    /// The request head arrived. The default runs the `_sync` hook.
+    async fn on_request_headers(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        Ok(Flow::Continue)
+        self.on_request_headers_sync(req, cx)
+            .unwrap_or(Ok(Flow::Continue))
     }
 
     /// A request body chunk (`eos` on the last call). The filter may replace, take (to buffer
@@ -90,13 +115,14 @@ pub trait HttpFilter: Send {
         Ok(Flow::Continue)
     }
 
-    /// The response head is about to be sent.
+    /// The response head is about to be sent. The default runs the `_sync` hook.
     async fn on_response_headers(
         &mut self,
-        _res: &mut response::Parts,
-        _cx: &mut RequestCx,
+        res: &mut response::Parts,
+        cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        Ok(Flow::Continue)
+        self.on_response_headers_sync(res, cx)
+            .unwrap_or(Ok(Flow::Continue))
     }
 
     /// A response body chunk (`eos` on the last call, whose chunk may start as `None`).

@@ -484,41 +484,59 @@ impl Shared {
     }
 }
 
+impl RateLimitFilter {
+    /// Lets the request through (keeping the decision for the response headers) or refuses it.
+    fn apply(&mut self, d: Decision) -> Flow {
+        if !d.allowed {
+            return Flow::Respond(self.shared.too_many(&d));
+        }
+        self.decision = Some(d);
+        Flow::Continue
+    }
+}
+
 #[async_trait::async_trait]
 impl HttpFilter for RateLimitFilter {
+    fn on_request_headers_sync(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        // Local buckets decide at once; the Redis round trip takes the async hook.
+        let shared = &self.shared;
+        if shared.global.is_some() {
+            return None;
+        }
+        let d = shared.limiter.check(shared.key(req, cx.client_ip()));
+        Some(Ok(self.apply(d)))
+    }
+
     async fn on_request_headers(
         &mut self,
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let shared = &self.shared;
-        let d = if shared.global.is_none() {
-            // Local buckets: no await, and no room for the Redis round trip's state in this
-            // (per-request, boxed) future.
-            shared.limiter.check(shared.key(req, cx.client_ip()))
-        } else {
-            match Box::pin(shared.decide(req, cx.client_ip())).await {
-                Ok(Some(d)) => d,
-                Ok(None) => return Ok(Flow::Continue),
-                Err(refused) => return Ok(Flow::Respond(refused)),
-            }
-        };
-        if !d.allowed {
-            return Ok(Flow::Respond(self.shared.too_many(&d)));
+        if let Some(flow) = self.on_request_headers_sync(req, cx) {
+            return flow;
         }
-        self.decision = Some(d);
-        Ok(Flow::Continue)
+        // Boxed: the Redis round trip's state would otherwise sit in every request's future.
+        let d = match Box::pin(self.shared.decide(req, cx.client_ip())).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(Flow::Continue),
+            Err(refused) => return Ok(Flow::Respond(refused)),
+        };
+        Ok(self.apply(d))
     }
 
-    async fn on_response_headers(
+    fn on_response_headers_sync(
         &mut self,
         res: &mut response::Parts,
         _cx: &mut RequestCx,
-    ) -> Result<Flow, BoxError> {
+    ) -> Option<Result<Flow, BoxError>> {
         if let Some(d) = &self.decision {
             self.shared.add_headers(&mut res.headers, d);
         }
-        Ok(Flow::Continue)
+        Some(Ok(Flow::Continue))
     }
 }
 

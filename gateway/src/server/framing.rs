@@ -262,7 +262,7 @@ impl Head {
                 return self.first_chunk_line(chunk, data);
             }
             let rest = &data[self.pos.min(data.len())..];
-            let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
                 return if data.len() > max_head {
                     HeadStep::Oversize
                 } else {
@@ -299,7 +299,7 @@ impl Head {
 
     fn header(&mut self, line: &[u8]) -> Result<(), Violation> {
         // A line without a colon is the parser's to refuse.
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+        let Some(colon) = memchr::memchr(b':', line) else {
             return Ok(());
         };
         let name = &line[..colon];

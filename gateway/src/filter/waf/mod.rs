@@ -192,15 +192,17 @@ fn incoming_request_id(v: &HeaderValue) -> Option<String> {
 
 #[async_trait::async_trait]
 impl HttpFilter for WafFilter {
-    async fn on_request_headers(
+    fn on_request_headers_sync(
         &mut self,
         req: &mut request::Parts,
         cx: &mut RequestCx,
-    ) -> Result<Flow, BoxError> {
-        Ok(match self.check_head(req, (cx.client_ip(), &cx.route)) {
-            Some(res) => Flow::Respond(res),
-            None => Flow::Continue,
-        })
+    ) -> Option<Result<Flow, BoxError>> {
+        Some(Ok(
+            match self.check_head(req, (cx.client_ip(), &cx.route)) {
+                Some(res) => Flow::Respond(res),
+                None => Flow::Continue,
+            },
+        ))
     }
 
     async fn on_request_body(
