@@ -25,21 +25,27 @@ pub enum Terminal {
 impl Terminal {
     /// Produces the response.
     pub async fn handle(&self, req: Request<Body>, cx: &RequestCx) -> Response<Body> {
+        // Every path that waits is boxed: this future is part of every request's, and the one
+        // for the most common request (a synthetic response to a bodiless request) holds
+        // nothing else.
         match self {
-            Self::Respond(r) => {
-                if http_body::Body::is_end_stream(req.body()) {
-                    return r.response(req.method());
-                }
-                let (parts, body) = req.into_parts();
-                if let Err(e) = discard(body).await {
-                    return crate::error::GatewayError::RequestBody(e).into_response();
-                }
-                r.response(&parts.method)
+            Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
+                r.response(req.method())
             }
+            Self::Respond(r) => Box::pin(respond_after_body(r, req)).await,
             Self::Static(s) => Box::pin(s.serve(req)).await,
             Self::Proxy(p) => Box::pin(p.forward(req, cx)).await,
         }
     }
+}
+
+/// A synthetic response to a request with a body: read first (see [`discard`]).
+async fn respond_after_body(r: &Respond, req: Request<Body>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    if let Err(e) = discard(body).await {
+        return crate::error::GatewayError::RequestBody(e).into_response();
+    }
+    r.response(&parts.method)
 }
 
 /// Bodies a synthetic response reads to the end before answering.

@@ -36,7 +36,9 @@ struct State {
     filters: Vec<Box<dyn HttpFilter>>,
     cx: RequestCx,
     status: StatusCode,
-    local_reply: Option<Response<Body>>,
+    /// A local reply given by a request-body hook while the terminal streamed the body in
+    /// (boxed: it is rare, and this state is part of every filtered request's future).
+    local_reply: Option<Box<Response<Body>>>,
     logged: bool,
     /// Filters that saw the request head; only they get the log phase.
     started: usize,
@@ -238,7 +240,7 @@ impl Chain {
             .await;
         let all = self.factories.len();
         let mut guard = state.lock().await;
-        let response = guard.local_reply.take().unwrap_or(response);
+        let response = guard.local_reply.take().map_or(response, |r| *r);
         let response = self
             .response_headers(&mut guard, all, with_server(response, server))
             .await;
@@ -524,7 +526,7 @@ async fn run_request_body_hooks(
     let st = &mut *guard;
     for f in st.filters.iter_mut() {
         if let Flow::Respond(reply) = f.on_request_body(&mut chunk, eos, &mut st.cx).await? {
-            st.local_reply = Some(reply);
+            st.local_reply = Some(Box::new(reply));
             return Err("request ended by a filter's local reply".into());
         }
     }
