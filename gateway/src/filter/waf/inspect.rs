@@ -387,21 +387,21 @@ impl<'a> Inspection<'a> {
     /// seen benign as a whole costs one lookup and the count of its arguments; otherwise its
     /// pairs are still looked up one by one (`page=2` recurs with any search term).
     fn query(&mut self, query: &[u8]) -> Flow {
-        let tag = cache::Tag::place(self.policy.id, Part::Query as u8);
-        if cache::is_benign(tag, query) {
-            return self.count_args(body::raw_pairs(query).count());
+        let mut inspected = false;
+        self.remembered(Part::Query, query, |insp| {
+            inspected = true;
+            if let Some(set) = &insp.policy.rules.query {
+                let mut buf = [0; INLINE];
+                let (decoded, _) = url_decode_in(query, true, &mut buf);
+                insp.rules(Some(set), Location::Query, &decoded)?;
+            }
+            insp.form(query, false)
+        })?;
+        if inspected {
+            return GO;
         }
-        let reported = self.matches;
-        if let Some(set) = &self.policy.rules.query {
-            let mut buf = [0; INLINE];
-            let (decoded, _) = url_decode_in(query, true, &mut buf);
-            self.rules(Some(set), Location::Query, &decoded)?;
-        }
-        self.form(query, false)?;
-        if self.matches == reported {
-            cache::remember_benign(tag, query);
-        }
-        GO
+        // Remembered: `form` did not run, but the arguments still count toward the limit.
+        self.count_args(body::raw_pairs(query).count())
     }
 
     /// The path, normalised: anomalies, detectors and `path` rules.
