@@ -117,12 +117,30 @@ impl<T> Router<T> {
         path: &str,
         headers: &HeaderMap,
     ) -> Option<&T> {
+        self.find_index(listener, method, host, path, headers)
+            .map(|i| self.route(i))
+    }
+
+    /// The index of the first route of `listener` that matches, for [`Router::route`]: a
+    /// future that owns the router can keep the index where it cannot keep a borrow.
+    pub fn find_index(
+        &self,
+        listener: usize,
+        method: &Method,
+        host: &str,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Option<usize> {
         self.by_listener
             .get(listener)?
             .iter()
-            .map(|&i| &self.routes[i])
-            .find(|(m, _)| m.matches(method, host, path, headers))
-            .map(|(_, t)| t)
+            .copied()
+            .find(|&i| self.routes[i].0.matches(method, host, path, headers))
+    }
+
+    /// The route at an index [`Router::find_index`] gave.
+    pub fn route(&self, index: usize) -> &T {
+        &self.routes[index].1
     }
 }
 

@@ -2,11 +2,13 @@
 //! terminal, request metrics, the request's server span (ended with the response body) and
 //! the access log. Errors never reach hyper; they are responses by now.
 
-use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode, header};
+use futures_util::future::Either;
+use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -19,8 +21,15 @@ use crate::router::request_host;
 use crate::server::idle::Activity;
 use crate::server::policy::ListenerPolicy;
 use crate::telemetry::trace::context::hex;
-use crate::telemetry::trace::{self, OpenSpan, ServerSpan, TraceCx};
-use crate::telemetry::{AccessRecord, RouteMetrics, Telemetry, protocol_text};
+use crate::telemetry::trace::{self, OpenSpan, ServerSpan};
+use crate::telemetry::{AccessLog, AccessRecord, RouteMetrics, Telemetry, protocol_text};
+
+/// A request's future: the response, when it was ready at once (a synthetic response on a
+/// route without filters, a request refused before routing), or one boxed future. hyper keeps
+/// room for this future in every HTTP/1 connection for the connection's whole life, so it is
+/// kept to a pointer's worth beside a response.
+pub type Handled =
+    Either<Ready<Response<Body>>, Pin<Box<dyn Future<Output = Response<Body>> + Send>>>;
 
 /// State shared by the requests of one connection.
 pub struct ConnService {
@@ -36,61 +45,150 @@ pub struct ConnService {
     pub body_read_timeout: Option<std::time::Duration>,
     /// Metrics and access log.
     pub telemetry: Arc<Telemetry>,
+    /// `Alt-Svc` for every response, when the listener also serves HTTP/3.
+    pub alt_svc: Option<HeaderValue>,
+}
+
+/// What the end of a request needs, taken from it before it moves on.
+struct Head {
+    start: Instant,
+    version: Version,
+    head_only: bool,
+    log: Option<Arc<AccessLog>>,
+    facts: Option<RequestFacts>,
+    span: Option<ServerSpan>,
+    /// Counts the request in flight on the connection until the response head (or until the
+    /// request is abandoned).
+    _in_flight: Option<InFlight>,
+}
+
+/// A request in flight on an HTTP/1 or HTTP/2 connection, for its idle bookkeeping.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_done();
+    }
 }
 
 impl ConnService {
     /// Serves one hyper request (HTTP/1.1 or HTTP/2).
-    pub async fn call(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-    ) -> Result<Response<Body>, Infallible> {
+    pub fn call(self: &Arc<Self>, req: Request<Incoming>) -> Handled {
         self.activity
             .request_started(req.version() == http::Version::HTTP_2);
+        let in_flight = InFlight(self.activity.clone());
         let limit = self.body_read_timeout;
-        let res = self
-            .handle(req.map(|b| match limit {
-                Some(limit) => Body::incoming_with_timeout(b, limit),
-                None => Body::incoming(b),
-            }))
-            .await;
-        self.activity.request_done();
-        Ok(res)
+        let req = req.map(|b| match limit {
+            Some(limit) => Body::incoming_with_timeout(b, limit),
+            None => Body::incoming(b),
+        });
+        self.serve(req, Some(in_flight))
     }
 
     /// Serves one request of any protocol.
-    pub async fn handle(&self, req: Request<Body>) -> Response<Body> {
-        let start = Instant::now();
-        let generation = self.generation.load_full();
-        let version = req.version();
-        let head_only = req.method() == http::Method::HEAD;
+    pub fn handle(self: &Arc<Self>, req: Request<Body>) -> Handled {
+        self.serve(req, None)
+    }
+
+    fn serve(self: &Arc<Self>, req: Request<Body>, in_flight: Option<InFlight>) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
-        let facts = log.as_ref().map(|_| RequestFacts::of(&req));
-        // Without `telemetry.traces` this load is all the tracing a request costs.
-        let span = self
-            .telemetry
-            .tracer
-            .load()
-            .as_ref()
-            .map(|t| ServerSpan::start(t, &req, &self.conn));
-        let trace_cx = span.as_ref().map(|s| s.context().clone());
-
-        // Each arm builds its future in place: one held in a local and then moved into the
-        // scope would be stored twice in this future, which hyper keeps per HTTP/1 connection.
-        let (mut res, route_name, metrics) = match trace_cx {
-            // The trace is also the task's current one, for work started without a context.
-            Some(cx) => {
-                let inner = Some(cx.clone());
-                trace::scope(cx, self.dispatch(&generation, req, start, inner)).await
-            }
-            None => self.dispatch(&generation, req, start, None).await,
+        let head = Head {
+            start: Instant::now(),
+            version: req.version(),
+            head_only: req.method() == http::Method::HEAD,
+            facts: log.as_ref().map(|_| RequestFacts::of(&req)),
+            log,
+            // Without `telemetry.traces` this load is all the tracing a request costs.
+            span: self
+                .telemetry
+                .tracer
+                .load()
+                .as_ref()
+                .map(|t| ServerSpan::start(t, &req, &self.conn)),
+            _in_flight: in_flight,
         };
+        let generation = self.generation.load_full();
+        let (index, req) = match self.route(&generation, req) {
+            Ok(routed) => routed,
+            Err(status) => {
+                let res = with_server(error_response(status), generation.server_header.as_ref());
+                let res = self.finish(head, res, &Arc::from(""), &generation.unrouted);
+                return Either::Left(ready(res));
+            }
+        };
+        let route = generation.router.route(index);
+        if route.chain.is_empty()
+            && let Some(res) = route.terminal.respond_now(&req)
+        {
+            let res = with_server(res, generation.server_header.as_ref());
+            let res = self.finish(head, res, &route.name, &route.metrics);
+            return Either::Left(ready(res));
+        }
+        let svc = self.clone();
+        Either::Right(Box::pin(async move {
+            let route = generation.router.route(index);
+            let cx = RequestCx {
+                conn: svc.conn.clone(),
+                route: route.name.clone(),
+                start: head.start,
+                trace: head.span.as_ref().map(|s| s.context().clone()),
+            };
+            let server = generation.server_header.as_ref();
+            let run = route.chain.run(&route.terminal, req, cx, server);
+            // The trace is also the task's current one, for work started without a context.
+            // (Cloned again rather than kept from above: a borrowed local stays in the future.)
+            let res = match head.span.as_ref().map(|s| s.context().clone()) {
+                Some(trace) => trace::scope(trace, run).await,
+                None => run.await,
+            };
+            svc.finish(head, res, &route.name, &route.metrics)
+        }))
+    }
+
+    /// The route for a request, by index into the generation's router, or the status that
+    /// refuses it (limits, no listener, no route).
+    fn route(
+        &self,
+        generation: &Generation,
+        req: Request<Body>,
+    ) -> Result<(usize, Request<Body>), StatusCode> {
+        let req = self.policy.admit(req)?;
+        let listener = generation
+            .listener_index(&self.conn.listener)
+            .ok_or(StatusCode::NOT_FOUND)?;
+        let uri = req.uri();
+        let host = request_host(uri, req.headers());
+        let index = generation
+            .router
+            .find_index(listener, req.method(), host, uri.path(), req.headers())
+            .ok_or(StatusCode::NOT_FOUND)?;
+        Ok((index, req))
+    }
+
+    /// The end of every request: listener headers, metrics, the span's head, the access log.
+    fn finish(
+        &self,
+        head: Head,
+        mut res: Response<Body>,
+        route_name: &Arc<str>,
+        metrics: &RouteMetrics,
+    ) -> Response<Body> {
         self.policy.decorate(&mut res);
-        metrics.record(version, res.status(), start.elapsed());
+        if let Some(v) = &self.alt_svc {
+            res.headers_mut().insert(header::ALT_SVC, v.clone());
+        }
+        metrics.record(head.version, res.status(), head.start.elapsed());
         // A recorded span stays open until the response body has been sent.
-        let open = span.and_then(|s| s.end_head(res.status(), &route_name));
-        if let (Some(log), Some(facts)) = (log, facts) {
-            let mut record = facts.into_record(&self.conn, version, &res, start, route_name);
+        let open = head.span.and_then(|s| s.end_head(res.status(), route_name));
+        if let (Some(log), Some(facts)) = (head.log, head.facts) {
+            let mut record = facts.into_record(
+                &self.conn,
+                head.version,
+                &res,
+                head.start,
+                route_name.clone(),
+            );
             record.trace_id = open
                 .as_ref()
                 .and_then(OpenSpan::trace_id)
@@ -100,7 +198,7 @@ impl ConnService {
         match open {
             Some(open) => {
                 let status = res.status();
-                let no_body = head_only
+                let no_body = head.head_only
                     || status.is_informational()
                     || status == StatusCode::NO_CONTENT
                     || status == StatusCode::NOT_MODIFIED;
@@ -108,47 +206,6 @@ impl ConnService {
             }
             None => res,
         }
-    }
-
-    async fn dispatch<'g>(
-        &self,
-        generation: &'g Generation,
-        req: Request<Body>,
-        start: Instant,
-        trace: Option<TraceCx>,
-    ) -> (Response<Body>, Arc<str>, &'g RouteMetrics) {
-        let server = generation.server_header.as_ref();
-        let unrouted = |status| {
-            (
-                with_server(error_response(status), server),
-                Arc::from(""),
-                &generation.unrouted,
-            )
-        };
-        let req = match self.policy.admit(req) {
-            Ok(req) => req,
-            Err(status) => return unrouted(status),
-        };
-        let uri = req.uri();
-        let Some(listener) = generation.listener_index(&self.conn.listener) else {
-            return unrouted(StatusCode::NOT_FOUND);
-        };
-        let host = request_host(uri, req.headers());
-        let Some(route) =
-            generation
-                .router
-                .find(listener, req.method(), host, uri.path(), req.headers())
-        else {
-            return unrouted(StatusCode::NOT_FOUND);
-        };
-        let cx = RequestCx {
-            conn: self.conn.clone(),
-            route: route.name.clone(),
-            start,
-            trace,
-        };
-        let res = route.chain.run(&route.terminal, req, cx, server).await;
-        (res, route.name.clone(), &route.metrics)
     }
 }
 
@@ -213,5 +270,21 @@ impl RequestFacts {
             referer: self.referer,
             trace_id: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// hyper keeps room for the service's future in every HTTP/1 connection: it must stay a
+    /// response beside a pointer, not grow back to kilobytes of inline request state.
+    #[test]
+    fn the_future_hyper_keeps_per_connection_stays_small() {
+        let size = std::mem::size_of::<Handled>();
+        assert!(
+            size <= std::mem::size_of::<Response<Body>>() + 16,
+            "service future is {size} bytes"
+        );
     }
 }

@@ -1,16 +1,24 @@
 //! Terminals produce a route's response: a synthetic `respond`, static files, or the reverse
-//! proxy. Dispatch is a plain `match`; the static and proxy futures are boxed because hyper
-//! keeps one request future's worth of space per HTTP/1 connection for the connection's whole
-//! life, and theirs are kilobytes (one allocation per request is noise next to their work).
+//! proxy. Dispatch is a plain `match`. A synthetic response to a bodiless request is made at
+//! once, without a future; the other paths are boxed, so a [`TerminalFuture`] is a response or
+//! a pointer, whatever the terminal (the static and proxy futures are kilobytes, and one
+//! allocation per request is noise next to their work).
 
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::RequestCx;
+
+/// A terminal's answer: ready at once, or one boxed future.
+pub type TerminalFuture<'a> =
+    Either<Ready<Response<Body>>, Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>>;
 
 /// A route's terminal.
 pub enum Terminal {
@@ -24,17 +32,25 @@ pub enum Terminal {
 
 impl Terminal {
     /// Produces the response.
-    pub async fn handle(&self, req: Request<Body>, cx: &RequestCx) -> Response<Body> {
-        // Every path that waits is boxed: this future is part of every request's, and the one
-        // for the most common request (a synthetic response to a bodiless request) holds
-        // nothing else.
+    pub fn handle<'a>(&'a self, req: Request<Body>, cx: &'a RequestCx) -> TerminalFuture<'a> {
         match self {
             Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
-                r.response(req.method())
+                Either::Left(ready(r.response(req.method())))
             }
-            Self::Respond(r) => Box::pin(respond_after_body(r, req)).await,
-            Self::Static(s) => Box::pin(s.serve(req)).await,
-            Self::Proxy(p) => Box::pin(p.forward(req, cx)).await,
+            Self::Respond(r) => Either::Right(Box::pin(respond_after_body(r, req))),
+            Self::Static(s) => Either::Right(Box::pin(s.serve(req))),
+            Self::Proxy(p) => Either::Right(Box::pin(p.forward(req, cx))),
+        }
+    }
+
+    /// The response when it needs no waiting at all: a synthetic response to a bodiless
+    /// request. The service answers these without making a future.
+    pub fn respond_now(&self, req: &Request<Body>) -> Option<Response<Body>> {
+        match self {
+            Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
+                Some(r.response(req.method()))
+            }
+            _ => None,
         }
     }
 }

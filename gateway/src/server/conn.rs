@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -302,25 +304,21 @@ async fn serve_http<IO>(
         policy: rt.policy.clone(),
         body_read_timeout: rt.body_read_timeout,
         telemetry: rt.telemetry.clone(),
+        alt_svc: rt.alt_svc.clone(),
     });
-    let alt_svc = rt.alt_svc.clone();
     let http01 = rt.http01.clone();
     let service = hyper::service::service_fn(move |req| {
-        let (svc, alt_svc) = (svc.clone(), alt_svc.clone());
         // ACME HTTP-01 answers come before any route: one atomic load while none is pending.
         let answer = http01
             .as_ref()
             .and_then(|c| c.http_answer(req.uri().path()));
-        async move {
-            if let Some(answer) = answer {
-                return Ok(crate::certs::challenge::http01_response(answer));
-            }
-            let mut res = svc.call(req).await?;
-            if let Some(v) = alt_svc {
-                res.headers_mut().insert(http::header::ALT_SVC, v);
-            }
-            Ok::<_, std::convert::Infallible>(res)
-        }
+        let res = match answer {
+            Some(answer) => Either::Left(std::future::ready(
+                crate::certs::challenge::http01_response(answer),
+            )),
+            None => Either::Right(svc.call(req)),
+        };
+        res.map(Ok::<_, std::convert::Infallible>)
     });
     // HTTP/1 requests are checked for ambiguous framing before hyper parses them; a
     // connection that chose HTTP/2 by ALPN is not (HTTP/2 frames every message itself).

@@ -59,6 +59,8 @@ pub(super) async fn serve(
         // Flow control and QUIC's idle timeout bound a stalled stream here.
         body_read_timeout: None,
         telemetry: rt.telemetry.clone(),
+        // HTTP/3 responses need no pointer to HTTP/3.
+        alt_svc: None,
     });
     let early = Arc::new(EarlyStreams::default());
     let built = h3::server::builder()
