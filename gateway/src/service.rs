@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use crate::body::Body;
 use crate::context::{ConnInfo, RequestCx};
 use crate::error::error_response;
-use crate::filter::with_server;
-use crate::generation::Generation;
+use crate::filter::{Started, with_server};
+use crate::generation::{CompiledRoute, Generation};
 use crate::router::request_host;
 use crate::server::idle::Activity;
 use crate::server::policy::ListenerPolicy;
@@ -118,32 +118,52 @@ impl ConnService {
             }
         };
         let route = generation.router.route(index);
-        if route.chain.is_empty()
-            && let Some(res) = route.terminal.respond_now(&req)
-        {
-            let res = with_server(res, generation.server_header.as_ref());
-            let res = self.finish(head, res, &route.name, &route.metrics);
-            return Either::Left(ready(res));
+        let server = generation.server_header.as_ref();
+        if route.chain.is_empty() {
+            if let Some(res) = route.terminal.respond_now(req.method(), req.body()) {
+                let res = self.finish(head, with_server(res, server), &route.name, &route.metrics);
+                return Either::Left(ready(res));
+            }
+            let svc = self.clone();
+            return Either::Right(Box::pin(async move {
+                let route = generation.router.route(index);
+                let cx = svc.request_cx(&head, route);
+                let server = generation.server_header.as_ref();
+                let run = route.chain.run(&route.terminal, req, cx, server);
+                let res = in_trace(&head, run).await;
+                svc.finish(head, res, &route.name, &route.metrics)
+            }));
         }
+        // Native filters answer their head hooks without waiting: most filtered requests end
+        // here too, and the rest continue from the first hook or terminal that waits.
+        let rest =
+            match route
+                .chain
+                .start(&route.terminal, req, self.request_cx(&head, route), server)
+            {
+                Started::Done(res) => {
+                    let res = self.finish(head, res, &route.name, &route.metrics);
+                    return Either::Left(ready(res));
+                }
+                Started::Wait(rest) => rest,
+            };
         let svc = self.clone();
         Either::Right(Box::pin(async move {
             let route = generation.router.route(index);
-            let cx = RequestCx {
-                conn: svc.conn.clone(),
-                route: route.name.clone(),
-                start: head.start,
-                trace: head.span.as_ref().map(|s| s.context().clone()),
-            };
             let server = generation.server_header.as_ref();
-            let run = route.chain.run(&route.terminal, req, cx, server);
-            // The trace is also the task's current one, for work started without a context.
-            // (Cloned again rather than kept from above: a borrowed local stays in the future.)
-            let res = match head.span.as_ref().map(|s| s.context().clone()) {
-                Some(trace) => trace::scope(trace, run).await,
-                None => run.await,
-            };
+            let run = rest.resume(&route.chain, &route.terminal, server);
+            let res = in_trace(&head, run).await;
             svc.finish(head, res, &route.name, &route.metrics)
         }))
+    }
+
+    fn request_cx(&self, head: &Head, route: &CompiledRoute) -> RequestCx {
+        RequestCx {
+            conn: self.conn.clone(),
+            route: route.name.clone(),
+            start: head.start,
+            trace: head.span.as_ref().map(|s| s.context().clone()),
+        }
     }
 
     /// The route for a request, by index into the generation's router, or the status that
@@ -206,6 +226,16 @@ impl ConnService {
             }
             None => res,
         }
+    }
+}
+
+/// Runs `fut` with the request's trace as the task's current one, for work started without a
+/// context; without a trace, `fut` itself.
+/// (A plain function: an `async fn` would store `fut` twice.)
+fn in_trace<F: Future>(head: &Head, fut: F) -> impl Future<Output = F::Output> {
+    match head.span.as_ref().map(|s| s.context().clone()) {
+        Some(trace) => Either::Left(trace::scope(trace, fut)),
+        None => Either::Right(fut),
     }
 }
 

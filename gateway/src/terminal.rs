@@ -44,12 +44,10 @@ impl Terminal {
     }
 
     /// The response when it needs no waiting at all: a synthetic response to a bodiless
-    /// request. The service answers these without making a future.
-    pub fn respond_now(&self, req: &Request<Body>) -> Option<Response<Body>> {
+    /// request. The service and the filter chain answer these without making a future.
+    pub fn respond_now(&self, method: &Method, body: &Body) -> Option<Response<Body>> {
         match self {
-            Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
-                Some(r.response(req.method()))
-            }
+            Self::Respond(r) if http_body::Body::is_end_stream(body) => Some(r.response(method)),
             _ => None,
         }
     }

@@ -45,6 +45,63 @@ struct State {
     started: usize,
 }
 
+/// How far [`Chain::start`] got.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once and consumed at once; boxing would add an allocation per request"
+)]
+pub enum Started {
+    /// The response, with every hook that applies run.
+    Done(Response<Body>),
+    /// A step waits; the rest runs in [`Pending::resume`].
+    Wait(Pending),
+}
+
+/// A filtered request stopped at its first step that waits.
+pub struct Pending {
+    st: State,
+    stage: Stage,
+}
+
+enum Stage {
+    /// The request-header hooks from `st.started` on, then the body and the terminal.
+    Request { parts: request::Parts, body: Body },
+    /// The response-header hooks from filter `next` down to the first.
+    Response {
+        upto: usize,
+        next: usize,
+        response: Response<Body>,
+    },
+}
+
+impl Pending {
+    /// Continues the request where [`Chain::start`] stopped, on the same chain and terminal.
+    pub fn resume<'a>(
+        self,
+        chain: &'a Chain,
+        terminal: &'a Terminal,
+        server: Option<&'a HeaderValue>,
+    ) -> impl Future<Output = Response<Body>> + Send + 'a {
+        let Self { mut st, stage } = self;
+        match stage {
+            Stage::Request { parts, body } => {
+                Either::Left(chain.run_filters(terminal, st, parts, body, server))
+            }
+            Stage::Response {
+                upto,
+                next,
+                response,
+            } => Either::Right(async move {
+                let response = chain.response_headers(&mut st, next + 1, response).await;
+                if !chain.after_response {
+                    return response;
+                }
+                chain.with_body_hooks(Arc::new(Mutex::new(st)), upto, response)
+            }),
+        }
+    }
+}
+
 type Shared = Arc<Mutex<State>>;
 type HookFuture = Pin<Box<dyn Future<Output = Result<Option<Bytes>, BoxError>> + Send>>;
 /// Trailers handed between a body stream and the future that runs their hooks.
@@ -147,12 +204,6 @@ impl Chain {
 
     /// Runs the request through the filters and the terminal. `server` is the `Server` header
     /// every response starts with, before response filters run (so they may remove it).
-    ///
-    /// The service boxes this future, once per request. Its pieces are written as functions
-    /// returning `async move` blocks rather than `async fn`s: an `async fn` keeps each argument
-    /// twice in its future (the argument, and the local it is moved into), and the request
-    /// alone is 264 bytes; a state above glibc's largest cached allocation (1,032 bytes) costs
-    /// several hundred instructions more to allocate and free.
     pub fn run<'a>(
         &'a self,
         terminal: &'a Terminal,
@@ -165,9 +216,28 @@ impl Chain {
                 async move { with_server(terminal.handle(req, &cx).await, server) },
             );
         }
-        // The state stays in this future unless a body stream that outlives it needs the
-        // hooks: then, and only then, it moves behind a shared lock.
-        let st = State {
+        match self.start(terminal, req, cx, server) {
+            Started::Done(res) => Either::Right(Either::Left(std::future::ready(res))),
+            Started::Wait(rest) => {
+                Either::Right(Either::Right(rest.resume(self, terminal, server)))
+            }
+        }
+    }
+
+    /// Runs a filtered request as far as it goes without waiting: the head hooks that answer
+    /// synchronously (every native filter's), and a terminal that answers at once (`respond`
+    /// to a bodiless request). Most filtered requests finish here and make no future at all;
+    /// the rest continue from the first step that waits ([`Pending::resume`]).
+    pub fn start(
+        &self,
+        terminal: &Terminal,
+        req: Request<Body>,
+        cx: RequestCx,
+        server: Option<&HeaderValue>,
+    ) -> Started {
+        // The state stays with the request unless a body stream that outlives the chain needs
+        // the hooks: then, and only then, it moves behind a shared lock.
+        let mut st = State {
             filters: self.factories.iter().map(|f| f.create()).collect(),
             cx,
             status: StatusCode::OK,
@@ -175,8 +245,72 @@ impl Chain {
             logged: false,
             started: 0,
         };
-        let (parts, body) = req.into_parts();
-        Either::Right(self.run_filters(terminal, st, parts, body, server))
+        let all = self.factories.len();
+        let (mut parts, body) = req.into_parts();
+        let mut upto = all;
+        let mut reply = None;
+        for i in 0..all {
+            st.started = i + 1;
+            let Some(flow) = st.filters[i].on_request_headers_sync(&mut parts, &mut st.cx) else {
+                // This filter waits: the asynchronous pass starts again at it (a `None`
+                // answer has no side effects, so asking again is safe).
+                st.started = i;
+                return Started::Wait(Pending {
+                    st,
+                    stage: Stage::Request { parts, body },
+                });
+            };
+            if let Some(r) = self.decide(flow, i) {
+                upto = i;
+                reply = Some(r);
+                break;
+            }
+        }
+        let response = match reply {
+            Some(reply) => reply,
+            None => {
+                let body_needs_hooks = match self.request_body {
+                    None | Some(BodyAccess::None) => false,
+                    Some(BodyAccess::Buffer(_)) => !body.is_end_stream(),
+                    Some(BodyAccess::Stream) => true,
+                };
+                let now = (!body_needs_hooks)
+                    .then(|| terminal.respond_now(&parts.method, &body))
+                    .flatten();
+                match now {
+                    Some(res) => res,
+                    None => {
+                        return Started::Wait(Pending {
+                            st,
+                            stage: Stage::Request { parts, body },
+                        });
+                    }
+                }
+            }
+        };
+        let (mut rparts, mut rbody) = with_server(response, server).into_parts();
+        for i in (0..upto).rev() {
+            let Some(flow) = st.filters[i].on_response_headers_sync(&mut rparts, &mut st.cx) else {
+                let response = Response::from_parts(rparts, rbody);
+                return Started::Wait(Pending {
+                    st,
+                    stage: Stage::Response {
+                        upto,
+                        next: i,
+                        response,
+                    },
+                });
+            };
+            if let Some(reply) = self.decide(flow, i) {
+                (rparts, rbody) = reply.into_parts();
+            }
+        }
+        st.status = rparts.status;
+        let response = Response::from_parts(rparts, rbody);
+        if !self.after_response {
+            return Started::Done(response);
+        }
+        Started::Done(self.with_body_hooks(Arc::new(Mutex::new(st)), upto, response))
     }
 
     #[expect(
@@ -269,7 +403,7 @@ impl Chain {
         st: &mut State,
         parts: &mut request::Parts,
     ) -> Option<(usize, Response<Body>)> {
-        for i in 0..st.filters.len() {
+        for i in st.started..st.filters.len() {
             st.started = i + 1;
             let filter = &mut st.filters[i];
             let flow = match filter.on_request_headers_sync(parts, &mut st.cx) {
@@ -864,5 +998,237 @@ mod tests {
             )
             .await;
         assert_eq!(res.headers()[header::SERVER], "gw");
+    }
+
+    /// A filter whose request hook answers synchronously (optionally with a local reply) and
+    /// whose response hook does too unless `sync_response` is false.
+    #[derive(Clone)]
+    struct SyncStep {
+        name: &'static str,
+        journal: Journal,
+        reply: bool,
+        sync_response: bool,
+        body: BodyAccess,
+    }
+
+    impl SyncStep {
+        fn new(name: &'static str, journal: &Journal) -> Self {
+            Self {
+                name,
+                journal: journal.clone(),
+                reply: false,
+                sync_response: true,
+                body: BodyAccess::None,
+            }
+        }
+
+        fn note(&self, what: &str) {
+            self.journal
+                .lock()
+                .unwrap()
+                .push(format!("{}:{what}", self.name));
+        }
+    }
+
+    impl FilterFactory for SyncStep {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn create(&self) -> Box<dyn HttpFilter> {
+            Box::new(self.clone())
+        }
+        fn request_body(&self) -> BodyAccess {
+            self.body
+        }
+        fn after_response(&self) -> bool {
+            false
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpFilter for SyncStep {
+        fn on_request_headers_sync(
+            &mut self,
+            req: &mut request::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            self.note("req");
+            req.headers
+                .append("x-seen", HeaderValue::from_static(self.name));
+            Some(Ok(if self.reply {
+                Flow::Respond(Response::new(Body::from("sync reply")))
+            } else {
+                Flow::Continue
+            }))
+        }
+        fn on_response_headers_sync(
+            &mut self,
+            res: &mut response::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            if !self.sync_response {
+                return None;
+            }
+            self.note("res");
+            res.headers
+                .append("x-res", HeaderValue::from_static(self.name));
+            Some(Ok(Flow::Continue))
+        }
+        async fn on_response_headers(
+            &mut self,
+            res: &mut response::Parts,
+            cx: &mut RequestCx,
+        ) -> Result<Flow, BoxError> {
+            if let Some(flow) = self.on_response_headers_sync(res, cx) {
+                return flow;
+            }
+            self.note("res-async");
+            res.headers
+                .append("x-res", HeaderValue::from_static(self.name));
+            Ok(Flow::Continue)
+        }
+        async fn on_request_body(
+            &mut self,
+            chunk: &mut Option<Bytes>,
+            eos: bool,
+            _cx: &mut RequestCx,
+        ) -> Result<Flow, BoxError> {
+            self.note(&format!(
+                "req_body:{}:{eos}",
+                chunk.as_ref().map_or(0, |c| c.len())
+            ));
+            Ok(Flow::Continue)
+        }
+    }
+
+    fn x_res(res: &Response<Body>) -> Vec<String> {
+        res.headers()
+            .get_all("x-res")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn synchronous_filters_and_terminal_finish_without_a_future() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(SyncStep::new("a", &journal)),
+            Arc::new(SyncStep::new("b", &journal)),
+        ]);
+        let Started::Done(res) =
+            chain.start(&respond("ok"), Request::new(Body::empty()), cx(), None)
+        else {
+            panic!("every step here answers at once");
+        };
+        assert_eq!(x_res(&res), ["b", "a"]);
+        assert_eq!(body_text(res).await, "ok");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "b:req", "b:res", "a:res"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiting_request_hook_resumes_where_the_synchronous_pass_stopped() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(SyncStep::new("a", &journal)),
+            Arc::new(recorder("b", &journal)),
+            Arc::new(SyncStep::new("c", &journal)),
+        ]);
+        let terminal = respond("ok");
+        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx(), None)
+        else {
+            panic!("`b` waits");
+        };
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req"],
+            "nothing after `b` ran yet"
+        );
+        let res = rest.resume(&chain, &terminal, None).await;
+        assert_eq!(x_res(&res), ["c", "b", "a"]);
+        assert_eq!(body_text(res).await, "ok");
+        tokio::task::yield_now().await;
+        assert_eq!(
+            *journal.lock().unwrap(),
+            [
+                "a:req",
+                "b:req",
+                "c:req",
+                "c:res",
+                "b:res",
+                "a:res",
+                "b:log:200"
+            ],
+            "each hook once, in order"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiting_response_hook_resumes_below_the_synchronous_ones() {
+        let journal: Journal = Arc::default();
+        let mut a = SyncStep::new("a", &journal);
+        a.sync_response = false;
+        let chain = Chain::new(vec![Arc::new(a), Arc::new(SyncStep::new("b", &journal))]);
+        let terminal = respond("ok");
+        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx(), None)
+        else {
+            panic!("`a`'s response hook waits");
+        };
+        let res = rest.resume(&chain, &terminal, None).await;
+        assert_eq!(x_res(&res), ["b", "a"]);
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "b:req", "b:res", "a:res-async"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_synchronous_local_reply_skips_the_rest_and_the_terminal() {
+        let journal: Journal = Arc::default();
+        let mut b = SyncStep::new("b", &journal);
+        b.reply = true;
+        let chain = Chain::new(vec![
+            Arc::new(SyncStep::new("a", &journal)),
+            Arc::new(b),
+            Arc::new(SyncStep::new("c", &journal)),
+        ]);
+        let res = chain
+            .run(
+                &respond("terminal"),
+                Request::new(Body::empty()),
+                cx(),
+                None,
+            )
+            .await;
+        assert_eq!(x_res(&res), ["a"], "only `a` sees the reply");
+        assert_eq!(body_text(res).await, "sync reply");
+        assert_eq!(*journal.lock().unwrap(), ["a:req", "b:req", "a:res"]);
+    }
+
+    #[tokio::test]
+    async fn a_request_body_the_filters_read_waits_for_the_asynchronous_pass() {
+        let journal: Journal = Arc::default();
+        let mut a = SyncStep::new("a", &journal);
+        a.body = BodyAccess::Buffer(1024);
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let terminal = respond("ok");
+        // Without a body the synchronous pass goes all the way.
+        let bodiless = chain.start(&terminal, Request::new(Body::empty()), cx(), None);
+        assert!(matches!(bodiless, Started::Done(_)));
+        journal.lock().unwrap().clear();
+        let req = Request::new(Body::from("payload"));
+        let Started::Wait(rest) = chain.start(&terminal, req, cx(), None) else {
+            panic!("the body must be read first");
+        };
+        let res = rest.resume(&chain, &terminal, None).await;
+        assert_eq!(body_text(res).await, "ok");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "a:req_body:7:true", "a:res"],
+            "the head hook ran once"
+        );
     }
 }

@@ -290,6 +290,9 @@ struct Shared {
     limiter: Arc<Limiter>,
     key: KeyBy,
     limit: HeaderValue,
+    /// `RateLimit-Remaining` of a client well under its limit, whose bucket is full at every
+    /// request (most clients, most of the time): made here instead of per request.
+    remaining_when_full: HeaderValue,
     policy: HeaderValue,
     limited: Counter,
     global: Option<Global>,
@@ -345,6 +348,7 @@ impl RateLimitFilterFactory {
         Ok(Self {
             shared: Arc::new(Shared {
                 limit: HeaderValue::from(limiter.capacity()),
+                remaining_when_full: number(limiter.capacity().saturating_sub(1)),
                 policy: HeaderValue::from_str(&policy).map_err(|e| e.to_string())?,
                 limiter,
                 key,
@@ -466,7 +470,12 @@ impl Shared {
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
         headers.reserve(4);
         headers.insert(LIMIT.clone(), self.limit.clone());
-        headers.insert(REMAINING.clone(), number(d.remaining));
+        let remaining = if d.remaining + 1 == self.limiter.capacity() {
+            self.remaining_when_full.clone()
+        } else {
+            number(d.remaining)
+        };
+        headers.insert(REMAINING.clone(), remaining);
         headers.insert(RESET.clone(), number(ceil_secs(d.reset)));
         headers.insert(POLICY.clone(), self.policy.clone());
     }

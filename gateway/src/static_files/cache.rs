@@ -80,8 +80,9 @@ impl Entry {
             encoded,
             stamp,
             checked: AtomicU64::new(0),
-            // New entries count as used, so the fill that brought one in does not evict it.
-            used: AtomicBool::new(true),
+            // New entries start cold: a file requested once (a crawler's scan) is the first to
+            // go. The insert that brings one in does not evict it (see `Cache::evict`).
+            used: AtomicBool::new(false),
             weight,
         }
     }
@@ -172,7 +173,7 @@ impl Cache {
             self.total.fetch_sub(old.weight, Relaxed);
         }
         if self.total.fetch_add(weight, Relaxed) + weight > self.max_total {
-            self.evict();
+            self.evict(key);
         }
     }
 
@@ -188,16 +189,16 @@ impl Cache {
     }
 
     /// CLOCK: sweep shards in turn, giving used entries a second chance (clearing the bit) and
-    /// dropping unused ones until the total fits. Two rounds always suffice, since the first
-    /// clears every bit.
-    fn evict(&self) {
+    /// dropping unused ones until the total fits; `keep` (the entry just inserted) is spared.
+    /// Two rounds always suffice, since the first clears every bit.
+    fn evict(&self, keep: &str) {
         for _ in 0..2 * SHARDS {
             if self.total() <= self.max_total {
                 return;
             }
             let i = self.hand.fetch_add(1, Relaxed) % SHARDS;
-            write(&self.shards[i]).retain(|_, e| {
-                if self.total() <= self.max_total || e.used.swap(false, Relaxed) {
+            write(&self.shards[i]).retain(|k, e| {
+                if self.total() <= self.max_total || **k == *keep || e.used.swap(false, Relaxed) {
                     return true;
                 }
                 self.total.fetch_sub(e.weight, Relaxed);

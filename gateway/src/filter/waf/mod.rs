@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
-use http::{Response, StatusCode, request};
+use http::{Response, StatusCode, request, response};
 
 use super::{BodyAccess, FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
@@ -203,6 +203,15 @@ impl HttpFilter for WafFilter {
                 None => Flow::Continue,
             },
         ))
+    }
+
+    fn on_response_headers_sync(
+        &mut self,
+        _res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        // Nothing to check on the way out; answering here keeps the request synchronous.
+        Some(Ok(Flow::Continue))
     }
 
     async fn on_request_body(
