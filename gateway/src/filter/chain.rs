@@ -753,6 +753,11 @@ mod tests {
 
     type Journal = Arc<StdMutex<Vec<String>>>;
 
+    /// How a test filter notes a request body chunk in the journal.
+    fn body_entry(chunk: &Option<Bytes>, eos: bool) -> String {
+        format!("req_body:{}:{eos}", chunk.as_ref().map_or(0, |c| c.len()))
+    }
+
     struct Recorder {
         name: &'static str,
         journal: Journal,
@@ -818,10 +823,7 @@ mod tests {
             eos: bool,
             _cx: &mut RequestCx,
         ) -> Result<Flow, BoxError> {
-            self.note(&format!(
-                "req_body:{}:{eos}",
-                chunk.as_ref().map_or(0, |c| c.len())
-            ));
+            self.note(&body_entry(chunk, eos));
             Ok(Flow::Continue)
         }
         async fn on_response_headers(
@@ -1093,10 +1095,7 @@ mod tests {
             eos: bool,
             _cx: &mut RequestCx,
         ) -> Result<Flow, BoxError> {
-            self.note(&format!(
-                "req_body:{}:{eos}",
-                chunk.as_ref().map_or(0, |c| c.len())
-            ));
+            self.note(&body_entry(chunk, eos));
             Ok(Flow::Continue)
         }
     }
