@@ -119,34 +119,24 @@ impl ConnService {
         };
         let route = generation.router.route(index);
         let server = generation.server_header.as_ref();
-        if route.chain.is_empty() {
-            if let Some(res) = route.terminal.respond_now(req.method(), req.body()) {
-                let res = self.finish(head, with_server(res, server), &route.name, &route.metrics);
-                return Either::Left(ready(res));
-            }
-            let svc = self.clone();
-            return Either::Right(Box::pin(async move {
-                let route = generation.router.route(index);
-                let cx = svc.request_cx(&head, route);
-                let server = generation.server_header.as_ref();
-                let run = route.chain.run(&route.terminal, req, cx, server);
-                let res = in_trace(&head, run).await;
-                svc.finish(head, res, &route.name, &route.metrics)
-            }));
+        // The most common request, a synthetic response on a route without filters, needs
+        // not even a request context.
+        if route.chain.is_empty()
+            && let Some(res) = route.terminal.respond_now(req.method(), req.body())
+        {
+            let res = self.finish(head, with_server(res, server), &route.name, &route.metrics);
+            return Either::Left(ready(res));
         }
         // Native filters answer their head hooks without waiting: most filtered requests end
         // here too, and the rest continue from the first hook or terminal that waits.
-        let rest =
-            match route
-                .chain
-                .start(&route.terminal, req, self.request_cx(&head, route), server)
-            {
-                Started::Done(res) => {
-                    let res = self.finish(head, res, &route.name, &route.metrics);
-                    return Either::Left(ready(res));
-                }
-                Started::Wait(rest) => rest,
-            };
+        let cx = self.request_cx(&head, route);
+        let rest = match route.chain.start(&route.terminal, req, cx, server) {
+            Started::Done(res) => {
+                let res = self.finish(head, res, &route.name, &route.metrics);
+                return Either::Left(ready(res));
+            }
+            Started::Wait(rest) => rest,
+        };
         let svc = self.clone();
         Either::Right(Box::pin(async move {
             let route = generation.router.route(index);

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::Either;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header, request};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header, request, response};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::Mutex;
@@ -100,6 +100,16 @@ impl Pending {
             }),
         }
     }
+}
+
+/// Where a synchronous pass over the request-header hooks ended.
+enum HeadPass {
+    /// Every hook let the request through.
+    Through,
+    /// Filter `i` answered with a local reply.
+    Reply(usize, Response<Body>),
+    /// Filter `i` must be awaited.
+    Waits(usize),
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -211,23 +221,17 @@ impl Chain {
         cx: RequestCx,
         server: Option<&'a HeaderValue>,
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
-        if self.factories.is_empty() {
-            return Either::Left(
-                async move { with_server(terminal.handle(req, &cx).await, server) },
-            );
-        }
         match self.start(terminal, req, cx, server) {
-            Started::Done(res) => Either::Right(Either::Left(std::future::ready(res))),
-            Started::Wait(rest) => {
-                Either::Right(Either::Right(rest.resume(self, terminal, server)))
-            }
+            Started::Done(res) => Either::Left(std::future::ready(res)),
+            Started::Wait(rest) => Either::Right(rest.resume(self, terminal, server)),
         }
     }
 
-    /// Runs a filtered request as far as it goes without waiting: the head hooks that answer
+    /// Runs a request as far as it goes without waiting: the head hooks that answer
     /// synchronously (every native filter's), and a terminal that answers at once (`respond`
-    /// to a bodiless request). Most filtered requests finish here and make no future at all;
-    /// the rest continue from the first step that waits ([`Pending::resume`]).
+    /// to a bodiless request). Most requests on native filters finish here and make no future
+    /// at all; the rest continue from the first step that waits ([`Pending::resume`]). Without
+    /// filters nothing is allocated.
     pub fn start(
         &self,
         terminal: &Terminal,
@@ -245,30 +249,17 @@ impl Chain {
             logged: false,
             started: 0,
         };
-        let all = self.factories.len();
         let (mut parts, body) = req.into_parts();
-        let mut upto = all;
-        let mut reply = None;
-        for i in 0..all {
-            st.started = i + 1;
-            let Some(flow) = st.filters[i].on_request_headers_sync(&mut parts, &mut st.cx) else {
-                // This filter waits: the asynchronous pass starts again at it (a `None`
-                // answer has no side effects, so asking again is safe).
-                st.started = i;
+        let (upto, response) = match self.request_headers_now(&mut st, &mut parts) {
+            // The asynchronous pass starts again at the filter that waits.
+            HeadPass::Waits(_) => {
                 return Started::Wait(Pending {
                     st,
                     stage: Stage::Request { parts, body },
                 });
-            };
-            if let Some(r) = self.decide(flow, i) {
-                upto = i;
-                reply = Some(r);
-                break;
             }
-        }
-        let response = match reply {
-            Some(reply) => reply,
-            None => {
+            HeadPass::Reply(i, reply) => (i, reply),
+            HeadPass::Through => {
                 let body_needs_hooks = match self.request_body {
                     None | Some(BodyAccess::None) => false,
                     Some(BodyAccess::Buffer(_)) => !body.is_end_stream(),
@@ -278,7 +269,7 @@ impl Chain {
                     .then(|| terminal.respond_now(&parts.method, &body))
                     .flatten();
                 match now {
-                    Some(res) => res,
+                    Some(res) => (self.factories.len(), res),
                     None => {
                         return Started::Wait(Pending {
                             st,
@@ -289,21 +280,16 @@ impl Chain {
             }
         };
         let (mut rparts, mut rbody) = with_server(response, server).into_parts();
-        for i in (0..upto).rev() {
-            let Some(flow) = st.filters[i].on_response_headers_sync(&mut rparts, &mut st.cx) else {
-                let response = Response::from_parts(rparts, rbody);
-                return Started::Wait(Pending {
-                    st,
-                    stage: Stage::Response {
-                        upto,
-                        next: i,
-                        response,
-                    },
-                });
-            };
-            if let Some(reply) = self.decide(flow, i) {
-                (rparts, rbody) = reply.into_parts();
-            }
+        if let Some(next) = self.response_headers_now(&mut st, &mut rparts, &mut rbody, upto) {
+            let response = Response::from_parts(rparts, rbody);
+            return Started::Wait(Pending {
+                st,
+                stage: Stage::Response {
+                    upto,
+                    next,
+                    response,
+                },
+            });
         }
         st.status = rparts.status;
         let response = Response::from_parts(rparts, rbody);
@@ -396,22 +382,60 @@ impl Chain {
         self.with_body_hooks(state, all, response)
     }
 
-    /// Runs the request-header hooks in order; a local reply comes back with the index of the
-    /// filter that gave it (the filters after it never see the request).
+    /// Runs the request-header hooks in order from `st.started`; a local reply comes back with
+    /// the index of the filter that gave it (the filters after it never see the request).
     async fn request_headers(
         &self,
         st: &mut State,
         parts: &mut request::Parts,
     ) -> Option<(usize, Response<Body>)> {
-        for i in st.started..st.filters.len() {
-            st.started = i + 1;
-            let filter = &mut st.filters[i];
-            let flow = match filter.on_request_headers_sync(parts, &mut st.cx) {
-                Some(flow) => flow,
-                None => filter.on_request_headers(parts, &mut st.cx).await,
+        loop {
+            let i = match self.request_headers_now(st, parts) {
+                HeadPass::Through => return None,
+                HeadPass::Reply(i, reply) => return Some((i, reply)),
+                HeadPass::Waits(i) => i,
             };
+            st.started = i + 1;
+            let flow = st.filters[i].on_request_headers(parts, &mut st.cx).await;
             if let Some(reply) = self.decide(flow, i) {
                 return Some((i, reply));
+            }
+        }
+    }
+
+    /// The request-header hooks from `st.started` on, as far as they answer synchronously.
+    fn request_headers_now(&self, st: &mut State, parts: &mut request::Parts) -> HeadPass {
+        for i in st.started..st.filters.len() {
+            st.started = i + 1;
+            let Some(flow) = st.filters[i].on_request_headers_sync(parts, &mut st.cx) else {
+                // Not started yet: its async hook comes next (a `None` answer has no side
+                // effects, so a later pass may ask it again).
+                st.started = i;
+                return HeadPass::Waits(i);
+            };
+            if let Some(reply) = self.decide(flow, i) {
+                return HeadPass::Reply(i, reply);
+            }
+        }
+        HeadPass::Through
+    }
+
+    /// The response-header hooks of the filters below `below`, in reverse order, as far as
+    /// they answer synchronously; `Some(i)` when filter `i` must be awaited. A local reply
+    /// replaces the response for the filters after it.
+    fn response_headers_now(
+        &self,
+        st: &mut State,
+        parts: &mut response::Parts,
+        body: &mut Body,
+        below: usize,
+    ) -> Option<usize> {
+        for i in (0..below).rev() {
+            let Some(flow) = st.filters[i].on_response_headers_sync(parts, &mut st.cx) else {
+                return Some(i);
+            };
+            if let Some(reply) = self.decide(flow, i) {
+                (*parts, *body) = reply.into_parts();
             }
         }
         None
@@ -488,17 +512,15 @@ impl Chain {
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
         let (mut parts, mut body) = response.into_parts();
         async move {
-            for i in (0..upto).rev() {
-                let filter = &mut st.filters[i];
-                let flow = match filter.on_response_headers_sync(&mut parts, &mut st.cx) {
-                    Some(flow) => flow,
-                    None => filter.on_response_headers(&mut parts, &mut st.cx).await,
-                };
+            let mut below = upto;
+            while let Some(i) = self.response_headers_now(st, &mut parts, &mut body, below) {
+                let flow = st.filters[i]
+                    .on_response_headers(&mut parts, &mut st.cx)
+                    .await;
                 if let Some(reply) = self.decide(flow, i) {
-                    let (p, b) = reply.into_parts();
-                    parts = p;
-                    body = b;
+                    (parts, body) = reply.into_parts();
                 }
+                below = i;
             }
             st.status = parts.status;
             Response::from_parts(parts, body)
@@ -753,6 +775,11 @@ mod tests {
 
     type Journal = Arc<StdMutex<Vec<String>>>;
 
+    /// A test filter's entry in the journal: `name:what`.
+    fn note(journal: &Journal, name: &str, what: &str) {
+        journal.lock().unwrap().push(format!("{name}:{what}"));
+    }
+
     /// How a test filter notes a request body chunk in the journal.
     fn body_entry(chunk: &Option<Bytes>, eos: bool) -> String {
         format!("req_body:{}:{eos}", chunk.as_ref().map_or(0, |c| c.len()))
@@ -795,10 +822,7 @@ mod tests {
 
     impl RecorderFilter {
         fn note(&self, what: &str) {
-            self.journal
-                .lock()
-                .unwrap()
-                .push(format!("{}:{what}", self.name));
+            note(&self.journal, self.name, what);
         }
     }
 
@@ -1025,10 +1049,7 @@ mod tests {
         }
 
         fn note(&self, what: &str) {
-            self.journal
-                .lock()
-                .unwrap()
-                .push(format!("{}:{what}", self.name));
+            note(&self.journal, self.name, what);
         }
     }
 

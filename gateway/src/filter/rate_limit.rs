@@ -427,12 +427,7 @@ impl Shared {
             && let Some(v) = req.headers.get(name)
         {
             let digest = sha2::Sha256::digest(v.as_bytes());
-            let mut key = String::with_capacity(34);
-            key.push_str("h:");
-            for b in &digest[..16] {
-                key.push_str(&format!("{b:02x}"));
-            }
-            return key;
+            return format!("h:{}", crate::telemetry::trace::context::hex(&digest[..16]));
         }
         let ip = match client {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
