@@ -119,17 +119,10 @@ impl ConnService {
         };
         let route = generation.router.route(index);
         let server = generation.server_header.as_ref();
-        // The most common request, a synthetic response on a route without filters, needs
-        // not even a request context.
-        if route.chain.is_empty()
-            && let Some(res) = route.terminal.respond_now(req.method(), req.body())
-        {
-            let res = self.finish(head, with_server(res, server), &route.name, &route.metrics);
-            return Either::Left(ready(res));
-        }
-        // Native filters answer their head hooks without waiting: most filtered requests end
-        // here too, and the rest continue from the first hook or terminal that waits.
-        let cx = self.request_cx(&head, route);
+        // Native filters answer their head hooks without waiting and a synthetic response is
+        // made at once: most requests end here, and the rest continue from the first hook or
+        // terminal that waits.
+        let cx = || self.request_cx(&head, route);
         let rest = match route.chain.start(&route.terminal, req, cx, server) {
             Started::Done(res) => {
                 let res = self.finish(head, res, &route.name, &route.metrics);

@@ -57,17 +57,21 @@ pub enum Started {
     Wait(Pending),
 }
 
-/// A filtered request stopped at its first step that waits.
-pub struct Pending {
-    st: State,
-    stage: Stage,
-}
+/// A request stopped at its first step that waits.
+pub struct Pending(Stage);
 
 enum Stage {
+    /// No filters: only the terminal, which waits.
+    Terminal { req: Request<Body>, cx: RequestCx },
     /// The request-header hooks from `st.started` on, then the body and the terminal.
-    Request { parts: request::Parts, body: Body },
+    Request {
+        st: State,
+        parts: request::Parts,
+        body: Body,
+    },
     /// The response-header hooks from filter `next` down to the first.
     Response {
+        st: State,
         upto: usize,
         next: usize,
         response: Response<Body>,
@@ -82,22 +86,25 @@ impl Pending {
         terminal: &'a Terminal,
         server: Option<&'a HeaderValue>,
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
-        let Self { mut st, stage } = self;
-        match stage {
-            Stage::Request { parts, body } => {
-                Either::Left(chain.run_filters(terminal, st, parts, body, server))
+        match self.0 {
+            Stage::Terminal { req, cx } => {
+                Either::Left(async move { with_server(terminal.handle(req, &cx).await, server) })
             }
+            Stage::Request { st, parts, body } => Either::Right(Either::Left(
+                chain.run_filters(terminal, st, parts, body, server),
+            )),
             Stage::Response {
+                mut st,
                 upto,
                 next,
                 response,
-            } => Either::Right(async move {
+            } => Either::Right(Either::Right(async move {
                 let response = chain.response_headers(&mut st, next + 1, response).await;
                 if !chain.after_response {
                     return response;
                 }
                 chain.with_body_hooks(Arc::new(Mutex::new(st)), upto, response)
-            }),
+            })),
         }
     }
 }
@@ -221,7 +228,7 @@ impl Chain {
         cx: RequestCx,
         server: Option<&'a HeaderValue>,
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
-        match self.start(terminal, req, cx, server) {
+        match self.start(terminal, req, || cx, server) {
             Started::Done(res) => Either::Left(std::future::ready(res)),
             Started::Wait(rest) => Either::Right(rest.resume(self, terminal, server)),
         }
@@ -231,19 +238,28 @@ impl Chain {
     /// synchronously (every native filter's), and a terminal that answers at once (`respond`
     /// to a bodiless request). Most requests on native filters finish here and make no future
     /// at all; the rest continue from the first step that waits ([`Pending::resume`]). Without
-    /// filters nothing is allocated.
+    /// filters the terminal is called directly.
+    /// `cx` is made only when something will use it (a synthetic response on a route without
+    /// filters does not).
     pub fn start(
         &self,
         terminal: &Terminal,
         req: Request<Body>,
-        cx: RequestCx,
+        cx: impl FnOnce() -> RequestCx,
         server: Option<&HeaderValue>,
     ) -> Started {
+        if self.factories.is_empty() {
+            // Nothing to run but the terminal: no filter state, no parts taken apart.
+            return match terminal.respond_now(req.method(), req.body()) {
+                Some(res) => Started::Done(with_server(res, server)),
+                None => Started::Wait(Pending(Stage::Terminal { req, cx: cx() })),
+            };
+        }
         // The state stays with the request unless a body stream that outlives the chain needs
         // the hooks: then, and only then, it moves behind a shared lock.
         let mut st = State {
             filters: self.factories.iter().map(|f| f.create()).collect(),
-            cx,
+            cx: cx(),
             status: StatusCode::OK,
             local_reply: None,
             logged: false,
@@ -253,10 +269,7 @@ impl Chain {
         let (upto, response) = match self.request_headers_now(&mut st, &mut parts) {
             // The asynchronous pass starts again at the filter that waits.
             HeadPass::Waits(_) => {
-                return Started::Wait(Pending {
-                    st,
-                    stage: Stage::Request { parts, body },
-                });
+                return Started::Wait(Pending(Stage::Request { st, parts, body }));
             }
             HeadPass::Reply(i, reply) => (i, reply),
             HeadPass::Through => {
@@ -271,10 +284,7 @@ impl Chain {
                 match now {
                     Some(res) => (self.factories.len(), res),
                     None => {
-                        return Started::Wait(Pending {
-                            st,
-                            stage: Stage::Request { parts, body },
-                        });
+                        return Started::Wait(Pending(Stage::Request { st, parts, body }));
                     }
                 }
             }
@@ -282,14 +292,12 @@ impl Chain {
         let (mut rparts, mut rbody) = with_server(response, server).into_parts();
         if let Some(next) = self.response_headers_now(&mut st, &mut rparts, &mut rbody, upto) {
             let response = Response::from_parts(rparts, rbody);
-            return Started::Wait(Pending {
+            return Started::Wait(Pending(Stage::Response {
                 st,
-                stage: Stage::Response {
-                    upto,
-                    next,
-                    response,
-                },
-            });
+                upto,
+                next,
+                response,
+            }));
         }
         st.status = rparts.status;
         let response = Response::from_parts(rparts, rbody);
@@ -1136,8 +1144,7 @@ mod tests {
             Arc::new(SyncStep::new("a", &journal)),
             Arc::new(SyncStep::new("b", &journal)),
         ]);
-        let Started::Done(res) =
-            chain.start(&respond("ok"), Request::new(Body::empty()), cx(), None)
+        let Started::Done(res) = chain.start(&respond("ok"), Request::new(Body::empty()), cx, None)
         else {
             panic!("every step here answers at once");
         };
@@ -1158,7 +1165,7 @@ mod tests {
             Arc::new(SyncStep::new("c", &journal)),
         ]);
         let terminal = respond("ok");
-        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx(), None)
+        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx, None)
         else {
             panic!("`b` waits");
         };
@@ -1193,7 +1200,7 @@ mod tests {
         a.sync_response = false;
         let chain = Chain::new(vec![Arc::new(a), Arc::new(SyncStep::new("b", &journal))]);
         let terminal = respond("ok");
-        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx(), None)
+        let Started::Wait(rest) = chain.start(&terminal, Request::new(Body::empty()), cx, None)
         else {
             panic!("`a`'s response hook waits");
         };
@@ -1236,11 +1243,11 @@ mod tests {
         let chain = Chain::new(vec![Arc::new(a)]);
         let terminal = respond("ok");
         // Without a body the synchronous pass goes all the way.
-        let bodiless = chain.start(&terminal, Request::new(Body::empty()), cx(), None);
+        let bodiless = chain.start(&terminal, Request::new(Body::empty()), cx, None);
         assert!(matches!(bodiless, Started::Done(_)));
         journal.lock().unwrap().clear();
         let req = Request::new(Body::from("payload"));
-        let Started::Wait(rest) = chain.start(&terminal, req, cx(), None) else {
+        let Started::Wait(rest) = chain.start(&terminal, req, cx, None) else {
             panic!("the body must be read first");
         };
         let res = rest.resume(&chain, &terminal, None).await;
