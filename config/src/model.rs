@@ -777,6 +777,9 @@ pub struct RateLimitConfig {
     /// What a `global` limit does while Redis cannot be reached.
     #[serde(default)]
     pub fallback: RateLimitFallback,
+    /// Which RateLimit header fields the route's answers carry.
+    #[serde(default)]
+    pub headers: RateLimitHeaders,
 }
 
 fn client_ip() -> String {
@@ -1071,6 +1074,24 @@ pub enum RateLimitFallback {
     Allow,
     /// Fail closed: refuse with 503.
     Deny,
+}
+
+/// The RateLimit header fields a `rate_limit` filter adds to its route's answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RateLimitHeaders {
+    /// The current IETF draft (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` and
+    /// `RateLimit-Policy`, structured fields naming the policy.
+    #[default]
+    #[serde(rename = "draft-10")]
+    Draft10,
+    /// The earlier drafts' separate fields (draft-06): `RateLimit-Limit`,
+    /// `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy`, as many existing clients
+    /// read them.
+    #[serde(rename = "draft-06")]
+    Draft06,
+    /// No RateLimit fields; a `429` still carries `Retry-After`.
+    #[serde(rename = "none")]
+    None,
 }
 
 /// `plugins.*.shared_data`.

@@ -1,7 +1,8 @@
 //! The native `rate_limit` filter: a token bucket per key (the client IP, or a header value),
 //! refilled at `requests / per` and holding `requests + burst` tokens. Over the limit the
-//! request gets `429` with `Retry-After`; every answer carries the IETF draft's `RateLimit-Limit`,
-//! `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy` headers.
+//! request gets `429` with `Retry-After`; every answer carries the IETF draft's rate-limit fields:
+//! by default the current draft's `RateLimit` and `RateLimit-Policy`, or (`headers: draft-06`)
+//! the earlier `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy`.
 //!
 //! A bucket is stored as one number, its GCRA "theoretical arrival time" (the instant it will
 //! be full again), so a key costs 16 bytes plus the map's overhead. Keys are a keyed 64-bit hash
@@ -39,7 +40,7 @@ use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::RateLimitKey;
-use gateway_config::model::{RateLimitConfig, RateLimitFallback, Scope};
+use gateway_config::model::{RateLimitConfig, RateLimitFallback, RateLimitHeaders, Scope};
 
 /// Shards of a limiter's table (a power of two).
 pub const SHARDS: usize = 64;
@@ -52,6 +53,7 @@ static LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 static RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 static POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 // === The limiter ===
 
@@ -289,13 +291,111 @@ pub struct RateLimitFilterFactory {
 struct Shared {
     limiter: Arc<Limiter>,
     key: KeyBy,
-    limit: HeaderValue,
-    /// `RateLimit-Remaining` of a client well under its limit, whose bucket is full at every
-    /// request (most clients, most of the time): made here instead of per request.
-    remaining_when_full: HeaderValue,
-    policy: HeaderValue,
+    fields: Fields,
     limited: Counter,
     global: Option<Global>,
+}
+
+/// The RateLimit fields of the route's answers, with everything that does not depend on the
+/// request made at config load.
+enum Fields {
+    /// `RateLimit-Policy: "NAME";q=LIMIT;w=SECONDS` and `RateLimit: "NAME";r=LEFT;t=SECONDS`.
+    Draft10 {
+        policy: HeaderValue,
+        /// `"NAME";r=`, the start of every `RateLimit` value.
+        prefix: Box<[u8]>,
+        /// The `RateLimit` value of a client whose bucket was full (most clients, most of the
+        /// time): `LIMIT - 1` left, full again after one token's interval, `full_reset`.
+        when_full: HeaderValue,
+        full_reset: u64,
+    },
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, `RateLimit-Policy`.
+    Draft06 {
+        limit: HeaderValue,
+        /// `RateLimit-Remaining` of a client whose bucket was full.
+        remaining_when_full: HeaderValue,
+        policy: HeaderValue,
+    },
+    None,
+}
+
+impl Fields {
+    fn new(
+        form: RateLimitHeaders,
+        route: &str,
+        capacity: u64,
+        window: u64,
+        interval: Duration,
+    ) -> Result<Self, String> {
+        let invalid = |e: http::header::InvalidHeaderValue| e.to_string();
+        Ok(match form {
+            RateLimitHeaders::Draft10 => {
+                let name = sf_string(route);
+                let prefix = format!("{name};r=").into_bytes().into_boxed_slice();
+                let policy = format!("{name};q={capacity};w={window}");
+                let full_reset = ceil_secs(interval);
+                let when_full = draft10_value(&prefix, capacity.saturating_sub(1), full_reset);
+                Fields::Draft10 {
+                    policy: HeaderValue::from_str(&policy).map_err(invalid)?,
+                    prefix,
+                    when_full,
+                    full_reset,
+                }
+            }
+            RateLimitHeaders::Draft06 => Fields::Draft06 {
+                limit: HeaderValue::from(capacity),
+                remaining_when_full: number(capacity.saturating_sub(1)),
+                policy: HeaderValue::from_str(&format!("{capacity};w={window}"))
+                    .map_err(invalid)?,
+            },
+            RateLimitHeaders::None => Fields::None,
+        })
+    }
+}
+
+/// `name` as a structured-field string (RFC 8941 §3.3.3): quoted, with `"` and `\` escaped.
+/// A route name with characters a string cannot hold is named `"default"` instead.
+fn sf_string(name: &str) -> String {
+    if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return "\"default\"".into();
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// `PREFIX{remaining};t={reset}`, written without a format machine (this runs for every
+/// request of a client whose bucket is not full).
+fn draft10_value(prefix: &[u8], remaining: u64, reset: u64) -> HeaderValue {
+    let mut out = Vec::with_capacity(prefix.len() + 24);
+    out.extend_from_slice(prefix);
+    push_decimal(&mut out, remaining);
+    out.extend_from_slice(b";t=");
+    push_decimal(&mut out, reset);
+    // The prefix was checked at config load and the rest is digits, `;`, `t` and `=`.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(out))
+        .unwrap_or_else(|_| HeaderValue::from_static("\"default\";r=0"))
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// A `scope: global` limit: the shared bucket and what to do without it.
@@ -331,7 +431,6 @@ impl RateLimitFilterFactory {
             ),
         };
         let window = ceil_secs(per).max(1);
-        let policy = format!("{};w={window}", limiter.capacity());
         let global = match (settings.scope, cluster) {
             (Scope::Global, Some(c)) => Some(Global {
                 limiter: c.limiter(route, index, settings.requests, per, settings.burst),
@@ -345,11 +444,16 @@ impl RateLimitFilterFactory {
             (Scope::Global, None) => return Err("`scope: global` needs `cluster:`".into()),
             (Scope::Local, _) => None,
         };
+        let fields = Fields::new(
+            settings.headers,
+            route,
+            limiter.capacity(),
+            window,
+            Duration::from_nanos(limiter.interval),
+        )?;
         Ok(Self {
             shared: Arc::new(Shared {
-                limit: HeaderValue::from(limiter.capacity()),
-                remaining_when_full: number(limiter.capacity().saturating_sub(1)),
-                policy: HeaderValue::from_str(&policy).map_err(|e| e.to_string())?,
+                fields,
                 limiter,
                 key,
                 limited: registry.counter(
@@ -463,16 +567,42 @@ impl Shared {
     }
 
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
-        headers.reserve(4);
-        headers.insert(LIMIT.clone(), self.limit.clone());
-        let remaining = if d.remaining + 1 == self.limiter.capacity() {
-            self.remaining_when_full.clone()
-        } else {
-            number(d.remaining)
-        };
-        headers.insert(REMAINING.clone(), remaining);
-        headers.insert(RESET.clone(), number(ceil_secs(d.reset)));
-        headers.insert(POLICY.clone(), self.policy.clone());
+        let full = d.remaining + 1 == self.limiter.capacity();
+        match &self.fields {
+            Fields::Draft10 {
+                policy,
+                prefix,
+                when_full,
+                full_reset,
+            } => {
+                headers.reserve(2);
+                let reset = ceil_secs(d.reset);
+                let now = if full && reset == *full_reset {
+                    when_full.clone()
+                } else {
+                    draft10_value(prefix, d.remaining, reset)
+                };
+                headers.insert(RATELIMIT.clone(), now);
+                headers.insert(POLICY.clone(), policy.clone());
+            }
+            Fields::Draft06 {
+                limit,
+                remaining_when_full,
+                policy,
+            } => {
+                headers.reserve(4);
+                headers.insert(LIMIT.clone(), limit.clone());
+                let remaining = if full {
+                    remaining_when_full.clone()
+                } else {
+                    number(d.remaining)
+                };
+                headers.insert(REMAINING.clone(), remaining);
+                headers.insert(RESET.clone(), number(ceil_secs(d.reset)));
+                headers.insert(POLICY.clone(), policy.clone());
+            }
+            Fields::None => {}
+        }
     }
 
     fn too_many(&self, d: &Decision) -> Response<Body> {
@@ -584,6 +714,68 @@ mod tests {
         for n in [0, 1, 9, 10, 999, SMALL_NUMBERS - 1, SMALL_NUMBERS, 1 << 40] {
             assert_eq!(number(n), HeaderValue::from(n));
         }
+    }
+
+    #[test]
+    fn policy_names_are_structured_field_strings() {
+        assert_eq!(sf_string("api"), "\"api\"");
+        assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(sf_string("café"), "\"default\"");
+    }
+
+    #[test]
+    fn draft10_values_match_formatting() {
+        for (r, t) in [(0, 0), (7, 1), (999_999, 60), (u64::MAX, u64::MAX)] {
+            let v = draft10_value(b"\"api\";r=", r, t);
+            assert_eq!(v.to_str().unwrap(), format!("\"api\";r={r};t={t}"));
+        }
+    }
+
+    /// The fields a response gets, for each `headers:` form, from a full bucket, a used one and
+    /// a refusal.
+    #[test]
+    fn each_form_writes_its_fields() {
+        let fields = |form| {
+            let shared = Shared {
+                limiter: Arc::new(Limiter::new(3, Duration::from_secs(2), 0)),
+                key: KeyBy::ClientIp,
+                fields: Fields::new(form, "api", 3, 2, Duration::from_millis(666)).unwrap(),
+                limited: Registry::new().counter("t", "t", &[]),
+                global: None,
+            };
+            let k = shared.limiter.value_key(b"k");
+            (0..4)
+                .map(|_| {
+                    let mut h = HeaderMap::new();
+                    shared.add_headers(&mut h, &shared.limiter.check_at(k, 0));
+                    let mut v: Vec<String> = h
+                        .iter()
+                        .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+                        .collect();
+                    v.sort();
+                    v.join(", ")
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            fields(RateLimitHeaders::Draft10),
+            [
+                r#"ratelimit-policy: "api";q=3;w=2, ratelimit: "api";r=2;t=1"#,
+                r#"ratelimit-policy: "api";q=3;w=2, ratelimit: "api";r=1;t=2"#,
+                r#"ratelimit-policy: "api";q=3;w=2, ratelimit: "api";r=0;t=2"#,
+                r#"ratelimit-policy: "api";q=3;w=2, ratelimit: "api";r=0;t=2"#,
+            ]
+        );
+        assert_eq!(
+            fields(RateLimitHeaders::Draft06),
+            [
+                "ratelimit-limit: 3, ratelimit-policy: 3;w=2, ratelimit-remaining: 2, ratelimit-reset: 1",
+                "ratelimit-limit: 3, ratelimit-policy: 3;w=2, ratelimit-remaining: 1, ratelimit-reset: 2",
+                "ratelimit-limit: 3, ratelimit-policy: 3;w=2, ratelimit-remaining: 0, ratelimit-reset: 2",
+                "ratelimit-limit: 3, ratelimit-policy: 3;w=2, ratelimit-remaining: 0, ratelimit-reset: 2",
+            ]
+        );
+        assert_eq!(fields(RateLimitHeaders::None), ["", "", "", ""]);
     }
 
     #[test]
