@@ -33,8 +33,11 @@ pub struct Chain {
     after_response: bool,
 }
 
+/// Filter instances a request keeps without a separate allocation; routes rarely have more.
+const INLINE_FILTERS: usize = 3;
+
 struct State {
-    filters: Vec<Box<dyn HttpFilter>>,
+    filters: smallvec::SmallVec<[Box<dyn HttpFilter>; INLINE_FILTERS]>,
     cx: RequestCx,
     status: StatusCode,
     /// A local reply given by a request-body hook while the terminal streamed the body in
