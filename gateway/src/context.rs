@@ -1,8 +1,9 @@
 //! Per-request facts every filter and terminal may need: who the client is, which listener and
 //! route took the request, when it started, and its place in a trace.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use tokio::time::Instant;
 
@@ -21,6 +22,36 @@ pub struct ConnInfo {
     pub tls: bool,
     /// TLS server name the client asked for, if any.
     pub sni: Option<Arc<str>>,
+    /// [`client_ip_hash`] of `client`, made when first asked for.
+    pub client_hash: ClientHash,
+}
+
+/// A connection's [`client_ip_hash`], made at most once: per-client tables (the rate limiter's
+/// buckets) key on it, and the requests of a keep-alive connection need not hash the same
+/// address again.
+#[derive(Debug, Default)]
+pub struct ClientHash(OnceLock<u64>);
+
+impl ConnInfo {
+    /// The keyed hash of the client's IP address.
+    pub fn client_hash(&self) -> u64 {
+        *self
+            .client_hash
+            .0
+            .get_or_init(|| client_ip_hash(self.client.ip()))
+    }
+}
+
+/// A keyed SipHash of a client address (an IPv4-mapped IPv6 address counts as its IPv4
+/// address), with a key drawn once per process: a client cannot aim at another's hash.
+pub fn client_ip_hash(ip: IpAddr) -> u64 {
+    static KEY: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    KEY.hash_one(u128::from(v6))
 }
 
 /// The per-request context handed to filters and terminals (cheap to clone).

@@ -234,6 +234,7 @@ pub fn http1_head(data: &[u8]) {
             listener: listener.name.clone(),
             tls: false,
             sni: None,
+            client_hash: Default::default(),
         };
         let served = tokio::spawn(serve_io(
             listener,

@@ -903,6 +903,7 @@ mod tests {
                 listener: Arc::from("l"),
                 tls: false,
                 sni: None,
+                client_hash: Default::default(),
             }),
             route: Arc::from("r"),
             start: tokio::time::Instant::now(),

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::cluster::{Cluster, GlobalLimiter};
-use crate::context::RequestCx;
+use crate::context::{RequestCx, client_ip_hash};
 use crate::error::error_response;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::RateLimitKey;
@@ -98,9 +98,9 @@ struct Shard {
 /// Token buckets for one filter.
 pub struct Limiter {
     shards: Box<[Mutex<Shard>]>,
-    /// Client addresses and header values are hashed with separate keys, so a header value
-    /// can never be made to land in a client address's bucket.
-    ip_hasher: std::collections::hash_map::RandomState,
+    /// Header values are hashed with a key of their own, apart from client addresses'
+    /// ([`client_ip_hash`]), so a header value can never be made to land in a client address's
+    /// bucket.
     value_hasher: std::collections::hash_map::RandomState,
     epoch: Instant,
     /// Nanoseconds per token.
@@ -119,7 +119,6 @@ impl Limiter {
         let capacity = requests.saturating_add(burst);
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            ip_hasher: std::collections::hash_map::RandomState::new(),
             value_hasher: std::collections::hash_map::RandomState::new(),
             epoch: Instant::now(),
             interval,
@@ -133,14 +132,12 @@ impl Limiter {
         self.capacity
     }
 
-    /// The key of a client address (IPv4-mapped IPv6 counts as IPv4). One 16-byte write: the
-    /// hash is most of what a decision costs.
+    /// The key of a client address (IPv4-mapped IPv6 counts as IPv4): [`client_ip_hash`], which
+    /// a connection computes once for all its requests ([`ConnInfo::client_hash`]).
+    ///
+    /// [`ConnInfo::client_hash`]: crate::context::ConnInfo::client_hash
     pub fn ip_key(&self, ip: IpAddr) -> u64 {
-        let v6 = match ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-            IpAddr::V6(v6) => v6,
-        };
-        self.ip_hasher.hash_one(u128::from(v6))
+        client_ip_hash(ip)
     }
 
     /// The key of a header value.
@@ -151,6 +148,13 @@ impl Limiter {
     /// Takes a token from `key`'s bucket, if it has one.
     pub fn check(&self, key: u64) -> Decision {
         self.check_at(key, self.now())
+    }
+
+    /// Takes a token from `key`'s bucket for a request that arrived `at` (the request's own
+    /// start time, so a decision reads no clock of its own).
+    pub fn check_arrived(&self, key: u64, at: Instant) -> Decision {
+        let since = at.saturating_duration_since(self.epoch).as_nanos();
+        self.check_at(key, u64::try_from(since).unwrap_or(u64::MAX))
     }
 
     fn now(&self) -> u64 {
@@ -167,22 +171,31 @@ impl Limiter {
             shard.buckets.retain(|_, tat| *tat > now);
             shard.next_sweep = now.saturating_add(SWEEP_EVERY.as_nanos() as u64);
         }
-        let tat = shard.buckets.get(&key).copied().unwrap_or(now).max(now);
-        let ahead = tat - now;
-        if ahead > self.tolerance {
-            return Decision {
-                allowed: false,
-                remaining: 0,
-                reset: Duration::from_nanos(ahead),
-                retry_after: Duration::from_nanos(ahead - self.tolerance),
-            };
-        }
-        let new_tat = tat.saturating_add(self.interval);
-        if shard.buckets.len() >= MAX_KEYS_PER_SHARD && !shard.buckets.contains_key(&key) {
-            make_room(&mut shard.buckets, now);
-        }
-        shard.buckets.insert(key, new_tat);
-        let used = new_tat - now;
+        // One probe of the map for a known key; a new one (whose bucket is full) takes two.
+        let tat = match shard.buckets.get_mut(&key) {
+            Some(stored) => {
+                let tat = (*stored).max(now);
+                let ahead = tat - now;
+                if ahead > self.tolerance {
+                    return Decision {
+                        allowed: false,
+                        remaining: 0,
+                        reset: Duration::from_nanos(ahead),
+                        retry_after: Duration::from_nanos(ahead - self.tolerance),
+                    };
+                }
+                *stored = tat.saturating_add(self.interval);
+                tat
+            }
+            None => {
+                if shard.buckets.len() >= MAX_KEYS_PER_SHARD {
+                    make_room(&mut shard.buckets, now);
+                }
+                shard.buckets.insert(key, now.saturating_add(self.interval));
+                now
+            }
+        };
+        let used = tat.saturating_add(self.interval) - now;
         Decision {
             allowed: true,
             remaining: (self.tolerance + self.interval).saturating_sub(used) / self.interval,
@@ -339,23 +352,43 @@ impl Fields {
                 let prefix = format!("{name};r=").into_bytes().into_boxed_slice();
                 let policy = format!("{name};q={capacity};w={window}");
                 let full_reset = ceil_secs(interval);
-                let when_full = draft10_value(&prefix, capacity.saturating_sub(1), full_reset);
+                let when_full = format!("{name};r={};t={full_reset}", capacity.saturating_sub(1));
                 Fields::Draft10 {
-                    policy: HeaderValue::from_str(&policy).map_err(invalid)?,
+                    policy: interned(policy).map_err(invalid)?,
+                    when_full: interned(when_full).map_err(invalid)?,
                     prefix,
-                    when_full,
                     full_reset,
                 }
             }
             RateLimitHeaders::Draft06 => Fields::Draft06 {
-                limit: HeaderValue::from(capacity),
-                remaining_when_full: number(capacity.saturating_sub(1)),
-                policy: HeaderValue::from_str(&format!("{capacity};w={window}"))
+                limit: interned(capacity.to_string()).map_err(invalid)?,
+                remaining_when_full: interned(capacity.saturating_sub(1).to_string())
                     .map_err(invalid)?,
+                policy: interned(format!("{capacity};w={window}")).map_err(invalid)?,
             },
             RateLimitHeaders::None => Fields::None,
         })
     }
+}
+
+/// A header value made once and never freed, so that every response shares it without touching
+/// a reference count. Equal texts share one copy, so the memory is bounded by the distinct values
+/// ever configured, not by the number of reloads.
+fn interned(text: String) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    static TEXTS: Mutex<std::collections::BTreeSet<&'static str>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    // Validated before it is made static (`from_static` would panic on a bad byte).
+    HeaderValue::from_str(&text)?;
+    let mut texts = TEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    let text = match texts.get(text.as_str()) {
+        Some(&known) => known,
+        None => {
+            let leaked: &'static str = String::leak(text);
+            texts.insert(leaked);
+            leaked
+        }
+    };
+    Ok(HeaderValue::from_static(text))
 }
 
 /// `name` as a structured-field string (RFC 8941 §3.3.3): quoted, with `"` and `\` escaped.
@@ -518,14 +551,14 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl Shared {
-    fn key(&self, req: &request::Parts, client: IpAddr) -> u64 {
-        match &self.key {
-            KeyBy::Header(name) => match req.headers.get(name) {
-                Some(v) => self.limiter.value_key(v.as_bytes()),
-                None => self.limiter.ip_key(client),
-            },
-            KeyBy::ClientIp => self.limiter.ip_key(client),
+    /// The bucket of a request: its header value's, or its client address's (`client_key`).
+    fn key(&self, req: &request::Parts, client_key: impl FnOnce() -> u64) -> u64 {
+        if let KeyBy::Header(name) = &self.key
+            && let Some(v) = req.headers.get(name)
+        {
+            return self.limiter.value_key(v.as_bytes());
         }
+        client_key()
     }
 
     /// The bucket's name in Redis: the client IP as text, or a digest of the header value (so
@@ -550,17 +583,21 @@ impl Shared {
     async fn decide(
         &self,
         req: &request::Parts,
-        client: IpAddr,
+        cx: &RequestCx,
     ) -> Result<Option<Decision>, Response<Body>> {
-        let Some(g) = &self.global else {
-            return Ok(Some(self.limiter.check(self.key(req, client))));
+        let local = || {
+            let key = self.key(req, || cx.conn.client_hash());
+            self.limiter.check_arrived(key, cx.start)
         };
-        if let Some(d) = g.limiter.check(&self.global_key(req, client)).await {
+        let Some(g) = &self.global else {
+            return Ok(Some(local()));
+        };
+        if let Some(d) = g.limiter.check(&self.global_key(req, cx.client_ip())).await {
             return Ok(Some(d));
         }
         g.fallbacks.inc();
         match g.fallback {
-            RateLimitFallback::Local => Ok(Some(self.limiter.check(self.key(req, client)))),
+            RateLimitFallback::Local => Ok(Some(local())),
             RateLimitFallback::Allow => Ok(None),
             RateLimitFallback::Deny => {
                 let mut res = error_response(StatusCode::SERVICE_UNAVAILABLE);
@@ -644,7 +681,8 @@ impl HttpFilter for RateLimitFilter {
         if shared.global.is_some() {
             return None;
         }
-        let d = shared.limiter.check(shared.key(req, cx.client_ip()));
+        let key = shared.key(req, || cx.conn.client_hash());
+        let d = shared.limiter.check_arrived(key, cx.start);
         Some(Ok(self.apply(d)))
     }
 
@@ -657,7 +695,7 @@ impl HttpFilter for RateLimitFilter {
             return flow;
         }
         // Boxed: the Redis round trip's state would otherwise sit in every request's future.
-        let d = match Box::pin(self.shared.decide(req, cx.client_ip())).await {
+        let d = match Box::pin(self.shared.decide(req, cx)).await {
             Ok(Some(d)) => d,
             Ok(None) => return Ok(Flow::Continue),
             Err(refused) => return Ok(Flow::Respond(refused)),
@@ -680,7 +718,7 @@ impl HttpFilter for RateLimitFilter {
 /// The decision for a request of `client` (benchmarks and tests call it without a chain).
 pub fn decide(factory: &RateLimitFilterFactory, req: &request::Parts, client: IpAddr) -> Decision {
     let s = &factory.shared;
-    s.limiter.check(s.key(req, client))
+    s.limiter.check(s.key(req, || client_ip_hash(client)))
 }
 
 #[cfg(test)]
@@ -724,6 +762,18 @@ mod tests {
         assert_eq!(sf_string("api"), "\"api\"");
         assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(sf_string("café"), "\"default\"");
+    }
+
+    #[test]
+    fn interned_values_are_shared_and_checked() {
+        let a = interned("\"x\";q=5;w=1".to_owned()).unwrap();
+        let b = interned("\"x\";q=5;w=1".to_owned()).unwrap();
+        assert_eq!(a, "\"x\";q=5;w=1");
+        assert!(
+            std::ptr::eq(a.as_bytes(), b.as_bytes()),
+            "one copy per text"
+        );
+        assert!(interned("bad\nvalue".to_owned()).is_err());
     }
 
     #[test]
@@ -799,6 +849,18 @@ mod tests {
         let v4: IpAddr = "10.0.0.1".parse().unwrap();
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert_eq!(l.ip_key(v4), l.ip_key(mapped));
+        assert_ne!(l.ip_key(v4), l.ip_key("10.0.0.2".parse().unwrap()));
+        // A connection's cached hash is the same key.
+        let conn = crate::context::ConnInfo {
+            client: "[::ffff:10.0.0.1]:4000".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            listener: Arc::from("l"),
+            tls: false,
+            sni: None,
+            client_hash: Default::default(),
+        };
+        assert_eq!(conn.client_hash(), l.ip_key(v4));
+        assert_eq!(conn.client_hash(), conn.client_hash());
         assert_ne!(l.ip_key(v4), l.value_key(b"10.0.0.1"));
     }
 

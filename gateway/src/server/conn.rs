@@ -173,6 +173,7 @@ pub async fn serve(
                 listener: rt.name.clone(),
                 tls: false,
                 sni: None,
+                client_hash: Default::default(),
             };
             serve_http(rt, stream, info, h1, h2, shutdown).await;
         }
@@ -261,6 +262,7 @@ async fn serve_tls(
         listener: rt.name.clone(),
         tls: true,
         sni,
+        client_hash: Default::default(),
     };
     // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
     let (h1, h2) = if alpn_h2 {

@@ -50,6 +50,7 @@ impl Dispatch {
                 listener: Arc::from("plugin"),
                 tls: false,
                 sni: None,
+                client_hash: Default::default(),
             }),
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),

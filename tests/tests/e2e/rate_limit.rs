@@ -65,8 +65,13 @@ async fn over_the_limit_gets_429_with_headers_then_recovers() {
             "only the draft-10 fields"
         );
     }
-    let res = c.get("/ip").await;
-    assert_eq!(res.status(), 429);
+    // The bucket is the client address's, not the connection's.
+    let res = http1(gw.addr("main")).await.get("/ip").await;
+    assert_eq!(
+        res.status(),
+        429,
+        "a second connection from the same address"
+    );
     assert_eq!(res.header("retry-after"), "1");
     assert_eq!(res.header("ratelimit-policy"), r#""per-ip";q=3;w=1"#);
     assert_eq!(res.header("ratelimit"), r#""per-ip";r=0;t=1"#);

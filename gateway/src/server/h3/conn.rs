@@ -49,6 +49,7 @@ pub(super) async fn serve(
         listener: rt.name.clone(),
         tls: true,
         sni,
+        client_hash: Default::default(),
     };
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
