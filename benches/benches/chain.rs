@@ -53,6 +53,7 @@ fn request_cx() -> RequestCx {
         listener: Arc::from("plain"),
         tls: false,
         sni: None,
+        client_hash: Default::default(),
     };
     RequestCx {
         conn: Arc::new(conn),

@@ -121,6 +121,7 @@ fn bench(c: &mut Criterion) {
         listener: Arc::from("main"),
         tls: false,
         sni: None,
+        client_hash: Default::default(),
     };
     let route: Arc<str> = Arc::from("users");
     let upstream: Arc<str> = Arc::from("users");
