@@ -33,6 +33,11 @@ enum Command {
     Version,
 }
 
+/// jemalloc, unless built without the `jemalloc` feature: see that feature in Cargo.toml.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
