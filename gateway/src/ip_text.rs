@@ -1,7 +1,23 @@
-//! Client addresses as text on the request path (forwarding headers, WAF inspection), without
-//! the formatting machinery for IPv4, which costs more than the rest of those headers together.
+//! Header-value text written by hand: client addresses on the request path (forwarding headers,
+//! WAF inspection), without the formatting machinery for IPv4, which costs more than the rest of
+//! those headers together; and quoted strings.
 
 use std::net::IpAddr;
+
+/// Appends `text` as a quoted string: in quotes, with `"` and `\` escaped, so the value cannot
+/// end the string early and add parameters of its own. For printable ASCII this is both an HTTP
+/// quoted-string (RFC 9110 §5.6.4) and a structured-field string (RFC 8941 §3.3.3).
+pub fn push_quoted(out: &mut String, text: &str) {
+    out.reserve(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
 
 /// `ip` as text, formatted on the stack (an address is at most 45 characters); IPv4 by hand,
 /// the common case, without the formatting machinery.

@@ -132,14 +132,6 @@ impl Limiter {
         self.capacity
     }
 
-    /// The key of a client address (IPv4-mapped IPv6 counts as IPv4): [`client_ip_hash`], which
-    /// a connection computes once for all its requests ([`ConnInfo::client_hash`]).
-    ///
-    /// [`ConnInfo::client_hash`]: crate::context::ConnInfo::client_hash
-    pub fn ip_key(&self, ip: IpAddr) -> u64 {
-        client_ip_hash(ip)
-    }
-
     /// The key of a header value.
     pub fn value_key(&self, value: &[u8]) -> u64 {
         self.value_hasher.hash_one(value)
@@ -397,15 +389,8 @@ fn sf_string(name: &str) -> String {
     if !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return "\"default\"".into();
     }
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
+    let mut out = String::new();
+    crate::ip_text::push_quoted(&mut out, name);
     out
 }
 
@@ -848,8 +833,11 @@ mod tests {
         assert!(l.check_at(l.value_key(b"b"), 0).allowed);
         let v4: IpAddr = "10.0.0.1".parse().unwrap();
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(l.ip_key(v4), l.ip_key(mapped));
-        assert_ne!(l.ip_key(v4), l.ip_key("10.0.0.2".parse().unwrap()));
+        assert_eq!(client_ip_hash(v4), client_ip_hash(mapped));
+        assert_ne!(
+            client_ip_hash(v4),
+            client_ip_hash("10.0.0.2".parse().unwrap())
+        );
         // A connection's cached hash is the same key.
         let conn = crate::context::ConnInfo {
             client: "[::ffff:10.0.0.1]:4000".parse().unwrap(),
@@ -859,9 +847,9 @@ mod tests {
             sni: None,
             client_hash: Default::default(),
         };
-        assert_eq!(conn.client_hash(), l.ip_key(v4));
+        assert_eq!(conn.client_hash(), client_ip_hash(v4));
         assert_eq!(conn.client_hash(), conn.client_hash());
-        assert_ne!(l.ip_key(v4), l.value_key(b"10.0.0.1"));
+        assert_ne!(client_ip_hash(v4), l.value_key(b"10.0.0.1"));
     }
 
     #[test]

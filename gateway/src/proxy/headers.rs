@@ -163,16 +163,8 @@ pub(crate) fn add_forwarding(
     }
     fwd.push_str(if tls { ";proto=https" } else { ";proto=http" });
     if let Some(host) = host.and_then(|h| h.to_str().ok()) {
-        // A quoted-string: escape what would end it early, so a Host header cannot inject
-        // parameters of its own.
-        fwd.push_str(";host=\"");
-        for c in host.chars() {
-            if c == '"' || c == '\\' {
-                fwd.push('\\');
-            }
-            fwd.push(c);
-        }
-        fwd.push('"');
+        fwd.push_str(";host=");
+        crate::ip_text::push_quoted(&mut fwd, host);
     }
     if let Ok(v) = HeaderValue::try_from(fwd) {
         headers.insert(header::FORWARDED, v);
