@@ -182,9 +182,12 @@ async fn accept_loop(
             Some(b) if !b.ip().is_unspecified() => b,
             _ => io.local_addr().ok().or(bound).unwrap_or(peer),
         };
-        let hard = hard.clone();
+        // Boxed: the connection's future is a few KiB, and tokio moves a task's future whole
+        // when it stores it at spawn and replaces it with the output at the end. Behind a box,
+        // those moves are of a pointer.
+        let conn = Box::pin(crate::tcp::serve(io, peer, local, rt, stats, hard.clone()));
         tasks.spawn(async move {
-            crate::tcp::serve(io, peer, local, rt, stats, hard).await;
+            conn.await;
             drop(guard);
         });
     }
