@@ -20,55 +20,91 @@ const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
-/// Whether `name` is one of the hop-by-hop headers removed whatever `Connection` says.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TRANSFER_ENCODING
-        || name == header::TE
-        || name == header::UPGRADE
-        || name == header::PROXY_AUTHORIZATION
-        || name == header::PROXY_AUTHENTICATE
-        || name == KEEP_ALIVE
-        || name == PROXY_CONNECTION
-        || name == HTTP2_SETTINGS
+// The hop-by-hop headers removed whatever `Connection` says, as bits of a mask.
+const CONNECTION: u16 = 1;
+const TRANSFER_ENCODING: u16 = 1 << 1;
+const TE: u16 = 1 << 2;
+const UPGRADE_HEADER: u16 = 1 << 3;
+const PROXY_AUTHORIZATION: u16 = 1 << 4;
+const PROXY_AUTHENTICATE: u16 = 1 << 5;
+const KEEP_ALIVE_HEADER: u16 = 1 << 6;
+const PROXY_CONNECTION_HEADER: u16 = 1 << 7;
+const HTTP2_SETTINGS_HEADER: u16 = 1 << 8;
+
+/// `name`'s bit when it is one of the hop-by-hop headers removed whatever `Connection` says.
+fn hop_by_hop_bit(name: &HeaderName) -> u16 {
+    if name == header::CONNECTION {
+        CONNECTION
+    } else if name == header::TRANSFER_ENCODING {
+        TRANSFER_ENCODING
+    } else if name == header::TE {
+        TE
+    } else if name == header::UPGRADE {
+        UPGRADE_HEADER
+    } else if name == header::PROXY_AUTHORIZATION {
+        PROXY_AUTHORIZATION
+    } else if name == header::PROXY_AUTHENTICATE {
+        PROXY_AUTHENTICATE
+    } else if name == KEEP_ALIVE {
+        KEEP_ALIVE_HEADER
+    } else if name == PROXY_CONNECTION {
+        PROXY_CONNECTION_HEADER
+    } else if name == HTTP2_SETTINGS {
+        HTTP2_SETTINGS_HEADER
+    } else {
+        0
+    }
 }
 
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
 /// put back, since the next hop must see both to switch protocols.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
-    // Most messages carry none of them: one pass over the names (no hashing) instead of a
-    // lookup per hop-by-hop name. Headers named in `Connection` need `Connection` itself.
-    if !headers.keys().any(is_hop_by_hop) {
+    // One pass over the names (no hashing) finds which are present; only those are removed,
+    // since a removal hashes and probes whether or not the name is there. Most requests carry
+    // none; most upstream responses carry only `Connection: keep-alive`.
+    let present = headers
+        .keys()
+        .fold(0, |mask, name| mask | hop_by_hop_bit(name));
+    if present == 0 {
         if upgrading {
             headers.insert(header::CONNECTION, UPGRADE);
         }
         return;
     }
-    if headers.contains_key(header::CONNECTION) {
+    if present & CONNECTION != 0 {
         // Headers the sender named in Connection are for this hop only. TE is judged below on
-        // its value, and Upgrade stays when switching protocols.
+        // its value, and Upgrade stays when switching protocols; the fixed names are removed
+        // below, each once.
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|list| list.split(','))
             .map(str::trim)
-            .filter(|n| !n.eq_ignore_ascii_case("te"))
-            .filter(|n| !(upgrading && n.eq_ignore_ascii_case("upgrade")))
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .filter(|n| hop_by_hop_bit(n) == 0)
             .collect();
         headers.remove(header::CONNECTION);
         for name in named {
             headers.remove(name);
         }
     }
-    headers.remove(&KEEP_ALIVE);
-    headers.remove(&PROXY_CONNECTION);
-    headers.remove(header::TRANSFER_ENCODING);
-    headers.remove(header::PROXY_AUTHORIZATION);
-    headers.remove(header::PROXY_AUTHENTICATE);
-    headers.remove(&HTTP2_SETTINGS);
-    if let Some(te) = headers.remove(header::TE) {
+    let fixed: [(u16, &HeaderName); 6] = [
+        (KEEP_ALIVE_HEADER, &KEEP_ALIVE),
+        (PROXY_CONNECTION_HEADER, &PROXY_CONNECTION),
+        (TRANSFER_ENCODING, &header::TRANSFER_ENCODING),
+        (PROXY_AUTHORIZATION, &header::PROXY_AUTHORIZATION),
+        (PROXY_AUTHENTICATE, &header::PROXY_AUTHENTICATE),
+        (HTTP2_SETTINGS_HEADER, &HTTP2_SETTINGS),
+    ];
+    for (bit, name) in fixed {
+        if present & bit != 0 {
+            headers.remove(name);
+        }
+    }
+    if present & TE != 0
+        && let Some(te) = headers.remove(header::TE)
+    {
         // "TE: trailers" is the one value that means something end to end (gRPC needs it).
         let wants_trailers = te.to_str().is_ok_and(|v| {
             v.split(',').any(|t| {
@@ -85,7 +121,7 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
     }
     if upgrading {
         headers.insert(header::CONNECTION, UPGRADE);
-    } else {
+    } else if present & UPGRADE_HEADER != 0 {
         headers.remove(header::UPGRADE);
     }
 }
@@ -189,6 +225,9 @@ fn push_ip(out: &mut String, ip: IpAddr) {
 mod tests {
     #[test]
     fn only_hop_by_hop_names_are_recognised() {
+        // Each name has its own bit: a shared one would remove a header that is not there
+        // and leave one that is.
+        let mut seen = 0;
         for name in [
             "connection",
             "transfer-encoding",
@@ -200,7 +239,10 @@ mod tests {
             "proxy-connection",
             "http2-settings",
         ] {
-            assert!(is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+            let bit = hop_by_hop_bit(&HeaderName::from_static(name));
+            assert_ne!(bit, 0, "{name}");
+            assert_eq!(seen & bit, 0, "{name} shares a bit");
+            seen |= bit;
         }
         for name in [
             "host",
@@ -209,7 +251,7 @@ mod tests {
             "keep",
             "content-length",
         ] {
-            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+            assert_eq!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
         }
     }
 
