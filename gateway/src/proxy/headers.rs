@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version};
+use smallvec::SmallVec;
 
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -30,6 +31,19 @@ const PROXY_AUTHENTICATE: u16 = 1 << 5;
 const KEEP_ALIVE_HEADER: u16 = 1 << 6;
 const PROXY_CONNECTION_HEADER: u16 = 1 << 7;
 const HTTP2_SETTINGS_HEADER: u16 = 1 << 8;
+
+/// The names those bits stand for, as a `Connection` header may list them.
+const HOP_BY_HOP_NAMES: [&str; 9] = [
+    "connection",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "keep-alive",
+    "proxy-connection",
+    "http2-settings",
+];
 
 /// `name`'s bit when it is one of the hop-by-hop headers removed whatever `Connection` says.
 fn hop_by_hop_bit(name: &HeaderName) -> u16 {
@@ -75,14 +89,16 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
         // Headers the sender named in Connection are for this hop only. TE is judged below on
         // its value, and Upgrade stays when switching protocols; the fixed names are removed
         // below, each once.
-        let named: Vec<HeaderName> = headers
+        // The fixed names are skipped before a `HeaderName` is made: `keep-alive`, the token
+        // most upstreams send, is not one of http's standard names and would be allocated.
+        let named: SmallVec<[HeaderName; 2]> = headers
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|list| list.split(','))
             .map(str::trim)
+            .filter(|n| !HOP_BY_HOP_NAMES.iter().any(|h| n.eq_ignore_ascii_case(h)))
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-            .filter(|n| hop_by_hop_bit(n) == 0)
             .collect();
         headers.remove(header::CONNECTION);
         for name in named {
@@ -228,6 +244,9 @@ mod tests {
         // Each name has its own bit: a shared one would remove a header that is not there
         // and leave one that is.
         let mut seen = 0;
+        for name in HOP_BY_HOP_NAMES {
+            assert_ne!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
+        }
         for name in [
             "connection",
             "transfer-encoding",
