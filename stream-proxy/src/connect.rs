@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -73,6 +73,6 @@ async fn connect_within(
 }
 
 /// Polls `f` once, without waiting.
-async fn poll_once<F: Future>(mut f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+async fn poll_once<F: Future>(mut f: Pin<&mut F>) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
 }
