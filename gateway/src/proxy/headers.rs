@@ -9,9 +9,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version};
 use smallvec::SmallVec;
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-static HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -21,53 +18,31 @@ const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
-// The hop-by-hop headers removed whatever `Connection` says, as bits of a mask.
-const CONNECTION_BIT: u16 = 1;
-const TRANSFER_ENCODING_BIT: u16 = 1 << 1;
-const TE_BIT: u16 = 1 << 2;
-const UPGRADE_BIT: u16 = 1 << 3;
-const PROXY_AUTHORIZATION_BIT: u16 = 1 << 4;
-const PROXY_AUTHENTICATE_BIT: u16 = 1 << 5;
-const KEEP_ALIVE_BIT: u16 = 1 << 6;
-const PROXY_CONNECTION_BIT: u16 = 1 << 7;
-const HTTP2_SETTINGS_BIT: u16 = 1 << 8;
-
-/// The names those bits stand for, as a `Connection` header may list them.
-const HOP_BY_HOP_NAMES: [&str; 9] = [
-    "connection",
-    "transfer-encoding",
-    "te",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "keep-alive",
-    "proxy-connection",
-    "http2-settings",
+/// The hop-by-hop headers removed whatever `Connection` says (RFC 9110 §7.6.1, plus the
+/// pre-standard `Keep-Alive` and `Proxy-Connection`, and HTTP/2's `HTTP2-Settings`). A message's
+/// set of them is a mask with bit `i` for entry `i`.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    header::TE,
+    header::UPGRADE,
+    header::TRANSFER_ENCODING,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("http2-settings"),
 ];
+// The entries handled on their own; the rest are simply removed.
+const CONNECTION_BIT: u16 = 1;
+const TE_BIT: u16 = 1 << 1;
+const UPGRADE_BIT: u16 = 1 << 2;
 
-/// `name`'s bit when it is one of the hop-by-hop headers removed whatever `Connection` says.
+/// `name`'s bit when it is one of [`HOP_BY_HOP`], else 0.
 fn hop_by_hop_bit(name: &HeaderName) -> u16 {
-    if name == header::CONNECTION {
-        CONNECTION_BIT
-    } else if name == header::TRANSFER_ENCODING {
-        TRANSFER_ENCODING_BIT
-    } else if name == header::TE {
-        TE_BIT
-    } else if name == header::UPGRADE {
-        UPGRADE_BIT
-    } else if name == header::PROXY_AUTHORIZATION {
-        PROXY_AUTHORIZATION_BIT
-    } else if name == header::PROXY_AUTHENTICATE {
-        PROXY_AUTHENTICATE_BIT
-    } else if name == KEEP_ALIVE {
-        KEEP_ALIVE_BIT
-    } else if name == PROXY_CONNECTION {
-        PROXY_CONNECTION_BIT
-    } else if name == HTTP2_SETTINGS {
-        HTTP2_SETTINGS_BIT
-    } else {
-        0
-    }
+    HOP_BY_HOP
+        .iter()
+        .position(|h| h == name)
+        .map_or(0, |i| 1 << i)
 }
 
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
@@ -86,8 +61,8 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
         return;
     }
     if present & CONNECTION_BIT != 0 {
-        // Headers the sender named in Connection are for this hop only. The fixed names are
-        // handled below (each removed once, TE judged on its value, Upgrade kept when
+        // Headers the sender named in Connection are for this hop only. Names in `HOP_BY_HOP`
+        // are handled below (each removed once, TE judged on its value, Upgrade kept when
         // switching protocols), so they are skipped here before a `HeaderName` is made:
         // `keep-alive`, the token most upstreams send, is not one of http's standard names and
         // would be allocated.
@@ -97,7 +72,11 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|list| list.split(','))
             .map(str::trim)
-            .filter(|n| !HOP_BY_HOP_NAMES.iter().any(|h| n.eq_ignore_ascii_case(h)))
+            .filter(|n| {
+                !HOP_BY_HOP
+                    .iter()
+                    .any(|h| n.eq_ignore_ascii_case(h.as_str()))
+            })
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
             .collect();
         headers.remove(header::CONNECTION);
@@ -105,16 +84,9 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
             headers.remove(name);
         }
     }
-    let fixed: [(u16, &HeaderName); 6] = [
-        (KEEP_ALIVE_BIT, &KEEP_ALIVE),
-        (PROXY_CONNECTION_BIT, &PROXY_CONNECTION),
-        (TRANSFER_ENCODING_BIT, &header::TRANSFER_ENCODING),
-        (PROXY_AUTHORIZATION_BIT, &header::PROXY_AUTHORIZATION),
-        (PROXY_AUTHENTICATE_BIT, &header::PROXY_AUTHENTICATE),
-        (HTTP2_SETTINGS_BIT, &HTTP2_SETTINGS),
-    ];
-    for (bit, name) in fixed {
-        if present & bit != 0 {
+    let handled_apart = CONNECTION_BIT | TE_BIT | UPGRADE_BIT;
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & !handled_apart & (1 << i) != 0 {
             headers.remove(name);
         }
     }
@@ -244,13 +216,17 @@ mod tests {
         // Each name has its own bit (a shared one would remove a header that is not there and
         // leave one that is), and every bit has its name.
         let mut seen = 0;
-        for name in HOP_BY_HOP_NAMES {
+        for name in HOP_BY_HOP.iter().map(HeaderName::as_str) {
             let bit = hop_by_hop_bit(&HeaderName::from_static(name));
             assert_ne!(bit, 0, "{name}");
             assert_eq!(seen & bit, 0, "{name} shares a bit");
             seen |= bit;
         }
-        assert_eq!(seen, (1 << HOP_BY_HOP_NAMES.len()) - 1);
+        assert_eq!(seen, (1 << HOP_BY_HOP.len()) - 1);
+        // The bits handled apart are those of their names.
+        assert_eq!(hop_by_hop_bit(&header::CONNECTION), CONNECTION_BIT);
+        assert_eq!(hop_by_hop_bit(&header::TE), TE_BIT);
+        assert_eq!(hop_by_hop_bit(&header::UPGRADE), UPGRADE_BIT);
         for name in [
             "host",
             "x-forwarded-for",
