@@ -87,6 +87,8 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 pub struct Router<T> {
     routes: Vec<(Matcher, T)>,
     by_listener: Vec<Vec<usize>>,
+    /// Some route has a `host` condition.
+    matches_hosts: bool,
 }
 
 impl<T> Router<T> {
@@ -102,10 +104,20 @@ impl<T> Router<T> {
             }
             compiled.push((matcher, payload));
         }
+        let matches_hosts = compiled
+            .iter()
+            .any(|(m, _)| !matches!(m.host, HostMatch::Any));
         Self {
             routes: compiled,
             by_listener,
+            matches_hosts,
         }
+    }
+
+    /// Whether any route looks at the host. When none does, the caller can pass `""` and skip
+    /// finding the host (a header lookup and a scan for the port) on every request.
+    pub fn matches_hosts(&self) -> bool {
+        self.matches_hosts
     }
 
     /// The first route of `listener` that matches.
@@ -231,6 +243,26 @@ mod tests {
         assert_eq!(
             request_host(&"http://a.example/x".parse().unwrap(), &h),
             "a.example"
+        );
+    }
+
+    #[test]
+    fn a_router_knows_whether_any_route_looks_at_the_host() {
+        let pathless = Router::new(1, vec![(m("{ path: /a }"), vec![0], ())]);
+        assert!(!pathless.matches_hosts());
+        let hosted = Router::new(
+            1,
+            vec![
+                (m("{ path: /a }"), vec![0], ()),
+                (m("{ host: \"*.example.com\" }"), vec![0], ()),
+            ],
+        );
+        assert!(hosted.matches_hosts());
+        // Without host conditions the empty host routes as any other would.
+        assert!(
+            pathless
+                .find(0, &Method::GET, "", "/a", &HeaderMap::new())
+                .is_some()
         );
     }
 }

@@ -161,7 +161,11 @@ impl ConnService {
             .listener_index(&self.conn.listener)
             .ok_or(StatusCode::NOT_FOUND)?;
         let uri = req.uri();
-        let host = request_host(uri, req.headers());
+        let host = if generation.router.matches_hosts() {
+            request_host(uri, req.headers())
+        } else {
+            ""
+        };
         let index = generation
             .router
             .find_index(listener, req.method(), host, uri.path(), req.headers())
