@@ -8,8 +8,11 @@
 //! first bytes to pick HTTP/1 or h2c instead of letting hyper-util's reader consume and replay
 //! them: the replay splits hyper's first read, which makes it double its 8 KiB read buffer.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -30,6 +33,16 @@ use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
 use crate::service::ConnService;
 use crate::telemetry::{ListenerMetrics, Telemetry};
+
+/// What woke a connection's watchdog.
+enum Woke<E> {
+    /// The connection ended.
+    Conn(Result<(), E>),
+    /// The watchdog's timer: time to check the deadlines.
+    Timer,
+    /// The gateway started draining.
+    Drain,
+}
 
 /// Per-listener settings every connection uses, built when the listener starts.
 pub struct ListenerRuntime {
@@ -360,15 +373,39 @@ async fn serve_http<IO>(
                         return;
                     }
                 };
-                tokio::select! {
-                    res = conn.as_mut() => {
+                let mut timer = pin!(tokio::time::sleep(wait.max(Duration::from_millis(10))));
+                let mut drain = pin!(shutdown.cancelled());
+                let mut first = true;
+                let woke = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(res) = conn.as_mut().poll(cx) {
+                        return Poll::Ready(Woke::Conn(res));
+                    }
+                    // Polled on every wake-up, the timer and the drain signal would cost a
+                    // small request more than its own routing. The first poll registers this
+                    // task with both; after that each is polled only once its state says it
+                    // fired.
+                    if (first || timer.is_elapsed()) && timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Timer);
+                    }
+                    if !draining
+                        && (first || shutdown.is_cancelled())
+                        && drain.as_mut().poll(cx).is_ready()
+                    {
+                        return Poll::Ready(Woke::Drain);
+                    }
+                    first = false;
+                    Poll::Pending
+                })
+                .await;
+                match woke {
+                    Woke::Conn(res) => {
                         if let Err(e) = res {
                             tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
                         }
                         return;
                     }
-                    _ = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
-                    _ = shutdown.cancelled(), if !draining => {
+                    Woke::Timer => {}
+                    Woke::Drain => {
                         draining = true;
                         conn.as_mut().graceful_shutdown();
                     }
