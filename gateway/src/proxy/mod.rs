@@ -70,11 +70,11 @@ struct Sent {
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
-/// Why an attempt failed, and the request back when it was never sent (so it can be retried
-/// even with a body).
+/// Why an attempt failed, and the request's body back when it was never sent (so it can be
+/// retried even with a body).
 struct Failed {
     error: GatewayError,
-    unsent: Option<Request<Body>>,
+    unsent: Option<Body>,
 }
 
 impl ProxyRoute {
@@ -200,8 +200,8 @@ impl ProxyRoute {
                         up.targets.report_failure(index);
                     }
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
-                    if let Some(req) = unsent {
-                        body = Some(req.into_body());
+                    if let Some(unsent) = unsent {
+                        body = Some(unsent);
                     }
                     let retry = retry_left && error.retryable() && (body_empty || body.is_some());
                     if let Some(span) = span {
@@ -310,13 +310,13 @@ impl ProxyRoute {
                 Some(Err(e)) => {
                     return Err(Failed {
                         error: connect_error(pool, e),
-                        unsent: Some(req),
+                        unsent: Some(req.into_body()),
                     });
                 }
                 None => {
                     return Err(Failed {
                         error: timed_out(),
-                        unsent: Some(req),
+                        unsent: Some(req.into_body()),
                     });
                 }
             };
@@ -358,7 +358,10 @@ impl ProxyRoute {
                                 source: e.into(),
                             }
                         };
-                        return Err(Failed { error, unsent });
+                        return Err(Failed {
+                            error,
+                            unsent: unsent.map(Request::into_body),
+                        });
                     }
                 },
             }
@@ -452,4 +455,20 @@ fn is_idempotent(m: &Method) -> bool {
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every await in `forward` keeps these in its state, and that state is moved whole when the
+    /// request's future is boxed: a span or a request inline would add hundreds of bytes to
+    /// every proxied request's copies, traced or not.
+    #[test]
+    fn the_state_an_attempt_carries_stays_small() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<crate::telemetry::trace::OpenSpan>(), 8);
+        let lease = size_of::<super::body::Lease>();
+        assert!(lease <= 96, "Lease is {lease} bytes");
+        let failed = size_of::<super::Failed>();
+        assert!(failed <= 136, "Failed is {failed} bytes");
+    }
 }

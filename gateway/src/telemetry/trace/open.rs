@@ -22,20 +22,21 @@ use crate::body::{Body, BoxError};
 
 /// A recorded span waiting for the end of its body.
 pub struct OpenSpan {
-    /// `None` once recorded.
-    open: Option<(Arc<Tracer>, SpanData)>,
+    /// `None` once recorded. Boxed: the proxy's futures hold an `Option<OpenSpan>` in several
+    /// states, and inline the span data would add a quarter KiB to each of them, traced or not.
+    open: Option<Box<(Arc<Tracer>, SpanData)>>,
 }
 
 impl OpenSpan {
     pub(super) fn new(tracer: Arc<Tracer>, data: SpanData) -> Self {
         Self {
-            open: Some((tracer, data)),
+            open: Some(Box::new((tracer, data))),
         }
     }
 
     /// The span's trace.
     pub fn trace_id(&self) -> Option<TraceId> {
-        self.open.as_ref().map(|(_, d)| d.trace_id)
+        self.open.as_ref().map(|open| open.1.trace_id)
     }
 
     /// The body was sent (or read) to its end: the span ends now.
@@ -65,7 +66,8 @@ impl OpenSpan {
     }
 
     fn record(&mut self, edit: impl FnOnce(&mut SpanData)) {
-        if let Some((tracer, mut data)) = self.open.take() {
+        if let Some(open) = self.open.take() {
+            let (tracer, mut data) = *open;
             edit(&mut data);
             data.end = span::now();
             tracer.record(data);
