@@ -103,9 +103,8 @@ impl ConnService {
             span: self
                 .telemetry
                 .tracer
-                .load()
-                .as_ref()
-                .map(|t| ServerSpan::start(t, &req, &self.conn)),
+                .load_full()
+                .map(|t| ServerSpan::start(&t, &req, &self.conn)),
             _in_flight: in_flight,
         };
         let generation = self.generation.load_full();

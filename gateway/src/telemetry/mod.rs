@@ -9,6 +9,7 @@ pub mod metrics_export;
 mod otlp;
 pub mod stream_observer;
 mod streams;
+mod switch;
 pub mod trace;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub use access_log::{AccessLog, AccessRecord};
 pub use metrics::{Counter, Gauge, Histogram, Registry};
 pub use metrics_export::MetricsExporter;
 pub use streams::render_streams;
+pub use switch::Switch;
 pub use trace::Tracer;
 
 /// Process-wide telemetry, owned by the running gateway.
@@ -29,10 +31,10 @@ pub struct Telemetry {
     pub registry: Arc<Registry>,
     /// The access log, when configured (swapped on reload; shared with the stream observers,
     /// which read it when a connection ends).
-    pub access_log: Arc<ArcSwapOption<AccessLog>>,
+    pub access_log: Arc<Switch<AccessLog>>,
     /// The tracer, when `telemetry.traces` is configured (replaced on reload when its settings
     /// change; shared with the stream observers, which read it when a connection ends).
-    pub tracer: Arc<ArcSwapOption<Tracer>>,
+    pub tracer: Arc<Switch<Tracer>>,
     /// The OTLP metrics exporter, when `telemetry.metrics` is configured (replaced on reload
     /// when its settings change).
     pub metrics_export: ArcSwapOption<MetricsExporter>,
@@ -58,8 +60,8 @@ impl Telemetry {
         Arc::new(Self {
             reloads_ok: reloads("ok"),
             reloads_failed: reloads("failed"),
-            access_log: Arc::new(ArcSwapOption::empty()),
-            tracer: Arc::new(ArcSwapOption::empty()),
+            access_log: Arc::new(Switch::empty()),
+            tracer: Arc::new(Switch::empty()),
             metrics_export: ArcSwapOption::empty(),
             started: SystemTime::now(),
             registry,

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use arc_swap::ArcSwapOption;
+use super::Switch;
 use gateway_config::model::StreamProtocol;
 use stream_proxy::{CloseSummary, ConnectionInfo, Resolver, StreamFilter, StreamFilterFactory};
 
@@ -18,8 +18,8 @@ use super::trace::{Tracer, stream::record as record_span};
 
 /// Builds one observer per connection.
 pub struct StreamObserverFactory {
-    tracer: Arc<ArcSwapOption<Tracer>>,
-    access_log: Arc<ArcSwapOption<AccessLog>>,
+    tracer: Arc<Switch<Tracer>>,
+    access_log: Arc<Switch<AccessLog>>,
 }
 
 impl StreamFilterFactory for StreamObserverFactory {
@@ -69,8 +69,8 @@ impl Resolver for Observed<'_> {
 }
 
 struct StreamObserver {
-    tracer: Arc<ArcSwapOption<Tracer>>,
-    access_log: Arc<ArcSwapOption<AccessLog>>,
+    tracer: Arc<Switch<Tracer>>,
+    access_log: Arc<Switch<AccessLog>>,
 }
 
 #[async_trait::async_trait]
