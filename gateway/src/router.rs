@@ -248,8 +248,8 @@ mod tests {
 
     #[test]
     fn a_router_knows_whether_any_route_looks_at_the_host() {
-        let pathless = Router::new(1, vec![(m("{ path: /a }"), vec![0], ())]);
-        assert!(!pathless.matches_hosts());
+        let hostless = Router::new(1, vec![(m("{ path: /a }"), vec![0], ())]);
+        assert!(!hostless.matches_hosts());
         let hosted = Router::new(
             1,
             vec![
@@ -260,7 +260,7 @@ mod tests {
         assert!(hosted.matches_hosts());
         // Without host conditions the empty host routes as any other would.
         assert!(
-            pathless
+            hostless
                 .find(0, &Method::GET, "", "/a", &HeaderMap::new())
                 .is_some()
         );

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::Switch;
 use gateway_config::model::StreamProtocol;
 use stream_proxy::{CloseSummary, ConnectionInfo, Resolver, StreamFilter, StreamFilterFactory};
 
+use super::Switch;
 use super::access_log::{AccessLog, StreamRecord};
 use super::trace::{Tracer, stream::record as record_span};
 
