@@ -11,8 +11,11 @@
 //! Every step is bounded in time (header timeout, connect timeout, idle timeout) and every
 //! failure closes only this connection. One log line per connection reports the outcome.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::BytesMut;
 use gateway_config::model::{ProxyProtocolVersion, SniFallback};
@@ -49,8 +52,11 @@ pub(crate) async fn serve(
         sni = tracing::field::Empty,
     );
     let progress = Progress::new(stats.clone());
+    // A disabled span (the default level) clones for nothing; recording into it is a no-op,
+    // where `Span::current()` would look the span up on every call.
+    let fields = span.clone();
     let work = async {
-        let outcome = handle(io, peer, local, &rt, &progress, &stop).await;
+        let outcome = handle(io, peer, local, &rt, &progress, &stop, &fields).await;
         count(&stats, &outcome);
         log(&progress, &outcome);
     };
@@ -64,6 +70,7 @@ async fn handle(
     rt: &CompiledStream,
     progress: &Progress,
     stop: &CancellationToken,
+    span: &tracing::Span,
 ) -> Result<(), StreamError> {
     let _ = io.set_nodelay(true);
     let mut pending = BytesMut::new();
@@ -76,7 +83,7 @@ async fn handle(
     } else {
         (peer, local)
     };
-    tracing::Span::current().record("client", tracing::field::display(client));
+    span.record("client", tracing::field::display(client));
     let info = ConnectionInfo {
         stream: rt.name.clone(),
         protocol: rt.protocol,
@@ -92,19 +99,22 @@ async fn handle(
     // The drain timeout stops the work but not `on_close`: every filter that saw the
     // connection start sees it end.
     let mut summary = CloseSummary::default();
-    let work = proxy(
-        &mut io,
-        pending,
-        &info,
-        rt,
-        &mut filters,
-        progress,
-        &mut summary,
-    );
-    let result = stop
-        .run_until_cancelled(work)
-        .await
-        .unwrap_or(Err(StreamError::Shutdown));
+    // The work ends (and its sockets close) at the end of this block, before `on_close`.
+    let result = {
+        let work = pin!(proxy(
+            &mut io,
+            pending,
+            &info,
+            rt,
+            &mut filters,
+            progress,
+            &mut summary,
+            span,
+        ));
+        until_stopped(stop, work)
+            .await
+            .unwrap_or(Err(StreamError::Shutdown))
+    };
     summary.bytes_in = progress.bytes_in();
     summary.bytes_out = progress.bytes_out();
     summary.duration = progress.elapsed();
@@ -113,6 +123,10 @@ async fn handle(
     result
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one connection's pieces, borrowed from `handle` for the relay's life"
+)]
 async fn proxy(
     io: &mut TcpStream,
     mut pending: BytesMut,
@@ -121,12 +135,13 @@ async fn proxy(
     filters: &mut ActiveFilters,
     progress: &Progress,
     summary: &mut CloseSummary,
+    span: &tracing::Span,
 ) -> Result<(), StreamError> {
-    let upstream = route(io, &mut pending, rt, summary).await?;
+    let upstream = route(io, &mut pending, rt, summary, span).await?;
     let mut up = connect(upstream, info.client.ip()).await?;
     let target = up.selection.target().addr;
     summary.target = Some(target);
-    tracing::Span::current().record("target", tracing::field::display(target));
+    span.record("target", tracing::field::display(target));
 
     let mut head = BytesMut::new();
     match rt.proxy_protocol {
@@ -163,6 +178,7 @@ async fn route<'a>(
     pending: &mut BytesMut,
     rt: &'a CompiledStream,
     summary: &mut CloseSummary,
+    span: &tracing::Span,
 ) -> Result<&'a Arc<StreamUpstream>, StreamError> {
     if rt.sni_routes.is_empty() {
         return rt
@@ -172,7 +188,7 @@ async fn route<'a>(
     }
     let hello = read_client_hello(io, pending, rt.header_timeout).await?;
     if let ClientHello::Sni(name) = &hello {
-        tracing::Span::current().record("sni", name.as_str());
+        span.record("sni", name.as_str());
         summary.sni = Some(name.clone());
         if let Some(up) = rt.sni_routes.lookup(name) {
             return Ok(up);
@@ -187,6 +203,30 @@ async fn route<'a>(
         (Some(up), SniFallback::Upstream) => Ok(up),
         _ => Err(StreamError::NoRoute(why)),
     }
+}
+
+/// `work`'s output, or `None` once `stop` is cancelled (the drain timeout passed). Unlike
+/// `CancellationToken::run_until_cancelled`, which polls the token's waiter (two mutex locks)
+/// on every wake-up of the connection, the token is polled once to register this task and
+/// then only after `is_cancelled` says it fired. `work` is borrowed pinned, so the
+/// connection's future is not moved into another.
+async fn until_stopped<F: Future>(
+    stop: &CancellationToken,
+    mut work: Pin<&mut F>,
+) -> Option<F::Output> {
+    let mut stopped = pin!(stop.cancelled());
+    let mut first = true;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        if (first || stop.is_cancelled()) && stopped.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        first = false;
+        Poll::Pending
+    })
+    .await
 }
 
 fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
