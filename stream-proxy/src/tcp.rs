@@ -75,8 +75,12 @@ async fn handle(
     let _ = io.set_nodelay(true);
     let mut pending = BytesMut::new();
     let (client, local) = if rt.accept_proxy_protocol {
-        let header = proxy_protocol::read_header(&mut io, &mut pending, rt.header_timeout);
-        stop.run_until_cancelled(header)
+        let header = pin!(proxy_protocol::read_header(
+            &mut io,
+            &mut pending,
+            rt.header_timeout
+        ));
+        until_stopped(stop, header)
             .await
             .ok_or(StreamError::Shutdown)??
             .addresses(peer, local)
