@@ -42,6 +42,14 @@ impl Body {
         }
     }
 
+    /// The body's one buffer, when it is a single buffer already in memory.
+    pub(crate) fn as_full(&self) -> Option<&Bytes> {
+        match &self.kind {
+            Kind::Once(b) => b.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Wraps any body stream.
     pub fn new<B>(body: B) -> Self
     where

@@ -1,6 +1,6 @@
 //! The upstream response body on its way to the client. It streams frames (data and trailers)
-//! untouched, and around them does the bookkeeping that must wait for the body's end: the
-//! HTTP/1.1 connection goes back to the pool only once the body is fully read, the target stays
+//! untouched, and around them does the bookkeeping that must wait for the body's end (an
+//! HTTP/1.1 connection goes back to its pool from [`super::h1::ResponseBody`] itself): the target stays
 //! "in flight" for the balancers until then, a reset or truncated body counts as a failure of
 //! the target, the attempt's `timeout` keeps running so a stalled body cannot hang the client,
 //! and the attempt's client span (when recorded) ends with the body.
@@ -12,11 +12,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use hyper::body::Incoming;
 use stream_proxy::upstream::Selection;
 use tokio::time::Sleep;
 
-use super::pool::PooledH1;
+use super::h1::ResponseBody;
 use super::upstream::Upstream;
 use crate::body::{Body, BoxError};
 use crate::error::GatewayError;
@@ -26,7 +25,6 @@ use crate::telemetry::trace::OpenSpan;
 pub(crate) struct Lease {
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) selection: Selection,
-    pub(crate) conn: Option<PooledH1>,
     pub(crate) deadline: Option<Pin<Box<Sleep>>>,
     /// The attempt's client span, ended with the body (dropped unfinished when the client
     /// goes away first).
@@ -34,18 +32,15 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// The exchange completed: the connection is reusable.
+    /// The exchange completed.
     fn finish(self) {
-        if let Some(conn) = self.conn {
-            conn.release();
-        }
         if let Some(span) = self.span {
             span.finish();
         }
     }
 
-    /// The exchange broke (`error_type`: `response_error` or `timeout`): the connection is
-    /// dropped (hyper closes it) and the target charged.
+    /// The exchange broke (`error_type`: `response_error` or `timeout`): the target is
+    /// charged (the body that failed drops, and closes, its connection).
     fn fail(self, error_type: &'static str) {
         self.upstream.targets.report_failure(self.selection.index());
         if let Some(span) = self.span {
@@ -59,7 +54,7 @@ impl Lease {
 /// head and body in one syscall (and release the upstream connection at once) instead of
 /// flushing the head alone and waking again for the body. A body that turns out complete is
 /// passed on without a wrapper. `Err` when the body failed before anything was sent.
-pub(crate) async fn wrap(mut inner: Incoming, lease: Lease) -> Result<Body, BoxError> {
+pub(crate) async fn wrap(mut inner: RawBody, lease: Lease) -> Result<Body, BoxError> {
     if inner.is_end_stream() {
         lease.finish();
         return Ok(Body::empty());
@@ -79,7 +74,7 @@ pub(crate) async fn wrap(mut inner: Incoming, lease: Lease) -> Result<Body, BoxE
         }
         Some(Some(Err(e))) => {
             lease.fail("response_error");
-            return Err(e.into());
+            return Err(e);
         }
         Some(Some(Ok(frame))) if inner.is_end_stream() => {
             lease.finish();
@@ -101,8 +96,45 @@ pub(crate) async fn wrap(mut inner: Incoming, lease: Lease) -> Result<Body, BoxE
     }))
 }
 
+/// An upstream's response body as its client produced it.
+pub(crate) enum RawBody {
+    /// From hyper's client (HTTP/2, protocol switches).
+    Hyper(hyper::body::Incoming),
+    /// From the proxy's own HTTP/1.1 client.
+    H1(ResponseBody),
+}
+
+impl HttpBody for RawBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RawBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            RawBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RawBody::Hyper(b) => b.is_end_stream(),
+            RawBody::H1(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RawBody::Hyper(b) => b.size_hint(),
+            RawBody::H1(b) => b.size_hint(),
+        }
+    }
+}
+
 /// Polls once: `None` when not ready yet.
-async fn poll_now(inner: &mut Incoming) -> Option<Option<Result<Frame<Bytes>, hyper::Error>>> {
+async fn poll_now(inner: &mut RawBody) -> Option<Option<Result<Frame<Bytes>, BoxError>>> {
     std::future::poll_fn(|cx| {
         Poll::Ready(match Pin::new(&mut *inner).poll_frame(cx) {
             Poll::Ready(frame) => Some(frame),
@@ -113,7 +145,7 @@ async fn poll_now(inner: &mut Incoming) -> Option<Option<Result<Frame<Bytes>, hy
 }
 
 struct UpstreamBody {
-    inner: Incoming,
+    inner: RawBody,
     /// `None` once the body ended, failed or timed out.
     lease: Option<Lease>,
     /// A frame read ahead by [`wrap`], sent first.
@@ -157,7 +189,7 @@ impl HttpBody for UpstreamBody {
                 if let Some(lease) = this.lease.take() {
                     lease.fail("response_error");
                 }
-                Poll::Ready(Some(Err(e.into())))
+                Poll::Ready(Some(Err(e)))
             }
             Poll::Pending => {
                 let expired = lease

@@ -1,7 +1,8 @@
 //! Opening a connection to one target: TCP (with `connect_timeout` covering the TCP handshake,
-//! TLS and the HTTP/2 preface), TLS with SNI and ALPN, and the hyper client handshake for the
-//! upstream's protocol. The connection's driver runs in its own task; `on_close` runs when it
-//! ends so the pool can count open connections.
+//! TLS and the HTTP/2 preface), TLS with SNI and ALPN, and, for what hyper's client drives
+//! (HTTP/2, health checks, protocol switches), the hyper client handshake. A hyper connection's
+//! driver runs in its own task; `on_close` runs when it ends so the pool can count open
+//! connections. Pooled HTTP/1.1 connections take the bare [`Io`] from [`Connector::open`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,9 +11,9 @@ use gateway_config::model::{UpstreamProtocol, UpstreamTlsConfig};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::h1::Io;
 use crate::body::{Body, BoxError};
 
 /// A sender for one connection.
@@ -103,58 +104,82 @@ impl Connector {
         self.h2
     }
 
-    /// Opens a connection, bounded by `connect_timeout`.
+    /// Opens a connection's transport (TCP, then TLS when configured), bounded by
+    /// `connect_timeout`.
+    pub(crate) async fn open(
+        &self,
+        addr: SocketAddr,
+        server_name: &ServerName<'static>,
+    ) -> Result<Io, ConnectError> {
+        let opened = tokio::time::timeout(self.connect_timeout, async {
+            let tcp = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
+            let _ = tcp.set_nodelay(true);
+            let Some(tls) = &self.tls else {
+                return Ok(Io::Plain(tcp));
+            };
+            let stream = tls
+                .connect(server_name.clone(), tcp)
+                .await
+                .map_err(ConnectError::Tls)?;
+            if self.h2 && stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                return Err(ConnectError::Handshake(
+                    "the target did not negotiate HTTP/2 (ALPN h2)".into(),
+                ));
+            }
+            Ok(Io::Tls(Box::new(stream)))
+        });
+        match opened.await {
+            Ok(r) => r,
+            Err(_) => Err(ConnectError::Timeout(self.connect_timeout)),
+        }
+    }
+
+    /// Opens a connection driven by hyper's client, bounded by `connect_timeout` (the HTTP/2
+    /// preface included).
     pub(crate) async fn connect(
         &self,
         addr: SocketAddr,
         server_name: &ServerName<'static>,
         on_close: impl FnOnce() + Send + 'static,
     ) -> Result<Conn, ConnectError> {
-        let opened = tokio::time::timeout(self.connect_timeout, async {
-            let tcp = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
-            let _ = tcp.set_nodelay(true);
-            match &self.tls {
-                None => self.handshake(tcp).await,
-                Some(tls) => {
-                    let stream = tls
-                        .connect(server_name.clone(), tcp)
-                        .await
-                        .map_err(ConnectError::Tls)?;
-                    if self.h2 && stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                        return Err(ConnectError::Handshake(
-                            "the target did not negotiate HTTP/2 (ALPN h2)".into(),
-                        ));
-                    }
-                    self.handshake(stream).await
-                }
-            }
-        });
-        let (conn, driver) = match opened.await {
+        let started = tokio::time::Instant::now();
+        let io = self.open(addr, server_name).await?;
+        let left = self.connect_timeout.saturating_sub(started.elapsed());
+        let (conn, driver) = match tokio::time::timeout(left, self.handshake(io)).await {
             Ok(r) => r?,
             Err(_) => return Err(ConnectError::Timeout(self.connect_timeout)),
         };
-        tokio::spawn(async move {
-            if let Err(e) = driver.await {
-                tracing::debug!(%addr, error = %e, "upstream connection ended with an error");
-            }
-            on_close();
-        });
+        spawn_driver(addr, driver, on_close);
         Ok(conn)
     }
 
-    async fn handshake<IO>(
+    /// Hands an open transport to hyper's HTTP/1.1 client for one exchange that may switch
+    /// protocols (the connection is never pooled again).
+    pub(crate) async fn handshake_h1(
         &self,
-        io: IO,
+        addr: SocketAddr,
+        io: Io,
+        on_close: impl FnOnce() + Send + 'static,
+    ) -> Result<http1::SendRequest<Body>, ConnectError> {
+        let (tx, conn) = self
+            .h1_builder
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| ConnectError::Handshake(e.into()))?;
+        spawn_driver(addr, Box::pin(conn.with_upgrades()), on_close);
+        Ok(tx)
+    }
+
+    async fn handshake(
+        &self,
+        io: Io,
     ) -> Result<
         (
             Conn,
             futures_util::future::BoxFuture<'static, hyper::Result<()>>,
         ),
         ConnectError,
-    >
-    where
-        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    > {
         let io = TokioIo::new(io);
         if self.h2 {
             let (tx, conn) = self
@@ -173,4 +198,18 @@ impl Connector {
             Ok((Conn::H1(tx), Box::pin(conn.with_upgrades())))
         }
     }
+}
+
+/// Runs a hyper connection's driver in a task of its own; `on_close` when it ends.
+fn spawn_driver(
+    addr: SocketAddr,
+    driver: futures_util::future::BoxFuture<'static, hyper::Result<()>>,
+    on_close: impl FnOnce() + Send + 'static,
+) {
+    tokio::spawn(async move {
+        if let Err(e) = driver.await {
+            tracing::debug!(%addr, error = %e, "upstream connection ended with an error");
+        }
+        on_close();
+    });
 }

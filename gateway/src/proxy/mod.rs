@@ -10,11 +10,13 @@
 //! request is traced, each attempt gets a client span and carries its `traceparent` upstream.
 //!
 //! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
-//! connections), [`connect`] (TCP, TLS, handshakes), [`tls`], [`headers`], [`body`],
-//! [`upgrade`] (WebSocket), [`health`] (active checks).
+//! connections), [`connect`] (TCP, TLS, handshakes), [`h1`] (the HTTP/1.1 client driven in the
+//! request's task), [`tls`], [`headers`], [`body`], [`upgrade`] (WebSocket), [`health`] (active
+//! checks).
 
 mod body;
 mod connect;
+mod h1;
 mod headers;
 mod health;
 mod pool;
@@ -29,16 +31,15 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use stream_proxy::upstream::Selection;
 use tokio::time::Sleep;
 
 pub use upstream::{Upstream, Upstreams};
 
-use self::body::Lease;
+use self::body::{Lease, RawBody};
 use self::connect::ConnectError;
-use self::pool::{Checkout, Pool, PooledH1};
-use crate::body::Body;
+use self::pool::{Checkout, Pool};
+use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::{GatewayError, error_response};
 use crate::telemetry::trace::OpenSpan;
@@ -65,8 +66,7 @@ struct Head {
 
 /// A response head received on an attempt, with what its body still holds.
 struct Sent {
-    response: Response<Incoming>,
-    conn: Option<PooledH1>,
+    response: Response<RawBody>,
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
@@ -169,7 +169,7 @@ impl ProxyRoute {
                 };
                 t.start_client(&head.method, target, tried.len(), req.headers_mut())
             });
-            match self.attempt(pool, req).await {
+            match self.attempt(pool, req, upgrading).await {
                 Ok(sent) => {
                     let status = sent.response.status();
                     let failed = matches!(status.as_u16(), 502..=504);
@@ -297,10 +297,21 @@ impl ProxyRoute {
     }
 
     /// One attempt: a connection, the request sent, the response head, all within `timeout`.
-    async fn attempt(&self, pool: &Arc<Pool>, mut req: Request<Body>) -> Result<Sent, Failed> {
+    /// An `upgrading` request goes through hyper's client, which can hand the connection over
+    /// once the upstream switches protocols; every other HTTP/1.1 request through [`h1`].
+    async fn attempt(
+        &self,
+        pool: &Arc<Pool>,
+        mut req: Request<Body>,
+        upgrading: bool,
+    ) -> Result<Sent, Failed> {
         let up = &self.upstream;
         let timeout = up.timeout.unwrap_or_default();
         let timed_out = || GatewayError::UpstreamTimeout(timeout);
+        let upstream_failed = |e: BoxError| GatewayError::UpstreamFailed {
+            addr: pool.endpoint.addr.to_string(),
+            source: e,
+        };
         let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         // A pooled connection the peer closed while idle hands the request back unsent; try
         // again on another (a fresh one, once the idle ones run out).
@@ -320,21 +331,70 @@ impl ProxyRoute {
                     });
                 }
             };
-            let (sent, conn, reused) = match checkout {
-                Checkout::H1 { mut conn, reused } => {
-                    let sent = until(&mut deadline, conn.tx.try_send_request(req)).await;
-                    (sent, Some(conn), reused)
+            let (sent, reused) = match checkout {
+                Checkout::H1 { conn, reused } if !upgrading => {
+                    match until(&mut deadline, conn.send(req, pool, reused)).await {
+                        Some(Ok(response)) => {
+                            return Ok(Sent {
+                                response: response.map(RawBody::H1),
+                                deadline,
+                            });
+                        }
+                        None => {
+                            return Err(Failed {
+                                error: timed_out(),
+                                unsent: None,
+                            });
+                        }
+                        Some(Err(failure)) => match failure.unsent {
+                            Some(again) if failure.stale => {
+                                req = again;
+                                continue;
+                            }
+                            unsent => {
+                                let error = match failure.error {
+                                    h1::FailureKind::Upstream(e) => upstream_failed(e.into()),
+                                    // The client's, not the target's.
+                                    h1::FailureKind::RequestBody(e) => GatewayError::RequestBody(e),
+                                };
+                                return Err(Failed {
+                                    error,
+                                    unsent: unsent.map(Request::into_body),
+                                });
+                            }
+                        },
+                    }
+                }
+                Checkout::H1 { conn, reused } => {
+                    let (io, open) = conn.into_io();
+                    let handshake = up.connector.handshake_h1(pool.endpoint.addr, io, || {
+                        drop(open);
+                    });
+                    let mut tx = match until(&mut deadline, handshake).await {
+                        Some(Ok(tx)) => tx,
+                        Some(Err(e)) => {
+                            return Err(Failed {
+                                error: connect_error(pool, e),
+                                unsent: Some(req.into_body()),
+                            });
+                        }
+                        None => {
+                            return Err(Failed {
+                                error: timed_out(),
+                                unsent: Some(req.into_body()),
+                            });
+                        }
+                    };
+                    (until(&mut deadline, tx.try_send_request(req)).await, reused)
                 }
                 Checkout::H2(mut tx) => {
-                    let sent = until(&mut deadline, tx.try_send_request(req)).await;
-                    (sent, None, false)
+                    (until(&mut deadline, tx.try_send_request(req)).await, false)
                 }
             };
             match sent {
                 Some(Ok(response)) => {
                     return Ok(Sent {
-                        response,
-                        conn,
+                        response: response.map(RawBody::Hyper),
                         deadline,
                     });
                 }
@@ -353,10 +413,7 @@ impl ProxyRoute {
                         let error = if e.is_user() {
                             GatewayError::RequestBody(e.into())
                         } else {
-                            GatewayError::UpstreamFailed {
-                                addr: pool.endpoint.addr.to_string(),
-                                source: e.into(),
-                            }
+                            upstream_failed(e.into())
                         };
                         return Err(Failed {
                             error,
@@ -379,7 +436,6 @@ impl ProxyRoute {
     ) -> Response<Body> {
         let Sent {
             mut response,
-            conn,
             deadline,
         } = sent;
         let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -394,7 +450,6 @@ impl ProxyRoute {
         let lease = Lease {
             upstream: self.upstream.clone(),
             selection,
-            conn,
             deadline,
             span,
         };
@@ -406,6 +461,8 @@ impl ProxyRoute {
                     source: "upstream switched protocols unasked".into(),
                 });
             };
+            // Only hyper's client carries a request that asked to switch, so the switch is in
+            // this response's extensions.
             let upstream = hyper::upgrade::on(&mut response);
             let (parts, _) = response.into_parts();
             return upgrade::tunnel(parts, client, upstream, lease, websocket_over_h2);
@@ -450,7 +507,7 @@ async fn until<F: Future>(deadline: &mut Option<Pin<Box<Sleep>>>, f: F) -> Optio
 }
 
 /// Methods RFC 9110 defines as idempotent.
-fn is_idempotent(m: &Method) -> bool {
+pub(crate) fn is_idempotent(m: &Method) -> bool {
     matches!(
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE

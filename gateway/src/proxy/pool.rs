@@ -1,16 +1,17 @@
 //! Keep-alive connections to one target.
 //!
-//! Built on `hyper::client::conn` rather than hyper-util's legacy `Client`, because the proxy
-//! needs what that client does not offer: a cap on connections per target with requests waiting
-//! for a free one (`pool.max_connections_per_target`), connecting to a resolved address while the
+//! The pool is the proxy's own rather than hyper-util's legacy `Client`, because the proxy needs
+//! what that client does not offer: a cap on connections per target with requests waiting for a
+//! free one (`pool.max_connections_per_target`), connecting to a resolved address while the
 //! request keeps the client's `Host`/`:authority` (the legacy pool keys connections by URI
-//! authority, which would split one target's pool per virtual host), and returning a connection
-//! to the pool inline when the response body ends instead of spawning a task per request to
-//! wait for it. The pool itself is a mutex-guarded LIFO stack (the most recently used
-//! connection is the warmest and the least likely to have been closed by the peer).
+//! authority, which would split one target's pool per virtual host), and HTTP/1.1 connections
+//! driven by the request itself ([`super::h1`]). Idle HTTP/1.1 connections are plain sockets on
+//! a mutex-guarded LIFO stack (the most recently used is the warmest and the least likely to
+//! have been closed by the peer); one is checked for a close that arrived while it was idle
+//! when it is taken.
 //!
-//! HTTP/2 targets share one multiplexed connection, opened by the first request that needs it
-//! (others wait for that handshake rather than racing to open their own).
+//! HTTP/2 targets share one multiplexed hyper connection, opened by the first request that
+//! needs it (others wait for that handshake rather than racing to open their own).
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -18,11 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 use http::HeaderValue;
 use http::uri::Authority;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use rustls_pki_types::ServerName;
 use tokio::sync::Notify;
 
 use super::connect::{Conn, ConnectError, Connector};
+use super::h1::H1Conn;
 use crate::body::Body;
 
 /// Where a pool connects, and the names the target goes by, computed at config load.
@@ -45,16 +47,26 @@ pub(crate) struct Limits {
     pub(crate) max_open: usize,
 }
 
-/// Counts shared with connection driver tasks (kept apart from the idle stack so that a driver
-/// never keeps its own idle sender alive).
+/// Counts shared with the connections (kept apart from the idle stack so that an idle
+/// connection never keeps its own pool alive).
 #[derive(Default)]
 struct Counts {
     open: AtomicUsize,
     freed: Notify,
 }
 
+/// One open connection of a pool: counted from the reservation that opened it until dropped.
+pub(crate) struct OpenConn(Arc<Counts>);
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
+        self.0.freed.notify_one();
+    }
+}
+
 struct Idle {
-    tx: http1::SendRequest<Body>,
+    conn: H1Conn,
     tick: u32,
 }
 
@@ -75,15 +87,9 @@ pub(crate) struct Pool {
 pub(crate) enum Checkout {
     /// An HTTP/1.1 connection, exclusively ours until released; `reused` when it came from the
     /// idle stack (and so may have been closed by the peer meanwhile).
-    H1 { conn: PooledH1, reused: bool },
+    H1 { conn: H1Conn, reused: bool },
     /// A handle on the shared HTTP/2 connection.
     H2(http2::SendRequest<Body>),
-}
-
-/// An HTTP/1.1 connection on loan from its pool.
-pub(crate) struct PooledH1 {
-    pub(crate) tx: http1::SendRequest<Body>,
-    pool: Arc<Pool>,
 }
 
 impl Pool {
@@ -119,43 +125,20 @@ impl Pool {
             return self.checkout_h2(connector).await.map(Checkout::H2);
         }
         loop {
-            if let Some(tx) = self.take_idle() {
-                return Ok(Checkout::H1 {
-                    conn: PooledH1 {
-                        tx,
-                        pool: self.clone(),
-                    },
-                    reused: true,
-                });
+            if let Some(conn) = self.take_idle() {
+                return Ok(Checkout::H1 { conn, reused: true });
             }
             if self.reserve() {
-                let counts = self.counts.clone();
-                // Boxed: the connect future (TCP, TLS, handshake) is several KiB, and inline it
-                // would make every request's future that large, and copied on each await.
-                let opened = Box::pin(connector.connect(
-                    self.endpoint.addr,
-                    &self.endpoint.server_name,
-                    move || {
-                        counts.open.fetch_sub(1, Relaxed);
-                        counts.freed.notify_one();
-                    },
-                ))
-                .await;
-                return match opened {
-                    Ok(Conn::H1(tx)) => Ok(Checkout::H1 {
-                        conn: PooledH1 {
-                            tx,
-                            pool: self.clone(),
-                        },
-                        reused: false,
-                    }),
-                    Ok(Conn::H2(_)) => unreachable_h2(),
-                    Err(e) => {
-                        self.counts.open.fetch_sub(1, Relaxed);
-                        self.counts.freed.notify_one();
-                        Err(e)
-                    }
-                };
+                let open = OpenConn(self.counts.clone());
+                // Boxed: the connect future (TCP, TLS) is large, and inline it would make every
+                // request's future that large, and copied on each await.
+                let opened =
+                    Box::pin(connector.open(self.endpoint.addr, &self.endpoint.server_name)).await;
+                // On failure `open` is dropped here, which frees the reservation.
+                return opened.map(|io| Checkout::H1 {
+                    conn: H1Conn::new(io, open),
+                    reused: false,
+                });
             }
             // At the cap: a connection coming back idle or closing wakes us. `notify_one`
             // stores a permit when nobody waits yet, so a release between the checks above and
@@ -164,12 +147,11 @@ impl Pool {
         }
     }
 
-    fn take_idle(&self) -> Option<http1::SendRequest<Body>> {
+    fn take_idle(&self) -> Option<H1Conn> {
         let mut idle = lock(&self.idle);
-        while let Some(entry) = idle.pop() {
-            // Released connections are ready; one that is not has been closed by the peer.
-            if entry.tx.is_ready() {
-                return Some(entry.tx);
+        while let Some(mut entry) = idle.pop() {
+            if entry.conn.is_reusable() {
+                return Some(entry.conn);
             }
         }
         None
@@ -187,17 +169,19 @@ impl Pool {
             .is_ok()
     }
 
-    fn put_idle(&self, tx: http1::SendRequest<Body>) {
+    /// An HTTP/1.1 connection whose exchange completed cleanly goes back on the idle stack
+    /// (or is closed when the stack is full).
+    pub(crate) fn release_h1(&self, conn: H1Conn) {
         let mut idle = lock(&self.idle);
         if idle.len() < self.limits.max_idle {
             idle.push(Idle {
-                tx,
+                conn,
                 tick: self.tick.load(Relaxed),
             });
             drop(idle);
             self.counts.freed.notify_one();
         }
-        // Else the sender is dropped here and hyper closes the connection.
+        // Else the connection is dropped here: closed, and its `OpenConn` frees its place.
     }
 
     async fn checkout_h2(
@@ -251,29 +235,10 @@ impl Pool {
     /// `idle_timeout`, so a connection is closed after one to one and a half timeouts.
     pub(crate) fn reap(&self) {
         let now = self.tick.fetch_add(1, Relaxed).wrapping_add(1);
-        lock(&self.idle).retain(|e| now.wrapping_sub(e.tick) < 2 && !e.tx.is_closed());
+        lock(&self.idle).retain_mut(|e| now.wrapping_sub(e.tick) < 2 && e.conn.is_reusable());
         if now.is_multiple_of(2) && !self.h2_used.swap(false, Relaxed) {
             // Our handle goes; streams still running keep the connection until they end.
             lock(&self.h2).take();
-        }
-    }
-}
-
-impl PooledH1 {
-    /// The response ended cleanly: the connection goes back to the pool. If hyper has not yet
-    /// marked it ready (the driver runs in another task and may lag the body's end by a
-    /// moment), a small task waits for that rather than losing a good connection.
-    pub(crate) fn release(mut self) {
-        if self.tx.is_ready() {
-            self.pool.put_idle(self.tx);
-        } else if !self.tx.is_closed() {
-            tokio::spawn(async move {
-                let ready =
-                    tokio::time::timeout(std::time::Duration::from_secs(5), self.tx.ready());
-                if let Ok(Ok(())) = ready.await {
-                    self.pool.put_idle(self.tx);
-                }
-            });
         }
     }
 }

@@ -1,0 +1,341 @@
+//! An upstream's HTTP/1.1 response: the head parsed from the connection's buffer (interim 1xx
+//! responses skipped), the body's framing decided by RFC 9112 §6.3, and the chunked coding
+//! decoded with its trailers. Header values are slices of the received bytes, not copies.
+//!
+//! Anything ambiguous fails the response rather than guessing: conflicting `Content-Length`
+//! values, a malformed chunk, a head larger than [`MAX_HEAD`]. The caller answers 502 and the
+//! connection is not reused.
+
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version, response};
+use http_body::Frame;
+
+/// Largest response head (and trailer section) accepted.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// Most header fields in a response head, as the hyper client was configured before.
+const MAX_FIELDS: usize = 128;
+/// Longest chunk-size line (the size and any extensions).
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// How the response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyFraming {
+    /// No body (HEAD, 204, 304, or `Content-Length: 0`).
+    Empty,
+    /// This many bytes.
+    Length(u64),
+    /// The chunked coding.
+    Chunked,
+    /// Everything until the upstream closes the connection.
+    Close,
+}
+
+/// A final response head.
+pub(crate) struct Head {
+    pub(crate) parts: response::Parts,
+    pub(crate) framing: BodyFraming,
+    /// The upstream lets the connection carry another request after this response.
+    pub(crate) keep_alive: bool,
+}
+
+fn invalid(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
+/// responses before it). `Ok(None)`: more bytes are needed.
+pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut parsed = httparse::Response::new(&mut fields);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                return Err(invalid("response head too large"));
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(invalid("too many response header fields"));
+            }
+            Err(_) => return Err(invalid("malformed response head")),
+        };
+        let code = parsed.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code).map_err(|_| invalid("invalid status code"))?;
+        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+            // 100 Continue, 103 Early Hints: the final response follows on the same connection.
+            buf.advance(len);
+            continue;
+        }
+        let version = if parsed.version == Some(0) {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        // Names are made now (standard ones are static, others allocate); values become
+        // slices of the head's bytes once the parser's borrow of `buf` ends.
+        let base = buf.as_ptr() as usize;
+        let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
+            smallvec::SmallVec::new();
+        for f in parsed.headers.iter() {
+            let name = HeaderName::from_bytes(f.name.as_bytes())
+                .map_err(|_| invalid("invalid response header name"))?;
+            let start = f.value.as_ptr() as usize - base;
+            spans.push((name, start, start + f.value.len()));
+        }
+        let bytes = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for (name, start, end) in spans {
+            let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
+                .map_err(|_| invalid("invalid response header value"))?;
+            headers.append(name, value);
+        }
+        let (framing, keep_alive) = framing(&headers, status, version, method)?;
+        let mut parts = http::Response::new(()).into_parts().0;
+        parts.status = status;
+        parts.version = version;
+        parts.headers = headers;
+        return Ok(Some(Head {
+            parts,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// RFC 9112 §6.3, in its order, and whether the connection stays open (§9.3).
+fn framing(
+    headers: &HeaderMap,
+    status: StatusCode,
+    version: Version,
+    method: &Method,
+) -> io::Result<(BodyFraming, bool)> {
+    let mut keep_alive = connection_allows_reuse(headers, version);
+    if *method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok((BodyFraming::Empty, keep_alive));
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // Transfer-Encoding overrides Content-Length; a message with both may be an attempt
+        // to smuggle, so the connection is not trusted for another request.
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            keep_alive = false;
+        }
+        let last = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .rfind(|c| !c.is_empty());
+        if version == Version::HTTP_11 && last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")) {
+            return Ok((BodyFraming::Chunked, keep_alive));
+        }
+        return Ok((BodyFraming::Close, false));
+    }
+    let mut length: Option<u64> = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let n = parse_decimal(item.trim_ascii()).ok_or(invalid("invalid Content-Length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(invalid("conflicting Content-Length values"));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => (BodyFraming::Empty, keep_alive),
+        Some(n) => (BodyFraming::Length(n), keep_alive),
+        None => (BodyFraming::Close, false),
+    })
+}
+
+/// HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`.
+fn connection_allows_reuse(headers: &HeaderMap, version: Version) -> bool {
+    let has = |token: &[u8]| {
+        headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        })
+    };
+    if version == Version::HTTP_11 {
+        !has(b"close")
+    } else {
+        has(b"keep-alive")
+    }
+}
+
+/// Digits only (no sign, no spaces), at most 19 of them so the value fits.
+fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Where a chunked body's decoding stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chunked {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk's data, with this many bytes left.
+    Data(u64),
+    /// After a chunk's data, expecting its CRLF.
+    DataEnd,
+    /// After the last chunk: the trailer section (possibly empty).
+    Trailers,
+    /// The body is complete.
+    Done,
+}
+
+/// One step of chunked decoding.
+#[derive(Debug)]
+pub(crate) enum Step {
+    Frame(Frame<Bytes>),
+    /// The buffer holds no complete next element.
+    NeedMore,
+    /// The body ended (after its trailers, if any were sent as a frame before).
+    End,
+}
+
+impl Chunked {
+    /// Decodes the next frame from `buf`.
+    pub(crate) fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+        loop {
+            match *self {
+                Chunked::Size => {
+                    let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+                        if buf.len() > MAX_CHUNK_LINE {
+                            return Err(invalid("chunk-size line too long"));
+                        }
+                        return Ok(Step::NeedMore);
+                    };
+                    let size = chunk_size(&buf[..eol])?;
+                    buf.advance(eol + 2);
+                    *self = if size == 0 {
+                        Chunked::Trailers
+                    } else {
+                        Chunked::Data(size)
+                    };
+                }
+                Chunked::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Step::NeedMore);
+                    }
+                    let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    let data = buf.split_to(n).freeze();
+                    let left = left - n as u64;
+                    *self = if left == 0 {
+                        Chunked::DataEnd
+                    } else {
+                        Chunked::Data(left)
+                    };
+                    return Ok(Step::Frame(Frame::data(data)));
+                }
+                Chunked::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(invalid("chunk data not followed by CRLF"));
+                    }
+                    buf.advance(2);
+                    *self = Chunked::Size;
+                }
+                Chunked::Trailers => {
+                    if buf.starts_with(b"\r\n") {
+                        buf.advance(2);
+                        *self = Chunked::Done;
+                        return Ok(Step::End);
+                    }
+                    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+                    let (len, trailers) = match httparse::parse_headers(buf, &mut fields) {
+                        Ok(httparse::Status::Complete((len, parsed))) => {
+                            let mut map = HeaderMap::with_capacity(parsed.len());
+                            for f in parsed {
+                                let name = HeaderName::from_bytes(f.name.as_bytes())
+                                    .map_err(|_| invalid("invalid trailer name"))?;
+                                let value = HeaderValue::from_bytes(f.value)
+                                    .map_err(|_| invalid("invalid trailer value"))?;
+                                map.append(name, value);
+                            }
+                            (len, map)
+                        }
+                        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+                            return Err(invalid("trailer section too large"));
+                        }
+                        Ok(httparse::Status::Partial) => return Ok(Step::NeedMore),
+                        Err(_) => return Err(invalid("malformed trailer section")),
+                    };
+                    buf.advance(len);
+                    *self = Chunked::Done;
+                    return Ok(Step::Frame(Frame::trailers(trailers)));
+                }
+                Chunked::Done => return Ok(Step::End),
+            }
+        }
+    }
+
+    /// Consumes what needs no frame to be produced (a chunk's CRLF, the last chunk, an empty
+    /// trailer section), so that a body whose end is already buffered reports it at once.
+    pub(crate) fn settle(&mut self, buf: &mut BytesMut) -> io::Result<()> {
+        if *self == Chunked::DataEnd {
+            if buf.len() < 2 {
+                return Ok(());
+            }
+            if &buf[..2] != b"\r\n" {
+                return Err(invalid("chunk data not followed by CRLF"));
+            }
+            buf.advance(2);
+            *self = Chunked::Size;
+        }
+        if *self == Chunked::Size {
+            let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+                return Ok(());
+            };
+            if chunk_size(&buf[..eol])? != 0 {
+                // A data chunk: the next `step` produces it.
+                return Ok(());
+            }
+            buf.advance(eol + 2);
+            *self = Chunked::Trailers;
+        }
+        if *self == Chunked::Trailers && buf.starts_with(b"\r\n") {
+            buf.advance(2);
+            *self = Chunked::Done;
+        }
+        Ok(())
+    }
+}
+
+/// The hex size of a chunk-size line, extensions (`;name=value`) ignored.
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let digits = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if digits == 0 || digits > 16 {
+        return Err(invalid("invalid chunk size"));
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest.starts_with(b";")) || rest.contains(&b'\n') {
+        return Err(invalid("invalid chunk size"));
+    }
+    Ok(line[..digits].iter().fold(0u64, |n, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => d - b'A' + 10,
+        };
+        (n << 4) | u64::from(v)
+    }))
+}
+
+#[cfg(test)]
+#[path = "decode_tests.rs"]
+mod tests;

@@ -1,0 +1,193 @@
+//! Response heads and chunked bodies as upstreams send them, including split across reads.
+
+use bytes::BytesMut;
+use http::{Method, StatusCode, Version};
+
+use super::*;
+
+fn parse(text: &str, method: &Method) -> io::Result<Option<Head>> {
+    response_head(&mut BytesMut::from(text), method)
+}
+
+fn framing_of(text: &str) -> (BodyFraming, bool) {
+    let head = parse(text, &Method::GET).unwrap().unwrap();
+    (head.framing, head.keep_alive)
+}
+
+#[test]
+fn a_head_is_parsed_with_its_fields_and_the_body_left_in_the_buffer() {
+    let mut buf = BytesMut::from(
+        "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello",
+    );
+    let head = response_head(&mut buf, &Method::POST).unwrap().unwrap();
+    assert_eq!(head.parts.status, StatusCode::CREATED);
+    assert_eq!(head.parts.version, Version::HTTP_11);
+    let xa: Vec<_> = head.parts.headers.get_all("x-a").iter().collect();
+    assert_eq!(xa, ["1", "2"]);
+    assert_eq!(head.framing, BodyFraming::Length(5));
+    assert!(head.keep_alive);
+    assert_eq!(&buf[..], b"hello");
+}
+
+#[test]
+fn a_partial_head_asks_for_more_and_an_endless_one_is_refused() {
+    assert!(
+        parse("HTTP/1.1 200 OK\r\nContent-Le", &Method::GET)
+            .unwrap()
+            .is_none()
+    );
+    let endless = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 1));
+    assert!(parse(&endless, &Method::GET).is_err());
+    assert!(parse("NOT HTTP AT ALL\r\n\r\n", &Method::GET).is_err());
+}
+
+#[test]
+fn interim_responses_are_skipped() {
+    let mut buf = BytesMut::from(
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    );
+    let head = response_head(&mut buf, &Method::GET).unwrap().unwrap();
+    assert_eq!(head.parts.status, StatusCode::OK);
+    assert!(head.parts.headers.get("link").is_none());
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn framing_follows_rfc_9112() {
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+        (BodyFraming::Empty, true)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        (BodyFraming::Chunked, true)
+    );
+    // Chunked not last: the body runs to the close.
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+        (BodyFraming::Close, false)
+    );
+    // Both: Transfer-Encoding wins and the connection is not trusted again.
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+        (BodyFraming::Chunked, false)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\n\r\n"),
+        (BodyFraming::Close, false)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\n"),
+        (BodyFraming::Length(7), false)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\n"),
+        (BodyFraming::Length(7), false)
+    );
+    assert_eq!(
+        framing_of("HTTP/1.0 200 OK\r\nContent-Length: 7\r\nConnection: Keep-Alive\r\n\r\n"),
+        (BodyFraming::Length(7), true)
+    );
+    // Repeated equal lengths are one length.
+    assert_eq!(
+        framing_of("HTTP/1.1 200 OK\r\nContent-Length: 4, 4\r\nContent-Length: 4\r\n\r\n"),
+        (BodyFraming::Length(4), true)
+    );
+    for no_body in [
+        "HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        assert_eq!(framing_of(no_body).0, BodyFraming::Empty);
+    }
+    let head = parse(
+        "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+        &Method::HEAD,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(head.framing, BodyFraming::Empty);
+}
+
+#[test]
+fn bad_lengths_fail_the_response() {
+    for bad in ["5, 6", "-1", "+5", "0x10", "", "99999999999999999999"] {
+        let text = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
+        assert!(parse(&text, &Method::GET).is_err(), "{bad:?} accepted");
+    }
+}
+
+/// Feeds `wire` to a chunked decoder `split` bytes at a time; returns the data and trailers.
+fn decode_chunked(wire: &[u8], split: usize) -> io::Result<(Vec<u8>, Option<HeaderMap>)> {
+    let mut state = Chunked::Size;
+    let mut buf = BytesMut::new();
+    let mut data = Vec::new();
+    let mut trailers = None;
+    let mut fed = 0;
+    loop {
+        match state.step(&mut buf)? {
+            Step::Frame(f) => match f.into_data() {
+                Ok(d) => data.extend_from_slice(&d),
+                Err(f) => trailers = f.into_trailers().ok(),
+            },
+            Step::End => return Ok((data, trailers)),
+            Step::NeedMore if fed == wire.len() => {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "truncated"));
+            }
+            Step::NeedMore => {
+                let end = (fed + split).min(wire.len());
+                buf.extend_from_slice(&wire[fed..end]);
+                fed = end;
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_bodies_decode_whatever_the_read_boundaries() {
+    let wire = b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\ngrpc-status: 0\r\nx-t: a\r\n\r\n";
+    for split in [1, 2, 3, 7, 64] {
+        let (data, trailers) = decode_chunked(wire, split).unwrap();
+        assert_eq!(data, b"hello, world", "split {split}");
+        let trailers = trailers.expect("trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(trailers["x-t"], "a");
+    }
+    let (data, trailers) = decode_chunked(b"A\r\n0123456789\r\n0\r\n\r\n", 4).unwrap();
+    assert_eq!(data, b"0123456789");
+    assert!(trailers.is_none());
+}
+
+#[test]
+fn malformed_chunked_bodies_fail() {
+    for bad in [
+        &b"g\r\nhello\r\n0\r\n\r\n"[..],
+        b"5\r\nhelloXX0\r\n\r\n",
+        b"12345678901234567\r\n",
+        b"5 junk\r\nhello\r\n0\r\n\r\n",
+        b"\r\n",
+    ] {
+        assert!(
+            decode_chunked(bad, 64).is_err(),
+            "{:?} accepted",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    assert!(decode_chunked(&[b'1'; MAX_CHUNK_LINE + 10], 8192).is_err());
+}
+
+#[test]
+fn settle_sees_a_buffered_end_without_a_frame() {
+    let mut state = Chunked::Size;
+    let mut buf = BytesMut::from(&b"3\r\nabc\r\n0\r\n\r\n"[..]);
+    assert!(matches!(state.step(&mut buf).unwrap(), Step::Frame(_)));
+    state.settle(&mut buf).unwrap();
+    assert_eq!(state, Chunked::Done);
+    assert!(buf.is_empty());
+    // A further data chunk is left for `step`.
+    let mut state = Chunked::Size;
+    let mut buf = BytesMut::from(&b"1\r\na\r\n1\r\nb\r\n0\r\n\r\n"[..]);
+    assert!(matches!(state.step(&mut buf).unwrap(), Step::Frame(_)));
+    state.settle(&mut buf).unwrap();
+    assert_eq!(state, Chunked::Size);
+    assert_eq!(&buf[..], b"1\r\nb\r\n0\r\n\r\n");
+}

@@ -1,0 +1,311 @@
+//! The proxy's own HTTP/1.1 client, driven in the request's task.
+//!
+//! hyper's client runs every upstream connection as a task of its own: each request crosses a
+//! channel to that task, its response comes back through a oneshot, and the response body
+//! through another channel, with a wake-up of the other task at every step. Here the request's
+//! task writes the head, reads the response head, and the client's connection reads the body
+//! straight off the upstream socket ([`body`]), as nginx does. A pooled connection is plain
+//! bytes ([`H1Conn`]): a socket and its buffers, with nobody polling it while idle.
+//!
+//! Protocol switches (WebSocket) still go through hyper's client: [`H1Conn::into_io`] hands
+//! the socket over for that one exchange.
+//!
+//! A request whose body is not sent with its head is uploaded while the response head is
+//! awaited, so an upstream that answers early (a 413, a redirect) is heard; the rest of the
+//! upload is then abandoned and the connection not reused.
+
+mod body;
+mod decode;
+mod encode;
+mod io;
+
+use std::future::poll_fn;
+use std::io::{Error, ErrorKind, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Request, Response};
+use http_body::Body as _;
+use tokio::io::AsyncWrite;
+
+pub(crate) use self::body::ResponseBody;
+use self::encode::Framing;
+pub(crate) use self::io::Io;
+use super::pool::{OpenConn, Pool};
+use crate::body::{Body, BoxError};
+
+/// The most write buffer an idle connection keeps between requests.
+const WBUF_KEEP: usize = 4096;
+
+/// An upstream HTTP/1.1 connection, idle in a pool or carrying one exchange.
+pub(crate) struct H1Conn {
+    io: Io,
+    /// Bytes received and not yet parsed; empty between exchanges.
+    rbuf: BytesMut,
+    /// The request head being written, kept to reuse its allocation.
+    wbuf: Vec<u8>,
+    /// Counts the connection as open in its pool until dropped.
+    _open: OpenConn,
+}
+
+/// Why an exchange failed.
+pub(crate) struct Failure {
+    pub(crate) error: FailureKind,
+    /// The request, when none of its body was consumed: it can go to another connection.
+    pub(crate) unsent: Option<Request<Body>>,
+    /// The connection was closed by the peer before it took the request: sending the request
+    /// again on another connection cannot run it twice.
+    pub(crate) stale: bool,
+}
+
+/// Whose fault a failure is.
+pub(crate) enum FailureKind {
+    /// The upstream: refused, reset, closed, or sent something that is not HTTP/1.1.
+    Upstream(Error),
+    /// The client's request body failed while it was being uploaded.
+    RequestBody(BoxError),
+}
+
+impl H1Conn {
+    pub(crate) fn new(io: Io, open: OpenConn) -> Self {
+        Self {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            _open: open,
+        }
+    }
+
+    /// Whether an idle connection can carry a request (see [`Io::is_reusable`]).
+    pub(crate) fn is_reusable(&mut self) -> bool {
+        self.rbuf.is_empty() && self.io.is_reusable(&mut self.rbuf)
+    }
+
+    /// The socket, for an exchange hyper's client drives (a protocol switch), and the guard
+    /// that counts it open.
+    pub(crate) fn into_io(self) -> (Io, OpenConn) {
+        (self.io, self._open)
+    }
+
+    /// Sends `req` (its `Host` already set) and reads the response head. The connection is
+    /// consumed: it lives on in the response body and returns to `pool` when that ends.
+    pub(crate) async fn send(
+        mut self,
+        mut req: Request<Body>,
+        pool: &Arc<Pool>,
+        reused: bool,
+    ) -> Result<Response<ResponseBody>, Failure> {
+        let encoded = encode::head(&req, &mut self.wbuf);
+        let fail = |error: Error, req: Request<Body>, stale: bool| Failure {
+            error: FailureKind::Upstream(error),
+            unsent: Some(req),
+            stale,
+        };
+        let written = write_all(&mut self.io, &self.wbuf).await;
+        if self.wbuf.capacity() > WBUF_KEEP {
+            // A large head or inlined body is not kept by an idle connection.
+            self.wbuf = Vec::new();
+        }
+        if let Err(e) = written {
+            // A reused connection the peer closed while it sat idle fails here or at the first
+            // read; nothing of the request was processed.
+            return Err(fail(e, req, reused));
+        }
+        let mut upload = if encoded.inlined || encoded.framing == Framing::Empty {
+            None
+        } else {
+            Some(Upload::new(encoded.framing == Framing::Chunked))
+        };
+        let method = req.method().clone();
+        // An upload the upstream stops taking (it answered early and closed) is abandoned, and
+        // its error reported only if no response follows.
+        let mut upload_failed: Option<Error> = None;
+        let exchange = poll_fn(|cx| {
+            if let Some(up) = upload.as_mut()
+                && !up.done
+                && upload_failed.is_none()
+            {
+                match up.poll_send(cx, &mut self.io, req.body_mut()) {
+                    Poll::Ready(Err(UploadError::Io(e))) => upload_failed = Some(e),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    _ => {}
+                }
+            }
+            self.poll_head(cx, &method)
+        })
+        .await;
+        let body_touched = upload.as_ref().is_some_and(|u| u.touched);
+        let head = match exchange {
+            Ok(head) => head,
+            Err(UploadError::Body(e)) => {
+                return Err(Failure {
+                    error: FailureKind::RequestBody(e),
+                    unsent: None,
+                    stale: false,
+                });
+            }
+            Err(UploadError::Io(e)) if body_touched => {
+                let e = upload_failed.unwrap_or(e);
+                return Err(Failure {
+                    error: FailureKind::Upstream(e),
+                    unsent: None,
+                    stale: false,
+                });
+            }
+            Err(UploadError::Io(e)) => {
+                // Closed with nothing received: on a reused connection that is the keep-alive
+                // race (the upstream closed it as the request went out), and only a request
+                // that is safe to repeat is sent again, since the upstream may have seen it.
+                let stale = reused
+                    && self.rbuf.is_empty()
+                    && matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::BrokenPipe
+                            | ErrorKind::ConnectionAborted
+                    )
+                    && super::is_idempotent(&method);
+                return Err(fail(e, req, stale));
+            }
+        };
+        let sent_whole = upload.as_ref().is_none_or(|u| u.done);
+        let reusable = head.keep_alive && sent_whole;
+        let body = ResponseBody::new(self, pool.clone(), head.framing, reusable);
+        Ok(Response::from_parts(head.parts, body))
+    }
+
+    /// Reads until a final response head is parsed.
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        method: &Method,
+    ) -> Poll<Result<decode::Head, UploadError>> {
+        loop {
+            if !self.rbuf.is_empty()
+                && let Some(head) =
+                    decode::response_head(&mut self.rbuf, method).map_err(UploadError::Io)?
+            {
+                return Poll::Ready(Ok(head));
+            }
+            let n =
+                ready!(self.io.poll_fill(cx, &mut self.rbuf, 8 * 1024)).map_err(UploadError::Io)?;
+            if n == 0 {
+                return Poll::Ready(Err(UploadError::Io(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "upstream closed the connection before a response",
+                ))));
+            }
+        }
+    }
+}
+
+enum UploadError {
+    Io(Error),
+    Body(BoxError),
+}
+
+/// A request body on its way up, frame by frame: each frame is written whole before the next
+/// is read, so an upstream that reads slowly slows the client's upload, and memory stays at
+/// one frame.
+struct Upload {
+    chunked: bool,
+    /// Bytes of the current frame not yet written (a chunk's size line, data, CRLF).
+    out: [Bytes; 3],
+    done: bool,
+    /// A frame was taken from the body: the request can no longer be sent elsewhere.
+    touched: bool,
+    ended: bool,
+}
+
+impl Upload {
+    fn new(chunked: bool) -> Self {
+        Self {
+            chunked,
+            out: Default::default(),
+            done: false,
+            touched: false,
+            ended: false,
+        }
+    }
+
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut Io,
+        body: &mut Body,
+    ) -> Poll<Result<(), UploadError>> {
+        loop {
+            if self.out.iter().any(|b| !b.is_empty()) {
+                let slices = self.out.each_ref().map(|b| IoSlice::new(b));
+                let n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))
+                    .map_err(UploadError::Io)?;
+                if n == 0 {
+                    return Poll::Ready(Err(UploadError::Io(ErrorKind::WriteZero.into())));
+                }
+                advance(&mut self.out, n);
+                continue;
+            }
+            if self.ended {
+                ready!(Pin::new(&mut *io).poll_flush(cx)).map_err(UploadError::Io)?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+                None => {
+                    self.ended = true;
+                    if self.chunked {
+                        self.out[0] = encode::last_chunk(None);
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Err(UploadError::Body(e))),
+                Some(Ok(frame)) => {
+                    self.touched = true;
+                    match frame.into_data() {
+                        Ok(data) if data.is_empty() => {}
+                        Ok(data) if self.chunked => {
+                            self.out = [
+                                encode::chunk_size(data.len()),
+                                data,
+                                Bytes::from_static(b"\r\n"),
+                            ];
+                        }
+                        Ok(data) => self.out[0] = data,
+                        Err(frame) => {
+                            // Trailers end the body; without chunked coding they cannot be sent.
+                            self.ended = true;
+                            if self.chunked {
+                                self.out[0] = encode::last_chunk(frame.trailers_ref());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Drops the first `n` bytes of the queued buffers.
+fn advance(out: &mut [Bytes; 3], mut n: usize) {
+    for b in out.iter_mut() {
+        let take = n.min(b.len());
+        b.advance(take);
+        n -= take;
+    }
+}
+
+async fn write_all(io: &mut Io, mut data: &[u8]) -> std::io::Result<()> {
+    poll_fn(|cx| {
+        while !data.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, data))?;
+            if n == 0 {
+                return Poll::Ready(Err(ErrorKind::WriteZero.into()));
+            }
+            data = &data[n..];
+        }
+        Pin::new(&mut *io).poll_flush(cx)
+    })
+    .await
+}
