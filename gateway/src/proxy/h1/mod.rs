@@ -103,6 +103,31 @@ impl H1Conn {
             unsent: Some(req),
             stale,
         };
+        let mut upload = if encoded.inlined || encoded.framing == Framing::Empty {
+            None
+        } else {
+            Some(Upload::new(encoded.framing == Framing::Chunked))
+        };
+        if let Some(up) = upload.as_mut() {
+            // One look at the body before the head goes out: a frame already at hand travels
+            // in the head's write, and a body that fails at once (a filter rejecting it) fails
+            // before the upstream has seen anything of the request. A body still to come
+            // (a client waiting for `100 Continue`, a paused filter) does not hold the head.
+            let first = poll_fn(|cx| Poll::Ready(Pin::new(req.body_mut()).poll_frame(cx))).await;
+            match first {
+                Poll::Ready(Some(Err(e))) => {
+                    return Err(Failure {
+                        error: FailureKind::RequestBody(e),
+                        unsent: None,
+                        stale: false,
+                    });
+                }
+                Poll::Ready(Some(Ok(frame))) => up.accept(frame),
+                Poll::Ready(None) => up.end(None),
+                Poll::Pending => {}
+            }
+            up.move_small_into(&mut self.wbuf);
+        }
         let written = write_all(&mut self.io, &self.wbuf).await;
         if self.wbuf.capacity() > WBUF_KEEP {
             // A large head or inlined body is not kept by an idle connection.
@@ -110,14 +135,17 @@ impl H1Conn {
         }
         if let Err(e) = written {
             // A reused connection the peer closed while it sat idle fails here or at the first
-            // read; nothing of the request was processed.
+            // read; nothing of the request was processed, but a body frame already taken
+            // cannot be put back.
+            if upload.as_ref().is_some_and(|u| u.touched) {
+                return Err(Failure {
+                    error: FailureKind::Upstream(e),
+                    unsent: None,
+                    stale: false,
+                });
+            }
             return Err(fail(e, req, reused));
         }
-        let mut upload = if encoded.inlined || encoded.framing == Framing::Empty {
-            None
-        } else {
-            Some(Upload::new(encoded.framing == Framing::Chunked))
-        };
         let method = req.method().clone();
         // An upload the upstream stops taking (it answered early and closed) is abandoned, and
         // its error reported only if no response follows.
@@ -254,35 +282,48 @@ impl Upload {
                 return Poll::Ready(Ok(()));
             }
             match ready!(Pin::new(&mut *body).poll_frame(cx)) {
-                None => {
-                    self.ended = true;
-                    if self.chunked {
-                        self.out[0] = encode::last_chunk(None);
-                    }
-                }
+                None => self.end(None),
                 Some(Err(e)) => return Poll::Ready(Err(UploadError::Body(e))),
-                Some(Ok(frame)) => {
-                    self.touched = true;
-                    match frame.into_data() {
-                        Ok(data) if data.is_empty() => {}
-                        Ok(data) if self.chunked => {
-                            self.out = [
-                                encode::chunk_size(data.len()),
-                                data,
-                                Bytes::from_static(b"\r\n"),
-                            ];
-                        }
-                        Ok(data) => self.out[0] = data,
-                        Err(frame) => {
-                            // Trailers end the body; without chunked coding they cannot be sent.
-                            self.ended = true;
-                            if self.chunked {
-                                self.out[0] = encode::last_chunk(frame.trailers_ref());
-                            }
-                        }
-                    }
-                }
+                Some(Ok(frame)) => self.accept(frame),
             }
+        }
+    }
+
+    /// Queues one frame of the body for writing.
+    fn accept(&mut self, frame: http_body::Frame<Bytes>) {
+        self.touched = true;
+        match frame.into_data() {
+            Ok(data) if data.is_empty() => {}
+            Ok(data) if self.chunked => {
+                self.out = [
+                    encode::chunk_size(data.len()),
+                    data,
+                    Bytes::from_static(b"\r\n"),
+                ];
+            }
+            Ok(data) => self.out[0] = data,
+            // Trailers end the body; without chunked coding they cannot be sent.
+            Err(frame) => self.end(frame.trailers_ref()),
+        }
+    }
+
+    /// The body ended (with `trailers`, if any).
+    fn end(&mut self, trailers: Option<&http::HeaderMap>) {
+        self.ended = true;
+        if self.chunked {
+            self.out[0] = encode::last_chunk(trailers);
+        }
+    }
+
+    /// Moves a small queued frame into `head`, so the head and the frame leave in one write.
+    fn move_small_into(&mut self, head: &mut Vec<u8>) {
+        let queued: usize = self.out.iter().map(Bytes::len).sum();
+        if queued == 0 || queued > encode::INLINE_BODY_MAX {
+            return;
+        }
+        for b in &mut self.out {
+            head.extend_from_slice(b);
+            *b = Bytes::new();
         }
     }
 }
