@@ -14,6 +14,7 @@ mod otel;
 mod otel_metrics;
 mod proxy;
 mod proxy_grpc;
+mod proxy_h1_upstream;
 mod proxy_http;
 mod proxy_stream;
 mod proxy_ws;
