@@ -45,6 +45,10 @@ fn invalid(what: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
+/// Header fields the proxy may add to a request or response it forwards (`X-Forwarded-*`,
+/// `Forwarded`, `Via`, and a few a route's filters set).
+const FORWARDING_ROOM: usize = 8;
+
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
 /// responses before it). `Ok(None)`: more bytes are needed.
 pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
@@ -86,7 +90,10 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
             spans.push((name, start, start + f.value.len()));
         }
         let bytes = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
+        // Room beyond the upstream's fields: the proxy adds its own to the response, and hyper
+        // keeps the sent response's map (emptied) for the client's next request, to which the
+        // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
+        let mut headers = HeaderMap::with_capacity(spans.len() + FORWARDING_ROOM);
         for (name, start, end) in spans {
             let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
                 .map_err(|_| invalid("invalid response header value"))?;
