@@ -27,6 +27,7 @@ mod upstream;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
@@ -318,18 +319,7 @@ impl ProxyRoute {
         loop {
             let checkout = match until(&mut deadline, pool.checkout(&up.connector)).await {
                 Some(Ok(c)) => c,
-                Some(Err(e)) => {
-                    return Err(Failed {
-                        error: connect_error(pool, e),
-                        unsent: Some(req.into_body()),
-                    });
-                }
-                None => {
-                    return Err(Failed {
-                        error: timed_out(),
-                        unsent: Some(req.into_body()),
-                    });
-                }
+                failed => return Err(not_connected(failed, pool, timeout, req)),
             };
             let (sent, reused) = match checkout {
                 Checkout::H1 { conn, reused } if !upgrading => {
@@ -372,18 +362,7 @@ impl ProxyRoute {
                     });
                     let mut tx = match until(&mut deadline, handshake).await {
                         Some(Ok(tx)) => tx,
-                        Some(Err(e)) => {
-                            return Err(Failed {
-                                error: connect_error(pool, e),
-                                unsent: Some(req.into_body()),
-                            });
-                        }
-                        None => {
-                            return Err(Failed {
-                                error: timed_out(),
-                                unsent: Some(req.into_body()),
-                            });
-                        }
+                        failed => return Err(not_connected(failed, pool, timeout, req)),
                     };
                     (until(&mut deadline, tx.try_send_request(req)).await, reused)
                 }
@@ -481,6 +460,24 @@ impl ProxyRoute {
                 source,
             }),
         }
+    }
+}
+
+/// An attempt that got no connection: `Some(Err(_))` a connect error, `None` the deadline
+/// first. The request, untouched, goes back for another target.
+fn not_connected<T>(
+    outcome: Option<Result<T, ConnectError>>,
+    pool: &Pool,
+    timeout: Duration,
+    req: Request<Body>,
+) -> Failed {
+    let error = match outcome {
+        Some(Err(e)) => connect_error(pool, e),
+        Some(Ok(_)) | None => GatewayError::UpstreamTimeout(timeout),
+    };
+    Failed {
+        error,
+        unsent: Some(req.into_body()),
     }
 }
 
