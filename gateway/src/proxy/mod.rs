@@ -27,6 +27,7 @@ mod upstream;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -492,14 +493,39 @@ fn connect_error(pool: &Pool, e: ConnectError) -> GatewayError {
 }
 
 /// Runs `f` until the deadline, if there is one; `None` when the deadline came first.
-async fn until<F: Future>(deadline: &mut Option<Pin<Box<Sleep>>>, f: F) -> Option<F::Output> {
-    match deadline {
-        None => Some(f.await),
-        Some(d) => tokio::select! {
-            biased;
-            out = f => Some(out),
-            () = d.as_mut() => None,
-        },
+///
+/// A future type rather than an `async fn`: an `async fn` keeps `f` twice in its state (the
+/// argument, then the future it awaits), and the proxy's request future, which holds this one,
+/// is copied whole when it is boxed.
+fn until<F: Future>(deadline: &mut Option<Pin<Box<Sleep>>>, f: F) -> Until<'_, F> {
+    Until {
+        inner: f,
+        deadline: deadline.as_mut().map(Pin::as_mut),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`until`].
+    struct Until<'a, F> {
+        #[pin]
+        inner: F,
+        deadline: Option<Pin<&'a mut Sleep>>,
+    }
+}
+
+impl<F: Future> Future for Until<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        // The work first: an answer that is ready as the deadline passes still counts.
+        if let Poll::Ready(out) = this.inner.poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        match this.deadline {
+            Some(d) => d.as_mut().poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
     }
 }
 
