@@ -137,14 +137,12 @@ impl H1Conn {
             // A reused connection the peer closed while it sat idle fails here or at the first
             // read; nothing of the request was processed, but a body frame already taken
             // cannot be put back.
-            if upload.as_ref().is_some_and(|u| u.touched) {
-                return Err(Failure {
-                    error: FailureKind::Upstream(e),
-                    unsent: None,
-                    stale: false,
-                });
-            }
-            return Err(fail(e, req, reused));
+            let touched = upload.as_ref().is_some_and(|u| u.touched);
+            return Err(Failure {
+                error: FailureKind::Upstream(e),
+                unsent: (!touched).then_some(req),
+                stale: reused && !touched,
+            });
         }
         let method = req.method().clone();
         // An upload the upstream stops taking (it answered early and closed) is abandoned, and
