@@ -12,7 +12,8 @@
 //!   the native `allow`, `deny` and `connection_rate` filters), [`relay`] (splice, buffered and
 //!   filtered copying with half-close), [`StreamStats`] (per-stream counters).
 //!
-//! The life of a TCP connection is described in `tcp.rs`; UDP sessions in `udp/mod.rs`.
+//! The life of a TCP connection is described in `tcp.rs` (its idle deadline and drain stop in
+//! `watchdog.rs`); UDP sessions in `udp/mod.rs`.
 
 mod compiled;
 mod connect;
@@ -29,6 +30,7 @@ mod stats;
 mod tcp;
 mod udp;
 pub mod upstream;
+mod watchdog;
 
 pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
 pub use error::StreamError;

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::StreamError;
 use crate::compiled::CompiledStream;
 use crate::stats::StreamStats;
+use crate::watchdog::Watchdog;
 
 /// What a running stream's connections share.
 pub(crate) struct Listening {
@@ -151,6 +152,8 @@ async fn accept_loop(
     tasks: TaskTracker,
 ) {
     let bound = listener.local_addr().ok();
+    // Every connection's idle deadline and the drain stop (`hard`).
+    let watchdog = Watchdog::start(hard);
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -185,7 +188,14 @@ async fn accept_loop(
         // Boxed: the connection's future is a few KiB, and tokio moves a task's future whole
         // when it stores it at spawn and replaces it with the output at the end. Behind a box,
         // those moves are of a pointer.
-        let conn = Box::pin(crate::tcp::serve(io, peer, local, rt, stats, hard.clone()));
+        let conn = Box::pin(crate::tcp::serve(
+            io,
+            peer,
+            local,
+            rt,
+            stats,
+            watchdog.register(),
+        ));
         tasks.spawn(async move {
             conn.await;
             drop(guard);

@@ -9,19 +9,17 @@
 //!    until both sides are done, the idle timeout passes, or a filter closes.
 //!
 //! Every step is bounded in time (header timeout, connect timeout, idle timeout) and every
-//! failure closes only this connection. One log line per connection reports the outcome.
+//! failure closes only this connection. The idle deadline and the drain stop are the stream's
+//! watchdog's (`watchdog.rs`). One debug line per connection reports the outcome.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use bytes::BytesMut;
 use gateway_config::model::{ProxyProtocolVersion, SniFallback};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::compiled::{CompiledStream, StreamUpstream};
@@ -30,16 +28,17 @@ use crate::filter::{ActiveFilters, CloseSummary, ConnectionInfo};
 use crate::relay::{Direction, Progress, buffered, filtered};
 use crate::sni::{ClientHello, read_client_hello};
 use crate::stats::StreamStats;
+use crate::watchdog::{Verdict, Watch};
 use crate::{StreamError, proxy_protocol};
 
-/// Serves one accepted connection; `stop` closes it early (drain timeout passed).
+/// Serves one accepted connection; `watch` ends it when idle or when the drain timeout passed.
 pub(crate) async fn serve(
     io: TcpStream,
     peer: SocketAddr,
     local: SocketAddr,
     rt: Arc<CompiledStream>,
     stats: Arc<StreamStats>,
-    stop: CancellationToken,
+    watch: Watch,
 ) {
     // Debug level: at the default level neither the span nor the close line costs anything per
     // connection. The per-connection record is the access log's (the gateway's observer).
@@ -51,12 +50,12 @@ pub(crate) async fn serve(
         target = tracing::field::Empty,
         sni = tracing::field::Empty,
     );
-    let progress = Progress::new(stats.clone());
+    let progress = Progress::watched(stats.clone(), watch.stamp());
     // A disabled span (the default level) clones for nothing; recording into it is a no-op,
     // where `Span::current()` would look the span up on every call.
     let fields = span.clone();
     let work = async {
-        let outcome = handle(io, peer, local, &rt, &progress, &stop, &fields).await;
+        let outcome = handle(io, peer, local, &rt, &progress, &watch, &fields).await;
         count(&stats, &outcome);
         log(&progress, &outcome);
     };
@@ -69,7 +68,7 @@ async fn handle(
     local: SocketAddr,
     rt: &CompiledStream,
     progress: &Progress,
-    stop: &CancellationToken,
+    watch: &Watch,
     span: &tracing::Span,
 ) -> Result<(), StreamError> {
     let _ = io.set_nodelay(true);
@@ -80,9 +79,10 @@ async fn handle(
             &mut pending,
             rt.header_timeout
         ));
-        until_stopped(stop, header)
+        watch
+            .until(header)
             .await
-            .ok_or(StreamError::Shutdown)??
+            .map_err(|_| StreamError::Shutdown)??
             .addresses(peer, local)
     } else {
         (peer, local)
@@ -113,17 +113,23 @@ async fn handle(
             &mut filters,
             progress,
             &mut summary,
+            watch,
             span,
         ));
-        until_stopped(stop, work)
-            .await
-            .unwrap_or(Err(StreamError::Shutdown))
+        match watch.until(work).await {
+            Ok(result) => result,
+            Err(Verdict::Idle) => Err(StreamError::Idle(rt.idle_timeout)),
+            Err(Verdict::Stopped) => Err(StreamError::Shutdown),
+        }
     };
-    summary.bytes_in = progress.bytes_in();
-    summary.bytes_out = progress.bytes_out();
-    summary.duration = progress.elapsed();
-    summary.error = result.as_ref().err().map(ToString::to_string);
-    filters.close(&info, &summary).await;
+    // Without filters nobody reads the summary (a clock read and, on error, a string).
+    if !filters.is_empty() {
+        summary.bytes_in = progress.bytes_in();
+        summary.bytes_out = progress.bytes_out();
+        summary.duration = progress.elapsed();
+        summary.error = result.as_ref().err().map(ToString::to_string);
+        filters.close(&info, &summary).await;
+    }
     result
 }
 
@@ -139,6 +145,7 @@ async fn proxy(
     filters: &mut ActiveFilters,
     progress: &Progress,
     summary: &mut CloseSummary,
+    watch: &Watch,
     span: &tracing::Span,
 ) -> Result<(), StreamError> {
     let upstream = route(io, &mut pending, rt, summary, span).await?;
@@ -164,16 +171,12 @@ async fn proxy(
     }
     drop(pending);
 
-    let relay = async {
-        if inspect {
-            return filtered::relay(io, &mut up.io, filters, progress).await;
-        }
-        Ok(buffered::relay(io, &up.io, progress, rt.zero_copy).await?)
-    };
-    tokio::select! {
-        r = relay => r,
-        _ = progress.idle(rt.idle_timeout) => Err(StreamError::Idle(rt.idle_timeout)),
+    // The idle deadline covers the relay; the steps before it have their own timeouts.
+    watch.arm_idle(rt.idle_timeout);
+    if inspect {
+        return filtered::relay(io, &mut up.io, filters, progress).await;
     }
+    Ok(buffered::relay(io, &up.io, progress, rt.zero_copy).await?)
 }
 
 /// The upstream for this connection: by SNI when the stream has SNI routes, else `upstream`.
@@ -209,30 +212,6 @@ async fn route<'a>(
     }
 }
 
-/// `work`'s output, or `None` once `stop` is cancelled (the drain timeout passed). Unlike
-/// `CancellationToken::run_until_cancelled`, which polls the token's waiter (two mutex locks)
-/// on every wake-up of the connection, the token is polled once to register this task and
-/// then only after `is_cancelled` says it fired. `work` is borrowed pinned, so the
-/// connection's future is not moved into another.
-async fn until_stopped<F: Future>(
-    stop: &CancellationToken,
-    mut work: Pin<&mut F>,
-) -> Option<F::Output> {
-    let mut stopped = pin!(stop.cancelled());
-    let mut first = true;
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = work.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        if (first || stop.is_cancelled()) && stopped.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        first = false;
-        Poll::Pending
-    })
-    .await
-}
-
 fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
     let Err(e) = outcome else { return };
     let counter = match e {
@@ -253,6 +232,9 @@ fn count(stats: &StreamStats, outcome: &Result<(), StreamError>) {
 /// The connection's debug line. Every outcome is counted; the access log (the gateway's observer)
 /// has the per-connection record.
 fn log(progress: &Progress, outcome: &Result<(), StreamError>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
     let (bytes_in, bytes_out) = (progress.bytes_in(), progress.bytes_out());
     let duration_ms = progress.elapsed().as_millis() as u64;
     match outcome {

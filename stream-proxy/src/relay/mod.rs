@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::stats::StreamStats;
+use crate::watchdog::Stamp;
 
 /// Which way bytes flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,23 +34,41 @@ pub enum Direction {
 }
 
 /// One connection's byte counts and last activity, shared by both directions and the idle
-/// watchdog; every update also feeds the stream's counters.
+/// deadline; every update also feeds the stream's counters.
 #[derive(Debug)]
 pub struct Progress {
     start: Instant,
-    /// Milliseconds after `start` of the last byte moved.
-    last: AtomicU64,
+    activity: Activity,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     stats: Arc<StreamStats>,
 }
 
+/// Where the last activity is kept.
+#[derive(Debug)]
+enum Activity {
+    /// Milliseconds after `start` of the last byte moved, read by [`Progress::idle`] (UDP
+    /// sessions).
+    Own(AtomicU64),
+    /// In the connection's watchdog entry, which the stream's sweeper reads (TCP).
+    Watched(Stamp),
+}
+
 impl Progress {
-    /// Starts counting now.
+    /// Starts counting now; [`Progress::idle`] waits for the idle timeout.
     pub fn new(stats: Arc<StreamStats>) -> Self {
+        Self::with(stats, Activity::Own(AtomicU64::new(0)))
+    }
+
+    /// Starts counting now; activity is stamped for the stream's watchdog.
+    pub(crate) fn watched(stats: Arc<StreamStats>, stamp: Stamp) -> Self {
+        Self::with(stats, Activity::Watched(stamp))
+    }
+
+    fn with(stats: Arc<StreamStats>, activity: Activity) -> Self {
         Self {
             start: Instant::now(),
-            last: AtomicU64::new(0),
+            activity,
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             stats,
@@ -70,10 +89,15 @@ impl Progress {
 
     /// Marks activity now (also for bytes not counted, such as a PROXY header).
     pub fn touch(&self) {
-        let now = self.start.elapsed().as_millis() as u64;
-        // Load first: both directions touch on every chunk.
-        if self.last.load(Relaxed) != now {
-            self.last.store(now, Relaxed);
+        match &self.activity {
+            Activity::Own(last) => {
+                let now = self.start.elapsed().as_millis() as u64;
+                // Load first: both directions touch on every chunk.
+                if last.load(Relaxed) != now {
+                    last.store(now, Relaxed);
+                }
+            }
+            Activity::Watched(stamp) => stamp.touch(),
         }
     }
 
@@ -94,23 +118,27 @@ impl Progress {
 
     /// Time since the last byte moved (or since the start).
     pub fn quiet_for(&self) -> Duration {
-        self.start
-            .elapsed()
-            .saturating_sub(Duration::from_millis(self.last.load(Relaxed)))
+        match &self.activity {
+            Activity::Own(last) => self
+                .start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last.load(Relaxed))),
+            Activity::Watched(stamp) => stamp.quiet_for(),
+        }
     }
 
-    /// Resolves once nothing has moved for `timeout`; never when `timeout` is zero.
+    /// Resolves once nothing has moved for `timeout`; never when `timeout` is zero. (A watched
+    /// connection leaves this to its watchdog.)
     pub async fn idle(&self, timeout: Duration) {
         if timeout.is_zero() {
             return std::future::pending().await;
         }
         loop {
-            let last = self.last.load(Relaxed);
-            let deadline = self.start + Duration::from_millis(last) + timeout;
-            tokio::time::sleep_until(deadline).await;
-            if self.last.load(Relaxed) == last {
+            let quiet = self.quiet_for();
+            if quiet >= timeout {
                 return;
             }
+            tokio::time::sleep(timeout - quiet).await;
         }
     }
 }
