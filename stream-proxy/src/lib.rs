@@ -15,6 +15,7 @@
 //! The life of a TCP connection is described in `tcp.rs` (its idle deadline and drain stop in
 //! `watchdog.rs`); UDP sessions in `udp/mod.rs`.
 
+pub mod clock;
 mod compiled;
 mod connect;
 mod error;

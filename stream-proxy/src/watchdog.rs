@@ -28,6 +28,8 @@ use slab::Slab;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::{coarse_ms, coarse_resolution_ms};
+
 const MIN_TICK_MS: u64 = 10;
 const MAX_TICK_MS: u64 = 1000;
 /// Sweeps finding the table empty before the sweeper parks until the next connection: a
@@ -275,58 +277,6 @@ fn stop_all(shared: &Shared) {
         e.verdict.store(STOPPED, Release);
         e.waker.wake();
     }
-}
-
-/// `CLOCK_MONOTONIC_COARSE` in milliseconds: the time of the kernel's last timer tick, read
-/// from the vDSO without a TSC read.
-#[cfg(target_os = "linux")]
-#[allow(
-    unsafe_code,
-    reason = "clock_gettime(2) through libc: a plain read of the vDSO clock into a local"
-)]
-fn coarse_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every Linux
-    // since 2.6.32, and on failure `ts` keeps its zeroes (the deadline then waits longer).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-/// The coarse clock's resolution in milliseconds, rounded up.
-#[cfg(target_os = "linux")]
-#[allow(
-    unsafe_code,
-    reason = "clock_getres(2) through libc: a plain read into a local"
-)]
-fn coarse_resolution_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as in `coarse_ms`.
-    let ok = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0;
-    if !ok {
-        return 10;
-    }
-    (ts.tv_sec as u64 * 1000 + (ts.tv_nsec as u64).div_ceil(1_000_000)).max(1)
-}
-
-/// Elsewhere, milliseconds of the monotonic clock since the first call.
-#[cfg(not(target_os = "linux"))]
-fn coarse_ms() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-}
-
-#[cfg(not(target_os = "linux"))]
-fn coarse_resolution_ms() -> u64 {
-    1
 }
 
 #[cfg(test)]

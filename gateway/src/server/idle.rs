@@ -10,21 +10,24 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-fn epoch() -> std::time::Instant {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    *EPOCH.get_or_init(std::time::Instant::now)
+/// Milliseconds of the coarse monotonic clock (never 0, so 0 can mean "unset"). Every read and
+/// write of a connection is stamped, so the stamp is the kernel's cached tick, not a TSC read
+/// (see `stream_proxy::clock`).
+fn now_ms() -> u64 {
+    stream_proxy::clock::coarse_ms().max(1)
 }
 
-/// Milliseconds since process start (never 0, so 0 can mean "unset").
-fn now_ms() -> u64 {
-    epoch().elapsed().as_millis() as u64 + 1
+/// The time to measure deadlines against: a stamp may be up to the clock's resolution behind the
+/// event it marks, so `now_ms()` less that resolution never makes a wait look longer than it was
+/// (no deadline fires early; each may fire that much late).
+fn deadline_now_ms() -> u64 {
+    now_ms().saturating_sub(stream_proxy::clock::coarse_resolution_ms())
 }
 
 /// Shared between the IO wrapper, the service and the watchdog.
@@ -104,7 +107,7 @@ impl Activity {
     /// Decides whether the connection should be closed. A zero `write` turns the write-stall
     /// deadline off.
     pub fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
-        let now = now_ms();
+        let now = deadline_now_ms();
         let blocked = self.write_blocked.load(Ordering::Relaxed);
         if blocked != 0 && !write.is_zero() {
             let stalled = Duration::from_millis(now.saturating_sub(blocked));
@@ -268,7 +271,8 @@ mod tests {
             Verdict::Wait(Duration::from_secs(1))
         );
         a.on_write_blocked();
-        std::thread::sleep(Duration::from_millis(5));
+        // Past the 1 ms limit by more than the coarse clock's resolution (1–10 ms).
+        std::thread::sleep(Duration::from_millis(30));
         assert_eq!(
             a.check(long, long, Duration::from_millis(1)),
             Verdict::WriteStalled
