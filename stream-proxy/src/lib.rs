@@ -10,7 +10,8 @@
 //! * The pieces, usable on their own: [`sni`] (ClientHello parser and SNI routing table),
 //!   [`proxy_protocol`] (v1/v2 parser and writers), [`filter`] (the [`StreamFilter`] trait and
 //!   the native `allow`, `deny` and `connection_rate` filters), [`relay`] (splice, buffered and
-//!   filtered copying with half-close), [`StreamStats`] (per-stream counters).
+//!   filtered copying with half-close), [`StreamStats`] (per-stream counters), [`clock`] (the
+//!   coarse clock that stamps activity, here and in the gateway's HTTP connections).
 //!
 //! The life of a TCP connection is described in `tcp.rs` (its idle deadline and drain stop in
 //! `watchdog.rs`); UDP sessions in `udp/mod.rs`.
