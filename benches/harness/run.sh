@@ -3,12 +3,14 @@
 #
 #   bash benches/harness/run.sh [--quick] [--scenarios hello,static-*] [--servers gateway,nginx]
 #                               [--compare /path/to/other/gateway] [--rounds N] [--duration S]
-#                               [--no-install] [--no-build] [other options of bench.py]
+#                               [--no-install] [--no-build] [--pgo] [other options of bench.py]
 #
 # Installs what is missing (idempotently), builds the release binaries, then hands over to
 # bench.py, which starts the peers and the gateway, runs the scenarios and writes
 # benches/results/<id>.csv, LATEST.csv and the report (docs/benchmarks.md, docs/bench/*.png).
 # `python3 benches/harness/bench.py --help` lists every option; `--list` the scenarios.
+# `--pgo` measures a profile-guided build of the gateway instead of the plain release build
+# (benches/harness/pgo.sh: about 25 minutes more the first time).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -17,11 +19,13 @@ log() { printf '[run] %s\n' "$*" >&2; }
 
 install=1
 build=1
+pgo=0
 args=()
 for a in "$@"; do
   case "$a" in
     --no-install) install=0 ;;
     --no-build) build=0 ;;
+    --pgo) pgo=1 ;;
     *) args+=("$a") ;;
   esac
 done
@@ -73,9 +77,15 @@ fi
 # in every server: raise the soft limit to the hard one for everything started from here.
 ulimit -n "$(ulimit -Hn)"
 
+gateway="$target_dir/release/gateway"
+if [ "$pgo" = 1 ]; then
+  log "building the profile-guided gateway"
+  gateway="$(bash benches/harness/pgo.sh)"
+fi
+
 # Defaults first, so that the caller's own --gateway/--hyper/--h3load win (argparse keeps the last).
 exec python3 benches/harness/bench.py \
-  --gateway "$target_dir/release/gateway" \
+  --gateway "$gateway" \
   --hyper "$target_dir/release/hyper_hello" \
   --h3load "$target_dir/release/h3load" \
   "${args[@]}"
