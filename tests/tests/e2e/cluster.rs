@@ -40,6 +40,16 @@ async fn all_up(gws: &[TestGateway]) {
     }
 }
 
+/// Waits (up to 3 s) for a counter that is updated after the event the test saw, then checks
+/// it is exactly `want`.
+async fn metric_reaches(gw: &TestGateway, name: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while metric(gw, name) < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(metric(gw, name), want, "{name}");
+}
+
 async fn start_three(yaml: &str) -> (Vec<TestGateway>, Vec<Client>) {
     let mut gws = Vec::new();
     let mut clients = Vec::new();
@@ -270,20 +280,20 @@ routes:
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     eprintln!("ejection shared in {:?}", ejected_at.elapsed());
-    assert_eq!(
-        metric(
-            &gws[0],
-            "gateway_cluster_health_events_total{direction=\"sent\"}"
-        ),
-        1
-    );
-    assert_eq!(
-        metric(
-            &gws[1],
-            "gateway_cluster_health_events_total{direction=\"received\"}"
-        ),
-        1
-    );
+    // Redis delivers a PUBLISH to the subscribers before it answers the publisher, and the
+    // sender counts the event on that answer: the peer may apply it before it is counted here.
+    metric_reaches(
+        &gws[0],
+        "gateway_cluster_health_events_total{direction=\"sent\"}",
+        1,
+    )
+    .await;
+    metric_reaches(
+        &gws[1],
+        "gateway_cluster_health_events_total{direction=\"received\"}",
+        1,
+    )
+    .await;
     // The second instance now sends everything to the live target without trying the dead one.
     let mut c = http1(gws[1].addr("main")).await;
     for _ in 0..6 {
