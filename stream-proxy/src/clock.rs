@@ -5,7 +5,7 @@
 //! TSC and converts it (with the subtraction from an epoch, ~150 instructions a stamp).
 //! `CLOCK_MONOTONIC_COARSE` is the time of the kernel's last timer tick, read from the vDSO with a
 //! few loads. Its resolution (one kernel tick, 1–10 ms) is far below any idle or header timeout;
-//! deadlines add it as slack so that none fires early.
+//! deadlines are measured against [`deadline_ms`], which takes it off, so that none fires early.
 
 /// `CLOCK_MONOTONIC_COARSE` in milliseconds: the time of the kernel's last timer tick, read
 /// from the vDSO without a TSC read.
@@ -32,7 +32,7 @@ pub fn coarse_ms() -> u64 {
     unsafe_code,
     reason = "clock_getres(2) through libc: a plain read into a local"
 )]
-pub fn coarse_resolution_ms() -> u64 {
+fn coarse_resolution_ms() -> u64 {
     static RESOLUTION: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *RESOLUTION.get_or_init(|| {
         let mut ts = libc::timespec {
@@ -59,6 +59,13 @@ pub fn coarse_ms() -> u64 {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn coarse_resolution_ms() -> u64 {
+fn coarse_resolution_ms() -> u64 {
     1
+}
+
+/// The time to measure deadlines against: a stamp from [`coarse_ms`] may be up to one
+/// resolution behind the event it marks, so subtracting the resolution from now never makes a
+/// wait look longer than it was. No deadline fires early; each may fire that much late.
+pub fn deadline_ms() -> u64 {
+    coarse_ms().saturating_sub(coarse_resolution_ms())
 }

@@ -28,7 +28,7 @@ use slab::Slab;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{coarse_ms, coarse_resolution_ms};
+use crate::clock::{coarse_ms, deadline_ms};
 
 const MIN_TICK_MS: u64 = 10;
 const MAX_TICK_MS: u64 = 1000;
@@ -72,6 +72,7 @@ struct Table {
 }
 
 /// One connection's state, shared by the connection and the sweeper.
+#[derive(Debug)]
 struct Entry {
     /// Coarse-clock milliseconds of the last byte moved (or of arming).
     last_ms: AtomicU64,
@@ -91,16 +92,6 @@ pub(crate) struct Watch {
 /// Where a watched connection stamps its activity (the relay's [`crate::relay::Progress`]).
 #[derive(Debug)]
 pub(crate) struct Stamp(Arc<Entry>);
-
-impl std::fmt::Debug for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry")
-            .field("last_ms", &self.last_ms)
-            .field("idle_ms", &self.idle_ms)
-            .field("verdict", &self.verdict)
-            .finish_non_exhaustive()
-    }
-}
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -216,7 +207,6 @@ impl Stamp {
 
 /// The sweeper: ticks while the table has connections, parks when it has had none for a while.
 async fn sweep(shared: Arc<Shared>, hard: CancellationToken) {
-    let slack = coarse_resolution_ms();
     let mut tick_ms = MAX_TICK_MS;
     let mut parked = false;
     let mut empty_sweeps = 0;
@@ -245,12 +235,13 @@ async fn sweep(shared: Arc<Shared>, hard: CancellationToken) {
         }
         empty_sweeps = 0;
         parked = false;
-        tick_ms = expire_idle(&table, coarse_ms(), slack);
+        tick_ms = expire_idle(&table, deadline_ms());
     }
 }
 
-/// Ends every connection quiet for its idle timeout; returns the next tick.
-fn expire_idle(table: &Table, now: u64, slack: u64) -> u64 {
+/// Ends every connection quiet for its idle timeout as of `now` (a [`deadline_ms`] reading);
+/// returns the next tick.
+fn expire_idle(table: &Table, now: u64) -> u64 {
     let mut shortest = u64::MAX;
     for (_, e) in table.entries.iter() {
         let idle = e.idle_ms.load(Relaxed);
@@ -258,10 +249,7 @@ fn expire_idle(table: &Table, now: u64, slack: u64) -> u64 {
             continue;
         }
         shortest = shortest.min(idle);
-        // `last_ms` may be up to `slack` behind the real last byte, `now` up to `slack` behind
-        // the real time: waiting for `idle + slack` of coarse time never ends a connection early.
-        if e.verdict.load(Relaxed) == RUNNING
-            && now.saturating_sub(e.last_ms.load(Relaxed)) >= idle + slack
+        if e.verdict.load(Relaxed) == RUNNING && now.saturating_sub(e.last_ms.load(Relaxed)) >= idle
         {
             e.verdict.store(IDLE, Release);
             e.waker.wake();

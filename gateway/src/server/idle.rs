@@ -23,13 +23,6 @@ fn now_ms() -> u64 {
     stream_proxy::clock::coarse_ms().max(1)
 }
 
-/// The time to measure deadlines against: a stamp may be up to the clock's resolution behind the
-/// event it marks, so `now_ms()` less that resolution never makes a wait look longer than it was
-/// (no deadline fires early; each may fire that much late).
-fn deadline_now_ms() -> u64 {
-    now_ms().saturating_sub(stream_proxy::clock::coarse_resolution_ms())
-}
-
 /// Shared between the IO wrapper, the service and the watchdog.
 #[derive(Debug, Default)]
 pub struct Activity {
@@ -107,7 +100,8 @@ impl Activity {
     /// Decides whether the connection should be closed. A zero `write` turns the write-stall
     /// deadline off.
     pub fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
-        let now = deadline_now_ms();
+        // Never early: see `stream_proxy::clock::deadline_ms`.
+        let now = stream_proxy::clock::deadline_ms();
         let blocked = self.write_blocked.load(Ordering::Relaxed);
         if blocked != 0 && !write.is_zero() {
             let stalled = Duration::from_millis(now.saturating_sub(blocked));
