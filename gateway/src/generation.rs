@@ -115,7 +115,8 @@ impl Generation {
             }
             let terminal = match &route.action {
                 RouteAction::Respond(r) => Terminal::Respond(
-                    Respond::new(r).map_err(|m| config.error(format!("{key}.respond"), m))?,
+                    Respond::new(r, !factories.is_empty())
+                        .map_err(|m| config.error(format!("{key}.respond"), m))?,
                 ),
                 RouteAction::Static(s) => Terminal::Static(Arc::new(
                     crate::static_files::StaticFiles::new(s)

@@ -14,6 +14,7 @@ pub mod filter;
 pub mod fuzzing;
 pub mod generation;
 pub mod ip_text;
+pub mod memory;
 pub mod proxy;
 pub mod router;
 pub mod server;

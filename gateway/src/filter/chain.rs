@@ -914,7 +914,7 @@ mod tests {
     fn respond(body: &str) -> Terminal {
         let cfg: gateway_config::model::RespondConfig =
             serde_yaml::from_str(&format!("{{ body: \"{body}\" }}")).unwrap();
-        Terminal::Respond(Respond::new(&cfg).unwrap())
+        Terminal::Respond(Respond::new(&cfg, true).unwrap())
     }
 
     fn recorder(name: &'static str, journal: &Journal) -> Recorder {

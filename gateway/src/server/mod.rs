@@ -119,6 +119,7 @@ impl Gateway {
         if config.server.watch_config && gateway.inner.config_path.is_file() {
             watch::spawn(gateway.clone());
         }
+        crate::memory::release_freed();
         Ok(gateway)
     }
 
@@ -200,6 +201,7 @@ impl Gateway {
         let t = &self.inner.cx.telemetry;
         match &result {
             Ok(()) => {
+                crate::memory::release_freed();
                 t.reloads_ok.inc();
                 tracing::info!(config = %self.inner.config_path.display(), "configuration reloaded");
             }
