@@ -1,7 +1,7 @@
 //! Returning the memory a config load freed to the kernel.
 //!
 //! Building a generation is a burst of allocation the request path never repeats: compiling
-//! Wasm plugins with Cranelift alone frees about 6 MB. The allocator keeps freed pages resident
+//! Wasm plugins with Cranelift alone frees about 4 MiB. The allocator keeps freed pages resident
 //! for reuse and only decays them while it keeps allocating, so an idle gateway would hold that
 //! burst's garbage for good. After each load the gateway asks the allocator to return every
 //! unused page once: a few milliseconds off the request path, instead of a shorter decay time
