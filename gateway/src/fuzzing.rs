@@ -23,7 +23,7 @@ use crate::context::ConnInfo;
 use crate::filter::waf::normalize;
 use crate::generation::Generation;
 use crate::router::{Matcher, Router, request_host};
-use crate::server::conn::{ListenerRuntime, serve_io};
+use crate::server::conn::{ConnWatchdog, ListenerRuntime, serve_io, watch};
 use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
@@ -236,12 +236,8 @@ pub fn http1_head(data: &[u8]) {
             sni: None,
             client_hash: Default::default(),
         };
-        let served = tokio::spawn(serve_io(
-            listener,
-            server_side,
-            info,
-            CancellationToken::new(),
-        ));
+        let watch = watch(&ConnWatchdog::start(CancellationToken::new()), &listener);
+        let served = tokio::spawn(serve_io(listener, server_side, info, watch));
         let (mut read, mut write) = tokio::io::split(client);
         let send = async {
             // The server may close early (a bad head): a failed write is an answer too.

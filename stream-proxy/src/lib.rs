@@ -32,7 +32,7 @@ mod stats;
 mod tcp;
 mod udp;
 pub mod upstream;
-mod watchdog;
+pub mod watchdog;
 
 pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
 pub use error::StreamError;

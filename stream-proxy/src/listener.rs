@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::StreamError;
 use crate::compiled::CompiledStream;
 use crate::stats::StreamStats;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Idle, Watchdog};
 
 /// What a running stream's connections share.
 pub(crate) struct Listening {
@@ -153,7 +153,7 @@ async fn accept_loop(
 ) {
     let bound = listener.local_addr().ok();
     // Every connection's idle deadline and the drain stop (`hard`).
-    let watchdog = Watchdog::start(hard);
+    let watchdog = Watchdog::<Idle>::start(hard);
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -194,7 +194,7 @@ async fn accept_loop(
             local,
             rt,
             stats,
-            watchdog.register(),
+            watchdog.register(Idle::unarmed()),
         ));
         tasks.spawn(async move {
             conn.await;

@@ -28,7 +28,7 @@ use crate::filter::{ActiveFilters, CloseSummary, ConnectionInfo};
 use crate::relay::{Direction, Progress, buffered, filtered};
 use crate::sni::{ClientHello, read_client_hello};
 use crate::stats::StreamStats;
-use crate::watchdog::{Verdict, Watch};
+use crate::watchdog::{Idle, Signal, Watch};
 use crate::{StreamError, proxy_protocol};
 
 /// Serves one accepted connection; `watch` ends it when idle or when the drain timeout passed.
@@ -38,7 +38,7 @@ pub(crate) async fn serve(
     local: SocketAddr,
     rt: Arc<CompiledStream>,
     stats: Arc<StreamStats>,
-    watch: Watch,
+    watch: Watch<Idle>,
 ) {
     // Debug level: at the default level neither the span nor the close line costs anything per
     // connection. The per-connection record is the access log's (the gateway's observer).
@@ -68,7 +68,7 @@ async fn handle(
     local: SocketAddr,
     rt: &CompiledStream,
     progress: &Progress,
-    watch: &Watch,
+    watch: &Watch<Idle>,
     span: &tracing::Span,
 ) -> Result<(), StreamError> {
     let _ = io.set_nodelay(true);
@@ -118,8 +118,8 @@ async fn handle(
         ));
         match watch.until(work).await {
             Ok(result) => result,
-            Err(Verdict::Idle) => Err(StreamError::Idle(rt.idle_timeout)),
-            Err(Verdict::Stopped) => Err(StreamError::Shutdown),
+            Err(Signal::Expired(_)) => Err(StreamError::Idle(rt.idle_timeout)),
+            Err(Signal::Stop) => Err(StreamError::Shutdown),
         }
     };
     // Without filters nobody reads the summary (a clock read and, on error, a string).
@@ -145,7 +145,7 @@ async fn proxy(
     filters: &mut ActiveFilters,
     progress: &Progress,
     summary: &mut CloseSummary,
-    watch: &Watch,
+    watch: &Watch<Idle>,
     span: &tracing::Span,
 ) -> Result<(), StreamError> {
     let upstream = route(io, &mut pending, rt, summary, span).await?;

@@ -1,6 +1,7 @@
 //! Serving one accepted connection: TLS handshake and ALPN, the hyper connection (HTTP/1.1,
-//! HTTP/2, or either by preface sniffing on cleartext), the HTTP/1 framing checks, the idle and
-//! header-read watchdog, and graceful shutdown when the gateway drains.
+//! HTTP/2, or either by preface sniffing on cleartext), the HTTP/1 framing checks, and its
+//! place in the listener's watchdog table (idle, header-read and write-stall deadlines, and the
+//! graceful shutdown when the gateway drains).
 //!
 //! Memory per connection matters at 10,000 connections. The hyper connection is boxed and the
 //! TLS path is a boxed future of its own, so a connection's task holds neither the TLS state nor
@@ -8,11 +9,8 @@
 //! first bytes to pick HTTP/1 or h2c instead of letting hyper-util's reader consume and replay
 //! them: the replay splits hyper's first read, which makes it double its 8 KiB read buffer.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,6 +18,7 @@ use futures_util::FutureExt as _;
 use futures_util::future::Either;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use stream_proxy::watchdog::{Signal, Watch, Watchdog};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -28,20 +27,25 @@ use crate::context::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
 use crate::server::framing::Framing;
-use crate::server::idle::{Activity, TrackedIo, Verdict};
+use crate::server::idle::{ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
 use crate::service::ConnService;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
-/// What woke a connection's watchdog.
-enum Woke<E> {
-    /// The connection ended.
-    Conn(Result<(), E>),
-    /// The watchdog's timer: time to check the deadlines.
-    Timer,
-    /// The gateway started draining.
-    Drain,
+/// The watchdog table of one listener's HTTP connections.
+pub type ConnWatchdog = Watchdog<ConnDeadlines>;
+
+/// A connection's place in its listener's watchdog table.
+pub type ConnWatch = Watch<ConnDeadlines>;
+
+/// Registers a connection just accepted on `rt`'s listener; its deadlines start with HTTP.
+pub fn watch(watchdog: &ConnWatchdog, rt: &ListenerRuntime) -> ConnWatch {
+    watchdog.register(ConnDeadlines::new(
+        rt.idle_timeout,
+        rt.header_timeout,
+        rt.write_timeout,
+    ))
 }
 
 /// Per-listener settings every connection uses, built when the listener starts.
@@ -139,13 +143,16 @@ impl ListenerRuntime {
     }
 }
 
-/// Serves one TCP connection until it ends, idles out or the gateway drains.
+/// Serves one TCP connection until it ends, idles out or the gateway drains. `shutdown` is
+/// the drain stop the watchdog tells the connection through `watch`; before HTTP starts
+/// (reading a cleartext connection's first bytes) it is watched for directly.
 pub async fn serve(
     rt: Arc<ListenerRuntime>,
     stream: TcpStream,
     client: SocketAddr,
     local: SocketAddr,
     shutdown: CancellationToken,
+    watch: ConnWatch,
 ) {
     let _ = stream.set_nodelay(true);
     let mut stream = stream;
@@ -188,14 +195,14 @@ pub async fn serve(
                 sni: None,
                 client_hash: Default::default(),
             };
-            serve_http(rt, stream, info, h1, h2, shutdown).await;
+            serve_http(rt, stream, info, h1, h2, watch).await;
         }
         Some(acceptor) => {
             // Bytes read past the PROXY header belong to TLS: replay them first.
             let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
             // Boxed: the handshake's state would otherwise enlarge every plain connection's task.
             let acceptor = acceptor.clone();
-            Box::pin(serve_tls(rt, acceptor, stream, client, local, shutdown)).await;
+            Box::pin(serve_tls(rt, acceptor, stream, client, local, watch)).await;
         }
     }
 }
@@ -242,7 +249,7 @@ async fn serve_tls(
     stream: stream_proxy::Rewind<Lingering>,
     client: SocketAddr,
     local: SocketAddr,
-    shutdown: CancellationToken,
+    watch: ConnWatch,
 ) {
     let handshake = tokio::time::timeout(rt.header_timeout, acceptor.accept(stream));
     let tls = match handshake.await {
@@ -283,21 +290,17 @@ async fn serve_tls(
     } else {
         (rt.http1, !rt.http1 && rt.http2)
     };
-    serve_http(rt, tls, info, h1, h2, shutdown).await;
+    serve_http(rt, tls, info, h1, h2, watch).await;
 }
 
 /// Serves cleartext HTTP on any byte stream with the listener's protocols: what [`serve`] does
 /// after TLS and the PROXY header. The fuzz targets drive it over in-memory pipes.
-pub async fn serve_io<IO>(
-    rt: Arc<ListenerRuntime>,
-    io: IO,
-    info: ConnInfo,
-    shutdown: CancellationToken,
-) where
+pub async fn serve_io<IO>(rt: Arc<ListenerRuntime>, io: IO, info: ConnInfo, watch: ConnWatch)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (h1, h2) = (rt.http1, rt.http2);
-    serve_http(rt, io, info, h1, h2, shutdown).await;
+    serve_http(rt, io, info, h1, h2, watch).await;
 }
 
 async fn serve_http<IO>(
@@ -306,12 +309,12 @@ async fn serve_http<IO>(
     info: ConnInfo,
     h1: bool,
     h2: bool,
-    shutdown: CancellationToken,
+    watch: ConnWatch,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let client = info.client;
-    let activity = Activity::new(!h2 || h1);
+    let activity = watch.deadlines().arm(!h2 || h1).clone();
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
         conn: Arc::new(info),
@@ -345,22 +348,25 @@ async fn serve_http<IO>(
     };
     let tracked = TrackedIo::new(io, activity.clone());
     let io = TokioIo::new(CheckedIo::new(tracked, framing, rt.policy.rejected.clone()));
-    // The watchdog around whichever hyper connection serves this stream.
+    // Whichever hyper connection serves this stream, until it ends or the watchdog ends it.
     macro_rules! drive {
         ($conn:expr) => {{
             // Boxed: see the module header.
             let mut conn = Box::pin($conn);
             let mut draining = false;
             loop {
-                let wait = match activity.check(rt.idle_timeout, rt.header_timeout, rt.write_timeout) {
-                    Verdict::Wait(d) => d,
-                    Verdict::Idle => {
-                        if !draining {
-                            draining = true;
-                            conn.as_mut().graceful_shutdown();
+                let verdict = match std::future::poll_fn(|cx| watch.poll_until(conn.as_mut(), cx)).await {
+                    Ok(res) => {
+                        if let Err(e) = res {
+                            tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
                         }
-                        rt.header_timeout
+                        return;
                     }
+                    // Draining: in-flight requests finish, then the connection closes.
+                    Err(Signal::Stop) => Verdict::Idle,
+                    Err(Signal::Expired(code)) => Verdict::from_code(code),
+                };
+                match verdict {
                     Verdict::SlowHead => {
                         tracing::debug!(listener = %rt.name, "request head not received in time; closing");
                         return;
@@ -372,42 +378,12 @@ async fn serve_http<IO>(
                         tracing::debug!(listener = %rt.name, %client, "client read nothing for write_timeout; closing");
                         return;
                     }
-                };
-                let mut timer = pin!(tokio::time::sleep(wait.max(Duration::from_millis(10))));
-                let mut drain = pin!(shutdown.cancelled());
-                let mut first = true;
-                let woke = std::future::poll_fn(|cx| {
-                    if let Poll::Ready(res) = conn.as_mut().poll(cx) {
-                        return Poll::Ready(Woke::Conn(res));
-                    }
-                    // Polled on every wake-up, the timer and the drain signal would cost a
-                    // small request more than its own routing. The first poll registers this
-                    // task with both; after that each is polled only once its state says it
-                    // fired.
-                    if (first || timer.is_elapsed()) && timer.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Woke::Timer);
-                    }
-                    if !draining
-                        && (first || shutdown.is_cancelled())
-                        && drain.as_mut().poll(cx).is_ready()
-                    {
-                        return Poll::Ready(Woke::Drain);
-                    }
-                    first = false;
-                    Poll::Pending
-                })
-                .await;
-                match woke {
-                    Woke::Conn(res) => {
-                        if let Err(e) = res {
-                            tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+                    // Told again on later ticks while it closes; once is enough.
+                    Verdict::Idle | Verdict::Wait(_) => {
+                        if !draining {
+                            draining = true;
+                            conn.as_mut().graceful_shutdown();
                         }
-                        return;
-                    }
-                    Woke::Timer => {}
-                    Woke::Drain => {
-                        draining = true;
-                        conn.as_mut().graceful_shutdown();
                     }
                 }
             }

@@ -3,7 +3,8 @@
 //! hyper's own HTTP/1 header timer also runs while a kept-alive connection waits for its next
 //! request, which would make the idle timeout and the slow-header timeout one setting. Instead,
 //! the IO wrapper stamps the time of the last byte moved and of the first byte of a new request
-//! head, the service marks requests in flight, and one watchdog per connection decides.
+//! head, the service marks requests in flight, and the listener's watchdog table
+//! (`stream_proxy::watchdog`, through [`ConnDeadlines`]) decides on a coarse tick.
 //! Writes that cannot make progress (a client that stopped reading) are stamped too, so the
 //! watchdog can close a connection whose peer has refused every byte for `write_timeout`.
 
@@ -101,7 +102,11 @@ impl Activity {
     /// deadline off.
     pub fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
         // Never early: see `stream_proxy::clock::deadline_ms`.
-        let now = stream_proxy::clock::deadline_ms();
+        self.check_at(stream_proxy::clock::deadline_ms(), idle, header, write)
+    }
+
+    /// [`Activity::check`] as of `now`, a `stream_proxy::clock::deadline_ms` reading.
+    fn check_at(&self, now: u64, idle: Duration, header: Duration, write: Duration) -> Verdict {
         let blocked = self.write_blocked.load(Ordering::Relaxed);
         if blocked != 0 && !write.is_zero() {
             let stalled = Duration::from_millis(now.saturating_sub(blocked));
@@ -143,6 +148,85 @@ impl Activity {
         } else {
             Verdict::Wait(idle - quiet)
         }
+    }
+}
+
+impl Verdict {
+    /// The code of a closing verdict in the watchdog's `Signal::Expired`.
+    fn code(&self) -> u8 {
+        match self {
+            Self::Wait(_) | Self::Idle => 0,
+            Self::SlowHead => 1,
+            Self::WriteStalled => 2,
+        }
+    }
+
+    /// The verdict a watchdog's `Signal::Expired` code stands for.
+    pub fn from_code(code: u8) -> Self {
+        match code {
+            1 => Self::SlowHead,
+            2 => Self::WriteStalled,
+            _ => Self::Idle,
+        }
+    }
+}
+
+/// An HTTP connection in its listener's watchdog table: its activity, and the listener's
+/// timeouts as they were when it was accepted (a reload changes them for new connections).
+/// Registered at accept, armed when HTTP starts: the PROXY header, the first bytes and the TLS
+/// handshake have timeouts of their own.
+pub struct ConnDeadlines {
+    activity: Arc<Activity>,
+    armed: AtomicBool,
+    idle: Duration,
+    header: Duration,
+    write: Duration,
+}
+
+impl ConnDeadlines {
+    /// Unarmed deadlines; a zero `write` turns the write-stall deadline off.
+    pub fn new(idle: Duration, header: Duration, write: Duration) -> Self {
+        Self {
+            activity: Activity::new(true),
+            armed: AtomicBool::new(false),
+            idle,
+            header,
+            write,
+        }
+    }
+
+    /// Starts the deadlines, counting from now; `track_heads` as in [`Activity::new`].
+    pub fn arm(&self, track_heads: bool) -> &Arc<Activity> {
+        let a = &self.activity;
+        a.last.store(now_ms(), Ordering::Relaxed);
+        a.track_heads.store(track_heads, Ordering::Relaxed);
+        self.armed.store(true, Ordering::Release);
+        a
+    }
+}
+
+impl stream_proxy::watchdog::Deadlines for ConnDeadlines {
+    fn expired(&self, now: u64) -> Option<u8> {
+        if !self.armed.load(Ordering::Acquire) {
+            return None;
+        }
+        match self
+            .activity
+            .check_at(now, self.idle, self.header, self.write)
+        {
+            Verdict::Wait(_) => None,
+            closing => Some(closing.code()),
+        }
+    }
+
+    fn shortest_ms(&self) -> u64 {
+        [self.idle, self.header, self.write]
+            .into_iter()
+            .filter(|d| !d.is_zero())
+            .min()
+            .map_or(u64::MAX, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+            })
     }
 }
 

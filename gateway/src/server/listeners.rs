@@ -327,12 +327,15 @@ fn start(
     let runtime = Arc::new(ArcSwap::new(runtime));
     let limit = (l.settings.max_connections > 0)
         .then(|| Arc::new(Semaphore::new(l.settings.max_connections)));
+    // Every connection's deadlines and the drain stop: one table and sweeper per listener.
+    let watchdog = conn::ConnWatchdog::start(stop.clone());
     cx.acceptors.spawn(accept_loop(
         runtime.clone(),
         socket,
         limit,
         stop.clone(),
         cx.connections.clone(),
+        watchdog,
     ));
     tracing::info!(listener = %l.name, addr = %local, tls = l.tls.is_some(), "listening");
     Ok(StartedTcp {
@@ -351,6 +354,7 @@ async fn accept_loop(
     limit: Option<Arc<Semaphore>>,
     stop: CancellationToken,
     connections: TaskTracker,
+    watchdog: conn::ConnWatchdog,
 ) {
     let local = listener.local_addr().ok();
     loop {
@@ -387,10 +391,11 @@ async fn accept_loop(
         // `stop` is a child of the gateway's drain token: connections drain gracefully when the
         // gateway stops or when a reload removes their listener (in-flight requests finish).
         let token = stop.clone();
+        let watch = conn::watch(&watchdog, &rt);
         connections.spawn(async move {
             let active = rt.metrics.active.clone();
             active.add(1);
-            conn::serve(rt, stream, client, local, token).await;
+            conn::serve(rt, stream, client, local, token, watch).await;
             active.add(-1);
             drop(permit);
         });

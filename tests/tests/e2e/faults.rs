@@ -376,6 +376,40 @@ fn rss_sampler() -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
     (stop, task)
 }
 
+/// Draining waits for requests in flight, and the deadlines still hold meanwhile: a response
+/// stuck on a client that reads nothing ends at `write_timeout`, not at `drain_timeout`.
+#[tokio::test]
+async fn a_stalled_client_does_not_hold_the_drain_past_write_timeout() {
+    let dir = temp_dir();
+    let f = std::fs::File::create(write_file(dir.path(), "public/huge.bin", "")).unwrap();
+    f.set_len(1 << 30).unwrap();
+    drop(f);
+    let gw = TestGateway::start_in(
+        dir,
+        "server: { watch_config: false, drain_timeout: 60s }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\n    write_timeout: 500ms\nroutes:\n  - match: { path_prefix: / }\n    static: { root: public }\n",
+    )
+    .await;
+    let (mut tcp, _) = stop_reading(
+        gw.addr("main"),
+        b"GET /huge.bin HTTP/1.1\r\nhost: x\r\n\r\n",
+        64 * 1024,
+    )
+    .await;
+    let started = Instant::now();
+    gw.shutdown().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "the drain took {took:?}");
+    // The stalled connection was closed: what the socket buffers held, then the end.
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the connection was not closed"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_client_that_stops_reading_a_large_file_is_closed_after_write_timeout() {
     let dir = temp_dir();
