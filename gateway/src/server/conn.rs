@@ -10,6 +10,7 @@
 //! them: the replay splits hyper's first read, which makes it double its 8 KiB read buffer.
 
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,6 @@ use hyper_util::server::conn::auto;
 use stream_proxy::watchdog::{Signal, Watch, Watchdog};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::context::ConnInfo;
 use crate::generation::Generation;
@@ -143,15 +143,13 @@ impl ListenerRuntime {
     }
 }
 
-/// Serves one TCP connection until it ends, idles out or the gateway drains. `shutdown` is
-/// the drain stop the watchdog tells the connection through `watch`; before HTTP starts
-/// (reading a cleartext connection's first bytes) it is watched for directly.
+/// Serves one TCP connection until it ends, idles out or the gateway drains (the listener's
+/// watchdog tells it through `watch`).
 pub async fn serve(
     rt: Arc<ListenerRuntime>,
     stream: TcpStream,
     client: SocketAddr,
     local: SocketAddr,
-    shutdown: CancellationToken,
     watch: ConnWatch,
 ) {
     let _ = stream.set_nodelay(true);
@@ -175,14 +173,12 @@ pub async fn serve(
             let (h1, h2) = match (rt.http1, rt.http2) {
                 // Bytes read past a PROXY header already hold the answer; hyper-util's reader
                 // replays them.
-                (true, true) if rest.is_empty() => {
-                    match peek_version(&stream, rt.idle_timeout, &shutdown).await {
-                        Some(Peeked::Http1) => (true, false),
-                        Some(Peeked::Http2) => (false, true),
-                        Some(Peeked::Either) => (true, true),
-                        None => return,
-                    }
-                }
+                (true, true) if rest.is_empty() => match peek_version(&stream, &watch).await {
+                    Some(Peeked::Http1) => (true, false),
+                    Some(Peeked::Http2) => (false, true),
+                    Some(Peeked::Either) => (true, true),
+                    None => return,
+                },
                 both => both,
             };
             // Bytes read past the PROXY header belong to HTTP: replay them first.
@@ -219,16 +215,18 @@ enum Peeked {
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Peeks (without consuming) at a cleartext connection's first bytes. `None`: the client
-/// closed, sent nothing within `wait`, or the gateway is draining.
-async fn peek_version(
-    stream: &TcpStream,
-    wait: Duration,
-    shutdown: &CancellationToken,
-) -> Option<Peeked> {
+/// closed, sent nothing within the idle timeout, or the gateway is draining. The wait is the
+/// watchdog's (armed here; HTTP re-arms it), so a connection whose first bytes are not there
+/// yet arms no timer and waits on no drain token of its own.
+async fn peek_version(stream: &TcpStream, watch: &ConnWatch) -> Option<Peeked> {
     let mut buf = [0u8; H2_PREFACE.len()];
-    let n = tokio::select! {
-        r = tokio::time::timeout(wait, stream.peek(&mut buf)) => r.ok()?.ok()?,
-        _ = shutdown.cancelled() => return None,
+    watch.deadlines().arm(false);
+    let n = {
+        let mut peek = pin!(stream.peek(&mut buf));
+        match std::future::poll_fn(|cx| watch.poll_until(peek.as_mut(), cx)).await {
+            Ok(Ok(n)) => n,
+            _ => return None,
+        }
     };
     if n == 0 {
         return None;

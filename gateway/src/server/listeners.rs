@@ -388,14 +388,14 @@ async fn accept_loop(
         };
         rt.metrics.accepted.inc();
         let local = stream.local_addr().ok().or(local).unwrap_or(client);
-        // `stop` is a child of the gateway's drain token: connections drain gracefully when the
-        // gateway stops or when a reload removes their listener (in-flight requests finish).
-        let token = stop.clone();
+        // The watchdog delivers `stop`, a child of the gateway's drain token: connections drain
+        // gracefully when the gateway stops or when a reload removes their listener (in-flight
+        // requests finish).
         let watch = conn::watch(&watchdog, &rt);
         connections.spawn(async move {
             let active = rt.metrics.active.clone();
             active.add(1);
-            conn::serve(rt, stream, client, local, token, watch).await;
+            conn::serve(rt, stream, client, local, watch).await;
             active.add(-1);
             drop(permit);
         });
