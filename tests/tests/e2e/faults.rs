@@ -376,19 +376,25 @@ fn rss_sampler() -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
     (stop, task)
 }
 
-/// Draining waits for requests in flight, and the deadlines still hold meanwhile: a response
-/// stuck on a client that reads nothing ends at `write_timeout`, not at `drain_timeout`.
-#[tokio::test]
-async fn a_stalled_client_does_not_hold_the_drain_past_write_timeout() {
+/// A gateway serving a 1 GiB sparse file at `/huge.bin`, with a 500 ms `write_timeout` and a
+/// drain that would wait a minute.
+async fn huge_file_gateway() -> TestGateway {
     let dir = temp_dir();
     let f = std::fs::File::create(write_file(dir.path(), "public/huge.bin", "")).unwrap();
     f.set_len(1 << 30).unwrap();
     drop(f);
-    let gw = TestGateway::start_in(
+    TestGateway::start_in(
         dir,
         "server: { watch_config: false, drain_timeout: 60s }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\n    write_timeout: 500ms\nroutes:\n  - match: { path_prefix: / }\n    static: { root: public }\n",
     )
-    .await;
+    .await
+}
+
+/// Draining waits for requests in flight, and the deadlines still hold meanwhile: a response
+/// stuck on a client that reads nothing ends at `write_timeout`, not at `drain_timeout`.
+#[tokio::test]
+async fn a_stalled_client_does_not_hold_the_drain_past_write_timeout() {
+    let gw = huge_file_gateway().await;
     let (mut tcp, _) = stop_reading(
         gw.addr("main"),
         b"GET /huge.bin HTTP/1.1\r\nhost: x\r\n\r\n",
@@ -412,15 +418,7 @@ async fn a_stalled_client_does_not_hold_the_drain_past_write_timeout() {
 
 #[tokio::test]
 async fn a_client_that_stops_reading_a_large_file_is_closed_after_write_timeout() {
-    let dir = temp_dir();
-    let f = std::fs::File::create(write_file(dir.path(), "public/huge.bin", "")).unwrap();
-    f.set_len(1 << 30).unwrap();
-    drop(f);
-    let gw = TestGateway::start_in(
-        dir,
-        "server: { watch_config: false }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\n    write_timeout: 500ms\nroutes:\n  - match: { path_prefix: / }\n    static: { root: public }\n",
-    )
-    .await;
+    let gw = huge_file_gateway().await;
     let addr = gw.addr("main");
     let before_timeouts = metric(
         &gw,
