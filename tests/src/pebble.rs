@@ -73,6 +73,28 @@ impl Pebble {
             );
             return None;
         };
+        // Its ports are picked free and released before Pebble binds them, so a test running
+        // alongside can take one first; Pebble then exits. Start again on fresh ports.
+        for attempt in 1..=3 {
+            match Self::spawn(dir, &pebble, &challtestsrv, http_port, tls_port).await {
+                Ok(me) => return Some(me),
+                Err(port) => eprintln!(
+                    "pebble attempt {attempt}: port {port} did not open (taken by another test?): {}",
+                    std::fs::read_to_string(dir.join("pebble.err")).unwrap_or_default()
+                ),
+            }
+        }
+        panic!("pebble did not start in three attempts");
+    }
+
+    /// One start on freshly picked ports; `Err(port)` names a port that did not open.
+    async fn spawn(
+        dir: &Path,
+        pebble: &Path,
+        challtestsrv: &Path,
+        http_port: u16,
+        tls_port: u16,
+    ) -> Result<Self, u16> {
         let ca = TestCa::new();
         let (cert, key) = ca.write(
             dir,
@@ -138,9 +160,12 @@ impl Pebble {
             ca,
         };
         for port in [listen, management, challtest_mgmt] {
-            wait_for_port(port).await;
+            if !port_opens(port).await {
+                // Dropping `me` stops both processes.
+                return Err(port);
+            }
         }
-        Some(me)
+        Ok(me)
     }
 
     /// The root that issued certificates chain to (PEM), from the management API.
@@ -171,17 +196,18 @@ impl Pebble {
     }
 }
 
-async fn wait_for_port(port: u16) {
+/// Whether `port` accepts connections within 10 s.
+async fn port_opens(port: u16) -> bool {
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
         {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("port {port} did not open within 10 s");
+    false
 }
 
 impl Drop for Pebble {
