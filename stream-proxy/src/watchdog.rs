@@ -148,14 +148,6 @@ impl<D: Deadlines> Watchdog<D> {
     }
 }
 
-impl<D> Clone for Watchdog<D> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
 impl<D> Drop for Watchdog<D> {
     fn drop(&mut self) {
         // A parked sweeper checks whether anyone still holds the table.

@@ -39,7 +39,8 @@ pub type ConnWatchdog = Watchdog<ConnDeadlines>;
 /// A connection's place in its listener's watchdog table.
 pub type ConnWatch = Watch<ConnDeadlines>;
 
-/// Registers a connection just accepted on `rt`'s listener; its deadlines start with HTTP.
+/// Registers a connection just accepted on `rt`'s listener; its deadlines start when the
+/// first-bytes peek or HTTP arms them.
 pub fn watch(watchdog: &ConnWatchdog, rt: &ListenerRuntime) -> ConnWatch {
     watchdog.register(ConnDeadlines::new(
         rt.idle_timeout,

@@ -99,8 +99,9 @@ impl Activity {
     }
 
     /// Decides whether the connection should be closed. A zero `write` turns the write-stall
-    /// deadline off.
-    pub fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
+    /// deadline off. The watchdog calls [`Activity::check_at`] with its own reading of the clock.
+    #[cfg(test)]
+    fn check(&self, idle: Duration, header: Duration, write: Duration) -> Verdict {
         // Never early: see `stream_proxy::clock::deadline_ms`.
         self.check_at(stream_proxy::clock::deadline_ms(), idle, header, write)
     }
