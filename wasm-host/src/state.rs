@@ -281,7 +281,8 @@ pub struct HostState {
     pub(crate) root_id: u32,
     /// The context host calls act on (changed by `proxy_set_effective_context`).
     pub(crate) effective: u32,
-    pub(crate) streams: HashMap<u32, Stream>,
+    /// Live contexts by id. The ids are the host's own (sequential), so a fast hash is safe.
+    pub(crate) streams: rustc_hash::FxHashMap<u32, Stream>,
     pub(crate) effects: Effects,
     pub(crate) next_token: u32,
     pub(crate) call_response: Option<HttpCallResponse>,
@@ -310,7 +311,7 @@ impl HostState {
             malloc: None,
             root_id: 0,
             effective: 0,
-            streams: HashMap::new(),
+            streams: rustc_hash::FxHashMap::default(),
             effects: Effects::default(),
             next_token: 1,
             call_response: None,

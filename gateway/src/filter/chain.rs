@@ -43,9 +43,45 @@ struct State {
     /// A local reply given by a request-body hook while the terminal streamed the body in
     /// (boxed: it is rare, and this state is part of every filtered request's future).
     local_reply: Option<Box<Response<Body>>>,
+    /// The log phase is over, or filters before `log_next` have had it.
     logged: bool,
+    log_next: usize,
     /// Filters that saw the request head; only they get the log phase.
     started: usize,
+}
+
+impl State {
+    /// The response-body hooks of the filters below `below`, in reverse order, as far as they
+    /// answer synchronously: `Err(i)` when filter `i` (and those before it) must be awaited.
+    fn response_body_now(
+        &mut self,
+        below: usize,
+        chunk: &mut Option<Bytes>,
+        eos: bool,
+    ) -> Result<Result<(), BoxError>, usize> {
+        for i in (0..below).rev() {
+            match self.filters[i].on_response_body_sync(chunk, eos, &mut self.cx) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Ok(Err(e)),
+                None => return Err(i),
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// The log phase as far as the filters answer synchronously; `false` when the rest must
+    /// be awaited ([`run_log`]).
+    fn log_now(&mut self) -> bool {
+        while !self.logged && self.log_next < self.started {
+            let i = self.log_next;
+            if !self.filters[i].on_log_sync(&self.cx, self.status) {
+                return false;
+            }
+            self.log_next = i + 1;
+        }
+        self.logged = true;
+        true
+    }
 }
 
 /// How far [`Chain::start`] got.
@@ -266,6 +302,7 @@ impl Chain {
             status: StatusCode::OK,
             local_reply: None,
             logged: false,
+            log_next: 0,
             started: 0,
         };
         let (mut parts, body) = req.into_parts();
@@ -276,10 +313,10 @@ impl Chain {
             }
             HeadPass::Reply(i, reply) => (i, reply),
             HeadPass::Through => {
+                // A request without a body (most GETs) has no body hooks to run.
                 let body_needs_hooks = match self.request_body {
                     None | Some(BodyAccess::None) => false,
-                    Some(BodyAccess::Buffer(_)) => !body.is_end_stream(),
-                    Some(BodyAccess::Stream) => true,
+                    Some(BodyAccess::Buffer(_) | BodyAccess::Stream) => !body.is_end_stream(),
                 };
                 let now = (!body_needs_hooks)
                     .then(|| terminal.respond_now(&parts.method, &body))
@@ -336,7 +373,9 @@ impl Chain {
                 let body = match self.request_body {
                     None | Some(BodyAccess::None) => body,
                     // A request without a body (most GETs) skips the buffering and the hooks.
-                    Some(BodyAccess::Buffer(_)) if body.is_end_stream() => body,
+                    Some(BodyAccess::Buffer(_) | BodyAccess::Stream) if body.is_end_stream() => {
+                        body
+                    }
                     Some(BodyAccess::Buffer(limit)) => {
                         match Box::pin(self.buffer_request_body(&mut st, body, limit)).await {
                             Ok(body) => body,
@@ -569,31 +608,63 @@ pub fn with_server(mut res: Response<Body>, server: Option<&HeaderValue>) -> Res
     res
 }
 
+/// Runs the response-body hooks of the filters below `below` (awaiting each), in reverse order.
 async fn run_response_body_hooks(
     state: Shared,
-    upto: usize,
+    below: usize,
     mut chunk: Option<Bytes>,
     eos: bool,
 ) -> Result<Option<Bytes>, BoxError> {
     let mut guard = state.lock().await;
     let st = &mut *guard;
-    for f in st.filters[..upto].iter_mut().rev() {
+    for f in st.filters[..below].iter_mut().rev() {
         f.on_response_body(&mut chunk, eos, &mut st.cx).await?;
     }
     Ok(chunk)
 }
 
+/// Runs the response-body hooks here when every one answers synchronously (the state is not
+/// locked elsewhere: nothing else runs hooks while the response body streams); `Err` hands
+/// back the chunk with the filter count whose hooks are left for [`run_response_body_hooks`].
+fn response_body_now(
+    state: &Shared,
+    upto: usize,
+    mut chunk: Option<Bytes>,
+    eos: bool,
+) -> Result<Result<Option<Bytes>, BoxError>, (Option<Bytes>, usize)> {
+    let Ok(mut guard) = state.try_lock() else {
+        return Err((chunk, upto));
+    };
+    match guard.response_body_now(upto, &mut chunk, eos) {
+        Ok(done) => Ok(done.map(|()| chunk)),
+        Err(i) => Err((chunk, i + 1)),
+    }
+}
+
+/// Runs the log phase (once) for the filters that saw the request, awaiting those that wait.
 async fn run_log(state: Shared) {
     let mut guard = state.lock().await;
     let st = &mut *guard;
-    if st.logged {
+    if st.log_now() {
         return;
     }
-    st.logged = true;
     let status = st.status;
-    let started = st.started;
-    for f in st.filters[..started].iter_mut() {
+    for f in st.filters[st.log_next..st.started].iter_mut() {
         f.on_log(&st.cx, status).await;
+    }
+    st.logged = true;
+}
+
+/// The log phase without a task when every filter logs synchronously; otherwise a task
+/// finishes it.
+fn log_soon(state: &Shared) {
+    if let Ok(mut guard) = state.try_lock()
+        && guard.log_now()
+    {
+        return;
+    }
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(run_log(state.clone()));
     }
 }
 
@@ -620,29 +691,47 @@ impl HttpBody for ResponseBodyHooks {
             {
                 return out;
             }
-            match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let ended = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) if this.hooks => {
-                        this.pending = Some(Box::pin(run_response_body_hooks(
-                            this.state.clone(),
-                            this.upto,
-                            Some(data),
-                            false,
-                        )));
+                        match response_body_now(&this.state, this.upto, Some(data), false) {
+                            Ok(Ok(Some(data))) if !data.is_empty() => {
+                                return Poll::Ready(Some(Ok(Frame::data(data))));
+                            }
+                            Ok(Ok(_)) => {}
+                            Ok(Err(e)) => return Poll::Ready(Some(Err(e))),
+                            Err((chunk, below)) => {
+                                this.pending = Some(Box::pin(run_response_body_hooks(
+                                    this.state.clone(),
+                                    below,
+                                    chunk,
+                                    false,
+                                )));
+                            }
+                        }
+                        continue;
                     }
                     Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
                     Err(frame) => {
                         // Trailers end the body: the end-of-stream hooks run before they go out.
                         put_trailers(&this.trailers, frame.into_trailers().ok());
-                        this.finish();
+                        this.finish()
                     }
                 },
                 Some(Err(e)) => {
                     this.finished = true;
-                    tokio::spawn(run_log(this.state.clone()));
+                    log_soon(&this.state);
                     return Poll::Ready(Some(Err(e)));
                 }
                 None => this.finish(),
+            };
+            match ended {
+                Some(Ok(Some(data))) if !data.is_empty() => {
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                // Done here, or left to `pending`: the next turn hands on what is left.
+                Some(Ok(_)) | None => {}
             }
         }
     }
@@ -659,15 +748,35 @@ impl HttpBody for ResponseBodyHooks {
 }
 
 impl ResponseBodyHooks {
-    fn finish(&mut self) {
+    /// The end of the body: the end-of-stream body hooks, the trailer hooks, the log phase.
+    /// `Some` when they all ran here (no hook waited and there are no trailers): the tail
+    /// the end-of-stream hooks produced, or their error. `None`: they continue in `pending`.
+    fn finish(&mut self) -> Option<Result<Option<Bytes>, BoxError>> {
         self.finished = true;
         let (state, upto, hooks) = (self.state.clone(), self.upto, self.hooks);
         let slot = self.trailers.clone();
+        let no_trailers = slot.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+        let (tail, below) = if hooks {
+            match response_body_now(&state, upto, None, true) {
+                Ok(Ok(tail)) => (tail, 0),
+                Ok(Err(e)) => {
+                    log_soon(&state);
+                    return Some(Err(e));
+                }
+                Err((chunk, below)) => (chunk, below),
+            }
+        } else {
+            (None, 0)
+        };
+        if below == 0 && no_trailers {
+            log_soon(&state);
+            return Some(Ok(tail));
+        }
         self.pending = Some(Box::pin(async move {
-            let tail = if hooks {
-                run_response_body_hooks(state.clone(), upto, None, true).await?
+            let tail = if below > 0 {
+                run_response_body_hooks(state.clone(), below, tail, true).await?
             } else {
-                None
+                tail
             };
             if let Some(mut t) = take_trailers(&slot) {
                 run_trailer_hooks(&state, Some(upto), &mut t).await?;
@@ -676,16 +785,15 @@ impl ResponseBodyHooks {
             run_log(state).await;
             Ok(tail)
         }));
+        None
     }
 }
 
 impl Drop for ResponseBodyHooks {
     fn drop(&mut self) {
         // The client went away (or the body was never polled): the log phase still runs.
-        if (!self.finished || self.pending.is_some())
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            handle.spawn(run_log(self.state.clone()));
+        if !self.finished || self.pending.is_some() {
+            log_soon(&self.state);
         }
     }
 }
@@ -1261,5 +1369,190 @@ mod tests {
             ["a:req", "a:req_body:7:true", "a:res"],
             "the head hook ran once"
         );
+    }
+
+    #[tokio::test]
+    async fn a_bodiless_request_calls_no_streamed_body_hook() {
+        let journal: Journal = Arc::default();
+        let mut a = SyncStep::new("a", &journal);
+        a.body = BodyAccess::Stream;
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let terminal = respond("ok");
+        let bodiless = chain.start(&terminal, Request::new(Body::empty()), cx, None);
+        assert!(matches!(bodiless, Started::Done(_)));
+        assert_eq!(*journal.lock().unwrap(), ["a:req", "a:res"]);
+        journal.lock().unwrap().clear();
+        let req = Request::new(Body::from("payload"));
+        let Started::Wait(rest) = chain.start(&terminal, req, cx, None) else {
+            panic!("the body goes through the hook");
+        };
+        let res = rest.resume(&chain, &terminal, None).await;
+        assert_eq!(body_text(res).await, "ok");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "a:req_body:7:true", "a:res"]
+        );
+    }
+
+    /// A filter with response-body and log hooks, answered synchronously unless `sync` is
+    /// false. At the end of the body it appends its name.
+    #[derive(Clone)]
+    struct BodyStep {
+        name: &'static str,
+        journal: Journal,
+        sync: bool,
+    }
+
+    impl BodyStep {
+        fn new(name: &'static str, journal: &Journal, sync: bool) -> Self {
+            Self {
+                name,
+                journal: journal.clone(),
+                sync,
+            }
+        }
+
+        fn body(&self, chunk: &mut Option<Bytes>, eos: bool, what: &str) {
+            note(&self.journal, self.name, &format!("{what}:{eos}"));
+            if eos {
+                let mut tail = chunk.take().map(|c| c.to_vec()).unwrap_or_default();
+                tail.extend_from_slice(self.name.as_bytes());
+                *chunk = Some(Bytes::from(tail));
+            }
+        }
+    }
+
+    impl FilterFactory for BodyStep {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn create(&self) -> Box<dyn HttpFilter> {
+            Box::new(self.clone())
+        }
+        fn response_body(&self) -> bool {
+            true
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpFilter for BodyStep {
+        fn on_request_headers_sync(
+            &mut self,
+            _req: &mut request::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            Some(Ok(Flow::Continue))
+        }
+        fn on_response_headers_sync(
+            &mut self,
+            _res: &mut response::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            Some(Ok(Flow::Continue))
+        }
+        fn on_response_body_sync(
+            &mut self,
+            chunk: &mut Option<Bytes>,
+            eos: bool,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<(), BoxError>> {
+            if !self.sync {
+                return None;
+            }
+            self.body(chunk, eos, "body");
+            Some(Ok(()))
+        }
+        async fn on_response_body(
+            &mut self,
+            chunk: &mut Option<Bytes>,
+            eos: bool,
+            cx: &mut RequestCx,
+        ) -> Result<(), BoxError> {
+            if let Some(r) = self.on_response_body_sync(chunk, eos, cx) {
+                return r;
+            }
+            self.body(chunk, eos, "body-async");
+            Ok(())
+        }
+        fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
+            if !self.sync {
+                return false;
+            }
+            note(
+                &self.journal,
+                self.name,
+                &format!("log:{}", status.as_u16()),
+            );
+            true
+        }
+        async fn on_log(&mut self, cx: &RequestCx, status: StatusCode) {
+            if !self.on_log_sync(cx, status) {
+                note(&self.journal, self.name, "log-async");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn synchronous_body_and_log_hooks_run_in_the_body_stream_itself() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(BodyStep::new("a", &journal, true)),
+            Arc::new(BodyStep::new("b", &journal, true)),
+        ]);
+        let Started::Done(res) = chain.start(&respond("ok"), Request::new(Body::empty()), cx, None)
+        else {
+            panic!("every hook answers synchronously");
+        };
+        assert_eq!(body_text(res).await, "okba");
+        // Body hooks in reverse order, then the log phase in filter order, before the body's
+        // end was handed on.
+        assert_eq!(
+            *journal.lock().unwrap(),
+            [
+                "b:body:false",
+                "a:body:false",
+                "b:body:true",
+                "a:body:true",
+                "a:log:200",
+                "b:log:200"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_or_log_hook_that_waits_hands_the_rest_to_the_asynchronous_pass() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(BodyStep::new("a", &journal, true)),
+            Arc::new(BodyStep::new("b", &journal, false)),
+        ]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert_eq!(body_text(res).await, "okba");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            [
+                "b:body-async:false",
+                "a:body:false",
+                "b:body-async:true",
+                "a:body:true",
+                "a:log:200",
+                "b:log-async"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_response_body_still_gets_the_log_phase() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![Arc::new(BodyStep::new("a", &journal, true))]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        drop(res);
+        // Synchronous log hooks run in the body's drop, not in a task spawned for them (this
+        // test's runtime has one thread, and the test has not yielded to other tasks).
+        assert_eq!(*journal.lock().unwrap(), ["a:log:200"]);
     }
 }

@@ -32,7 +32,9 @@ pub enum Flow {
     Respond(Response<Body>),
 }
 
-/// How much of the request body a filter needs to see before the terminal starts.
+/// How much of the request body a filter needs to see before the terminal starts. A request
+/// that has no body (its head ended the stream, as for most GETs) calls no body hook at all,
+/// as in Envoy, where a headers-only request never reaches `decodeData`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum BodyAccess {
     /// The filter has no request-body hook.
@@ -69,9 +71,13 @@ pub trait FilterFactory: Send + Sync + 'static {
 
 /// One filter's view of one request.
 ///
-/// The head hooks come in two forms. The chain first calls the `_sync` one; a filter that never
-/// waits on the head (every native filter) answers there with `Some`, which spares a boxed
-/// future per hook and request. `None`, the default, sends the chain on to the async hook.
+/// The head, response-body and log hooks come in two forms. The chain first calls the `_sync`
+/// one; a filter that does not wait there (every native filter, and a Wasm plugin that does not
+/// pause) answers with `Some` (`true` for the log), which spares a boxed future per hook and
+/// request. `None` (`false`), the default, sends the chain on to the async hook. A filter may
+/// start work in a `_sync` hook that answers `None` and finish it in the async hook, but the
+/// chain may ask the `_sync` hook again before the async one runs: it must then answer `None`
+/// again without doing anything.
 #[async_trait::async_trait]
 pub trait HttpFilter: Send {
     /// The request head arrived, for a filter that can decide without waiting; `None` defers
@@ -125,14 +131,26 @@ pub trait HttpFilter: Send {
             .unwrap_or(Ok(Flow::Continue))
     }
 
-    /// A response body chunk (`eos` on the last call, whose chunk may start as `None`).
-    async fn on_response_body(
+    /// A response body chunk, for a filter that can handle it without waiting; `None` defers
+    /// to [`HttpFilter::on_response_body`].
+    fn on_response_body_sync(
         &mut self,
         _chunk: &mut Option<Bytes>,
         _eos: bool,
         _cx: &mut RequestCx,
+    ) -> Option<Result<(), BoxError>> {
+        None
+    }
+
+    /// A response body chunk (`eos` on the last call, whose chunk may start as `None`). The
+    /// default runs the `_sync` hook.
+    async fn on_response_body(
+        &mut self,
+        chunk: &mut Option<Bytes>,
+        eos: bool,
+        cx: &mut RequestCx,
     ) -> Result<(), BoxError> {
-        Ok(())
+        self.on_response_body_sync(chunk, eos, cx).unwrap_or(Ok(()))
     }
 
     /// Request trailers, after the last body chunk (only when the request has trailers and
@@ -154,6 +172,15 @@ pub trait HttpFilter: Send {
         Ok(())
     }
 
-    /// The exchange is over (completed, failed or abandoned by the client).
-    async fn on_log(&mut self, _cx: &RequestCx, _status: http::StatusCode) {}
+    /// The exchange is over, for a filter that logs without waiting; `false` defers to
+    /// [`HttpFilter::on_log`].
+    fn on_log_sync(&mut self, _cx: &RequestCx, _status: http::StatusCode) -> bool {
+        false
+    }
+
+    /// The exchange is over (completed, failed or abandoned by the client). The default runs
+    /// the `_sync` hook.
+    async fn on_log(&mut self, cx: &RequestCx, status: http::StatusCode) {
+        self.on_log_sync(cx, status);
+    }
 }

@@ -5,20 +5,25 @@
 //! `proxy_continue_stream` or `proxy_send_local_response` for the context (typically from
 //! `proxy_on_http_call_response`), the VM fails, or [`PAUSE_LIMIT`] passes.
 //!
+//! Every callback runs in the chain's synchronous hooks: a request the guest does not pause
+//! makes no future of its own. Only a pause sends the chain on to the async hook, which waits
+//! for the resume the synchronous hook registered.
+//!
 //! A failed guest call fails only this request (500, via the chain) and replaces the VM; other
 //! requests whose context was in the replaced VM skip the plugin for their remaining phases,
 //! except those paused in it, which fail.
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, request, response};
+use tokio::sync::oneshot;
 use wasm_host::state::{empty_request, empty_response};
 use wasm_host::{Action, HttpStream, PluginError, StreamInfo, Vm};
 
 use super::plugin::{PluginHandle, PluginRuntime};
-use super::pool::{Own, Resume, Slot, pick};
+use super::pool::{Own, Resume, Slot, SlotInner, pick};
 use super::reply::{fail, headers_only, outcome, take_body};
 use crate::body::BoxError;
 use crate::context::RequestCx;
@@ -57,6 +62,8 @@ impl FilterFactory for WasmFilterFactory {
             slot: None,
             ctx: 0,
             incarnation: 0,
+            waiting: None,
+            held_status: StatusCode::OK,
         })
     }
 
@@ -77,6 +84,11 @@ struct WasmFilter {
     slot: Option<Arc<Slot>>,
     ctx: u32,
     incarnation: u64,
+    /// A head callback paused the context: the async hook waits on this for the guest to
+    /// resume it (set by a `_sync` hook that answered `None`).
+    waiting: Option<oneshot::Receiver<Resume>>,
+    /// The status of a response head paused in the VM, should the VM die with it.
+    held_status: StatusCode,
 }
 
 /// Why a hook could not run the guest.
@@ -87,17 +99,59 @@ enum Skip {
     Failed(PluginError),
 }
 
+/// How a header callback left the context.
+enum Step {
+    /// Go on at once, with this outcome.
+    Now(Resume),
+    /// Paused: the guest resumes it through this.
+    Later(oneshot::Receiver<Resume>),
+}
+
+/// What a header callback's answer means, decided under the slot's lock (so nothing resumes
+/// the context before its waiter is registered).
+fn step(slot: &Slot, g: &mut SlotInner, ctx: u32, action: Action, own: &mut Own) -> Step {
+    if let Some(r) = own.resume.take() {
+        return Step::Now(r);
+    }
+    if action == Action::Continue {
+        return Step::Now(Resume::Continue);
+    }
+    if !own.started_calls && !slot.may_resume(g) {
+        // Nothing in flight could ever resume it (no call, no timer): go on, as Envoy's
+        // StopIteration would once the body arrives.
+        return Step::Now(Resume::Continue);
+    }
+    Step::Later(slot.wait(g, ctx))
+}
+
+fn flow(resume: Resume) -> Result<Flow, BoxError> {
+    Ok(match outcome(resume)? {
+        Some(r) => Flow::Respond(r),
+        None => Flow::Continue,
+    })
+}
+
+fn vm_replaced() -> BoxError {
+    fail(PluginError::Unavailable("VM replaced".into()))
+}
+
 impl WasmFilter {
+    /// This request's slot, locked; `Gone` when the context's VM was replaced.
+    fn lock(&self) -> Result<(&Arc<Slot>, MutexGuard<'_, SlotInner>), Skip> {
+        let slot = self.slot.as_ref().ok_or(Skip::Gone)?;
+        let g = slot.lock();
+        if g.incarnation != self.incarnation {
+            return Err(Skip::Gone);
+        }
+        Ok((slot, g))
+    }
+
     /// Runs `f` on this request's VM and applies the call's effects.
     fn call<R>(
         &self,
         f: impl FnOnce(&mut Vm, u32) -> Result<R, PluginError>,
     ) -> Result<(R, Own), Skip> {
-        let slot = self.slot.as_ref().ok_or(Skip::Gone)?;
-        let mut g = slot.lock();
-        if g.incarnation != self.incarnation {
-            return Err(Skip::Gone);
-        }
+        let (slot, mut g) = self.lock()?;
         let r = {
             let Some(vm) = slot_vm(&mut g) else {
                 return Err(Skip::Gone);
@@ -105,16 +159,18 @@ impl WasmFilter {
             f(vm, self.ctx)
         };
         match r {
-            Ok(r) => {
-                let effects = slot_vm(&mut g).map(Vm::take_effects).unwrap_or_default();
-                let own = slot.after_call(&mut g, effects, self.ctx);
-                Ok((r, own))
-            }
+            Ok(r) => Ok((r, slot.settle(&mut g, self.ctx))),
             Err(e) => {
                 slot.fail(&mut g, &e);
                 Err(Skip::Failed(e))
             }
         }
+    }
+
+    /// Reads or changes the context's data without a guest call (so with no effects).
+    fn with_stream<R>(&self, f: impl FnOnce(&mut HttpStream) -> R) -> Option<R> {
+        let (_, mut g) = self.lock().ok()?;
+        slot_vm(&mut g)?.http(self.ctx).map(f)
     }
 
     /// Waits for the guest to resume a paused context.
@@ -125,30 +181,175 @@ impl WasmFilter {
         if action == Action::Continue {
             return Resume::Continue;
         }
-        let Some(slot) = &self.slot else {
-            return Resume::Continue;
+        let step = match self.lock() {
+            Ok((slot, mut g)) => step(slot, &mut g, self.ctx, action, own),
+            Err(_) if self.slot.is_none() => return Resume::Continue,
+            Err(_) => return Resume::Failed,
         };
-        let rx = {
-            let mut g = slot.lock();
-            if g.incarnation != self.incarnation {
-                return Resume::Failed;
-            }
-            if !own.started_calls && !slot.may_resume(&g) {
-                // Nothing in flight could ever resume it (no call, no timer): go on, as
-                // Envoy's StopIteration would once the body arrives.
-                return Resume::Continue;
-            }
-            slot.wait(&mut g, self.ctx)
-        };
+        match step {
+            Step::Now(r) => r,
+            Step::Later(rx) => self.wait(rx).await,
+        }
+    }
+
+    /// Waits, at most [`PAUSE_LIMIT`], for the guest to resume the context.
+    async fn wait(&self, rx: oneshot::Receiver<Resume>) -> Resume {
         match tokio::time::timeout(PAUSE_LIMIT, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Resume::Failed,
             Err(_) => {
-                slot.unwait(&mut slot.lock(), self.ctx);
+                if let Some(slot) = &self.slot {
+                    slot.unwait(&mut slot.lock(), self.ctx);
+                }
                 tracing::warn!(plugin = %self.handle.name, "request paused by a plugin for too long");
                 Resume::Failed
             }
         }
+    }
+
+    /// Creates the request's context and runs `proxy_on_request_headers` with the head moved
+    /// into the VM: the hook's answer, or what to wait on when the guest paused.
+    fn request_headers_now(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &RequestCx,
+    ) -> Result<Result<Flow, BoxError>, oneshot::Receiver<Resume>> {
+        let runtime = self.handle.runtime();
+        let slot = pick(&runtime.slots).clone();
+        let eos = headers_only(req);
+        let info = Arc::new(StreamInfo {
+            source: Some(cx.conn.client),
+            destination: Some(cx.conn.local),
+            route_name: cx.route.clone(),
+            listener: cx.conn.listener.clone(),
+            tls: cx.conn.tls,
+            sni: cx.conn.sni.clone(),
+            connection_id: 0,
+        });
+        let mut stream = HttpStream::new(info);
+        stream.request = std::mem::replace(req, empty_request());
+        let step = {
+            let mut g = slot.lock();
+            let vm = match slot.vm(&mut g) {
+                Ok(vm) => vm,
+                Err(e) => {
+                    *req = stream.request;
+                    slot.fail(&mut g, &e);
+                    return Ok(Err(fail(e)));
+                }
+            };
+            let id = match vm.create_http(stream) {
+                Ok(id) => id,
+                Err(e) => {
+                    slot.fail(&mut g, &e);
+                    return Ok(Err(fail(e)));
+                }
+            };
+            self.ctx = id;
+            self.incarnation = g.incarnation;
+            self.slot = Some(slot.clone());
+            self.runtime = Some(runtime);
+            match slot_vm(&mut g).map(|vm| vm.on_request_headers(id, eos)) {
+                Some(Ok(action)) => {
+                    let mut own = slot.settle(&mut g, id);
+                    step(&slot, &mut g, id, action, &mut own)
+                }
+                Some(Err(e)) => {
+                    slot.fail(&mut g, &e);
+                    return Ok(Err(fail(e)));
+                }
+                None => return Ok(Err(vm_replaced())),
+            }
+        };
+        match step {
+            Step::Now(resume) => Ok(self.request_head_back(req, resume)),
+            Step::Later(rx) => Err(rx),
+        }
+    }
+
+    /// Takes the request head back from the VM and turns the resume into the hook's answer. A
+    /// copy stays behind: plugins read request headers and properties in later phases (writes
+    /// there change nothing, as in Envoy).
+    fn request_head_back(
+        &self,
+        req: &mut request::Parts,
+        resume: Resume,
+    ) -> Result<Flow, BoxError> {
+        let back = self.with_stream(|h| {
+            let parts = std::mem::replace(&mut h.request, empty_request());
+            h.request.method = parts.method.clone();
+            h.request.uri = parts.uri.clone();
+            h.request.version = parts.version;
+            h.request.headers = parts.headers.clone();
+            parts
+        });
+        *req = back.ok_or_else(vm_replaced)?;
+        flow(resume)
+    }
+
+    /// Runs `proxy_on_response_headers` with the head moved into the VM: the hook's answer, or
+    /// what to wait on when the guest paused (the head stays in the VM meanwhile).
+    fn response_headers_now(
+        &mut self,
+        res: &mut response::Parts,
+    ) -> Result<Result<Flow, BoxError>, oneshot::Receiver<Resume>> {
+        let status = res.status;
+        self.held_status = status;
+        let called = (|| {
+            let (slot, mut g) = self.lock()?;
+            let r = {
+                let Some(h) = slot_vm(&mut g).and_then(|vm| vm.http(self.ctx)) else {
+                    return Err(Skip::Gone);
+                };
+                h.response = std::mem::replace(res, empty_response());
+                slot_vm(&mut g).map(|vm| vm.on_response_headers(self.ctx, false))
+            };
+            match r {
+                Some(Ok(action)) => {
+                    let mut own = slot.settle(&mut g, self.ctx);
+                    Ok(step(slot, &mut g, self.ctx, action, &mut own))
+                }
+                Some(Err(e)) => {
+                    slot.fail(&mut g, &e);
+                    Err(Skip::Failed(e))
+                }
+                None => Err(Skip::Failed(PluginError::Unavailable("VM replaced".into()))),
+            }
+        })();
+        match called {
+            Ok(Step::Now(resume)) => Ok(self.response_head_back(res, resume)),
+            Ok(Step::Later(rx)) => Err(rx),
+            // The head never moved: the plugin is skipped for this response.
+            Err(Skip::Gone) => Ok(Ok(Flow::Continue)),
+            Err(Skip::Failed(e)) => {
+                // The head died with the VM; the plugin is gone but the response is not.
+                *res = empty_response();
+                res.status = status;
+                Ok(Err(fail(e)))
+            }
+        }
+    }
+
+    /// Takes the response head back from the VM and turns the resume into the hook's answer.
+    fn response_head_back(
+        &self,
+        res: &mut response::Parts,
+        resume: Resume,
+    ) -> Result<Flow, BoxError> {
+        let back = self.with_stream(|h| {
+            let parts = std::mem::replace(&mut h.response, empty_response());
+            h.response.status = parts.status;
+            parts
+        });
+        match back {
+            Some(parts) => *res = parts,
+            None => {
+                *res = empty_response();
+                res.status = self.held_status;
+                return Err(vm_replaced());
+            }
+        }
+        flow(resume)
     }
 
     /// `proxy_on_request_trailers` / `proxy_on_response_trailers`: the trailers move into the
@@ -186,7 +387,8 @@ impl WasmFilter {
         Ok(())
     }
 
-    fn finish(&mut self) {
+    /// The log phase: the final status goes in, then the context ends.
+    fn finish(&mut self, status: StatusCode) {
         let Some(slot) = self.slot.take() else { return };
         let mut g = slot.lock();
         slot.unwait(&mut g, self.ctx);
@@ -194,6 +396,9 @@ impl WasmFilter {
             return;
         }
         let Some(vm) = slot_vm(&mut g) else { return };
+        if let Some(h) = vm.http(self.ctx) {
+            h.response.status = status;
+        }
         match vm.finish(self.ctx) {
             Ok(()) => {
                 if vm.has_effects() {
@@ -206,81 +411,44 @@ impl WasmFilter {
     }
 }
 
-fn slot_vm(g: &mut super::pool::SlotInner) -> Option<&mut Vm> {
+fn slot_vm(g: &mut SlotInner) -> Option<&mut Vm> {
     g.vm_mut().filter(|vm| vm.failed().is_none())
 }
 
 #[async_trait::async_trait]
 impl HttpFilter for WasmFilter {
+    fn on_request_headers_sync(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        if self.waiting.is_some() {
+            // Asked again before the async hook: the context is paused already.
+            return None;
+        }
+        match self.request_headers_now(req, cx) {
+            Ok(answer) => Some(answer),
+            Err(rx) => {
+                self.waiting = Some(rx);
+                None
+            }
+        }
+    }
+
     async fn on_request_headers(
         &mut self,
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let runtime = self.handle.runtime();
-        let slot = pick(&runtime.slots).clone();
-        let eos = headers_only(req);
-        let info = Arc::new(StreamInfo {
-            source: Some(cx.conn.client),
-            destination: Some(cx.conn.local),
-            route_name: cx.route.clone(),
-            listener: cx.conn.listener.clone(),
-            tls: cx.conn.tls,
-            sni: cx.conn.sni.clone(),
-            connection_id: 0,
-        });
-        let mut stream = HttpStream::new(info);
-        stream.request = std::mem::replace(req, empty_request());
-        {
-            let mut g = slot.lock();
-            let vm = match slot.vm(&mut g) {
-                Ok(vm) => vm,
-                Err(e) => {
-                    *req = stream.request;
-                    slot.fail(&mut g, &e);
-                    return Err(fail(e));
-                }
-            };
-            match vm.create_http(stream) {
-                Ok(id) => self.ctx = id,
-                Err(e) => {
-                    slot.fail(&mut g, &e);
-                    return Err(fail(e));
-                }
-            }
-            self.incarnation = g.incarnation;
-        }
-        self.slot = Some(slot);
-        self.runtime = Some(runtime);
-        let (action, mut own) = match self.call(|vm, id| vm.on_request_headers(id, eos)) {
-            Ok(r) => r,
-            Err(Skip::Failed(e)) => return Err(fail(e)),
-            Err(Skip::Gone) => return Err(fail(PluginError::Unavailable("VM replaced".into()))),
+        let rx = match self.waiting.take() {
+            Some(rx) => rx,
+            None => match self.request_headers_now(req, cx) {
+                Ok(answer) => return answer,
+                Err(rx) => rx,
+            },
         };
-        let resume = self.pause(action, &mut own).await;
-        // Take the head back. A copy stays behind: plugins read request headers and
-        // properties in later phases (writes there change nothing, as in Envoy).
-        let back = self.call(|vm, id| {
-            Ok(vm.http(id).map(|h| {
-                let parts = std::mem::replace(&mut h.request, empty_request());
-                h.request.method = parts.method.clone();
-                h.request.uri = parts.uri.clone();
-                h.request.version = parts.version;
-                h.request.headers = parts.headers.clone();
-                parts
-            }))
-        });
-        match back {
-            Ok((Some(parts), _)) => *req = parts,
-            Ok((None, _)) | Err(Skip::Gone) => {
-                return Err(fail(PluginError::Unavailable("VM replaced".into())));
-            }
-            Err(Skip::Failed(e)) => return Err(fail(e)),
-        }
-        Ok(match outcome(resume)? {
-            Some(r) => Flow::Respond(r),
-            None => Flow::Continue,
-        })
+        let resume = self.wait(rx).await;
+        self.request_head_back(req, resume)
     }
 
     async fn on_request_body(
@@ -336,69 +504,47 @@ impl HttpFilter for WasmFilter {
         Ok(Flow::Continue)
     }
 
+    fn on_response_headers_sync(
+        &mut self,
+        res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        if self.waiting.is_some() {
+            // Asked again before the async hook: the context is paused already.
+            return None;
+        }
+        match self.response_headers_now(res) {
+            Ok(answer) => Some(answer),
+            Err(rx) => {
+                self.waiting = Some(rx);
+                None
+            }
+        }
+    }
+
     async fn on_response_headers(
         &mut self,
         res: &mut response::Parts,
         _cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let head = std::mem::replace(res, empty_response());
-        let status = head.status;
-        let mut head = Some(head);
-        let r = self.call(|vm, id| {
-            let Some(h) = vm.http(id) else {
-                return Ok(Action::Continue);
-            };
-            if let Some(head) = head.take() {
-                h.response = head;
-            }
-            vm.on_response_headers(id, false)
-        });
-        let (action, mut own) = match r {
-            Ok(r) => r,
-            Err(skip) => {
-                if let Some(head) = head.take() {
-                    *res = head;
-                } else {
-                    // The head died with the VM; the plugin is gone but the response is not.
-                    *res = empty_response();
-                    res.status = status;
-                }
-                return match skip {
-                    Skip::Gone => Ok(Flow::Continue),
-                    Skip::Failed(e) => Err(fail(e)),
-                };
-            }
+        let rx = match self.waiting.take() {
+            Some(rx) => rx,
+            None => match self.response_headers_now(res) {
+                Ok(answer) => return answer,
+                Err(rx) => rx,
+            },
         };
-        let resume = self.pause(action, &mut own).await;
-        let back = self.call(|vm, id| {
-            Ok(vm.http(id).map(|h| {
-                let parts = std::mem::replace(&mut h.response, empty_response());
-                h.response.status = parts.status;
-                parts
-            }))
-        });
-        match back {
-            Ok((Some(parts), _)) => *res = parts,
-            _ => {
-                *res = empty_response();
-                res.status = status;
-                if head.is_none() {
-                    return Err(fail(PluginError::Unavailable("VM replaced".into())));
-                }
-            }
-        }
-        Ok(match outcome(resume)? {
-            Some(r) => Flow::Respond(r),
-            None => Flow::Continue,
-        })
+        let resume = self.wait(rx).await;
+        self.response_head_back(res, resume)
     }
 
-    async fn on_response_body(
+    /// Response body callbacks never wait: a paused chunk stays buffered in the VM.
+    fn on_response_body_sync(
         &mut self,
         chunk: &mut Option<Bytes>,
         eos: bool,
         _cx: &mut RequestCx,
-    ) -> Result<(), BoxError> {
+    ) -> Option<Result<(), BoxError>> {
         let mut data = chunk.take();
         let r = self.call(|vm, id| {
             let Some(h) = vm.http(id) else {
@@ -421,12 +567,17 @@ impl HttpFilter for WasmFilter {
                 },
             ))
         });
-        match r {
-            Ok((Some(out), _)) => *chunk = out,
-            Ok((None, _)) | Err(Skip::Gone) => *chunk = data,
-            Err(Skip::Failed(e)) => return Err(fail(e)),
-        }
-        Ok(())
+        Some(match r {
+            Ok((Some(out), _)) => {
+                *chunk = out;
+                Ok(())
+            }
+            Ok((None, _)) | Err(Skip::Gone) => {
+                *chunk = data;
+                Ok(())
+            }
+            Err(Skip::Failed(e)) => Err(fail(e)),
+        })
     }
 
     async fn on_request_trailers(
@@ -445,14 +596,9 @@ impl HttpFilter for WasmFilter {
         self.trailers(trailers, true)
     }
 
-    async fn on_log(&mut self, _cx: &RequestCx, status: StatusCode) {
-        let _ = self.call(|vm, id| {
-            if let Some(h) = vm.http(id) {
-                h.response.status = status;
-            }
-            Ok(())
-        });
-        self.finish();
+    fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
+        self.finish(status);
+        true
     }
 }
 

@@ -8,7 +8,6 @@
 //! next request instantiates a fresh one from the `InstancePre`), and the requests paused in
 //! the dead VM are failed.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -43,7 +42,8 @@ pub(crate) struct SlotInner {
     vm: Option<Vm>,
     /// Bumped whenever the VM is replaced; contexts remember theirs.
     pub(crate) incarnation: u64,
-    waiters: HashMap<u32, oneshot::Sender<Resume>>,
+    /// Paused contexts by id (the host's own ids, so a fast hash is safe).
+    waiters: rustc_hash::FxHashMap<u32, oneshot::Sender<Resume>>,
     timer: bool,
     pending_calls: usize,
 }
@@ -86,7 +86,7 @@ impl Slot {
             inner: Mutex::new(SlotInner {
                 vm: None,
                 incarnation: 0,
-                waiters: HashMap::new(),
+                waiters: rustc_hash::FxHashMap::default(),
                 timer: false,
                 pending_calls: 0,
             }),
@@ -154,6 +154,19 @@ impl Slot {
     /// Whether anything could still resume a paused context: calls in flight or a timer.
     pub(crate) fn may_resume(&self, g: &SlotInner) -> bool {
         g.pending_calls > 0 || g.timer
+    }
+
+    /// Applies the effects of the guest call just made for context `own`, when it left any.
+    /// Most calls leave none and ask for no timer: they cost two checks.
+    pub(crate) fn settle(self: &Arc<Self>, g: &mut SlotInner, own: u32) -> Own {
+        let Some(vm) = g.vm.as_mut() else {
+            return Own::default();
+        };
+        if !vm.has_effects() && (g.timer || vm.tick_period().is_zero()) {
+            return Own::default();
+        }
+        let effects = vm.take_effects();
+        self.after_call(g, effects, own)
     }
 
     /// Applies effects after a guest call made for context `own` (0: the root context).

@@ -13,9 +13,11 @@ use http::uri::{Authority, PathAndQuery};
 use http::{Method, StatusCode, Uri};
 use wasmtime::Linker;
 
-use super::memory::{Cx, copy_out_with, parse_map, read, serialize_map, with_slice, write_u32};
+use super::memory::{
+    Cx, copy_out_with, parse_map, read, serialize_map, with_pair, with_slice, write_u32,
+};
 use super::{BAD_ARGUMENT, NOT_FOUND, OK};
-use crate::state::{HostState, HttpStream};
+use crate::state::{HostState, HttpStream, Stream};
 
 const REQUEST_HEADERS: u32 = 0;
 const REQUEST_TRAILERS: u32 = 1;
@@ -66,9 +68,13 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_add_header_map_value",
         |mut c: Cx<'_>, map: u32, kp: u32, kl: u32, vp: u32, vl: u32| -> wasmtime::Result<u32> {
-            let k = read(&mut c, kp, kl, "proxy_add_header_map_value")?;
-            let v = read(&mut c, vp, vl, "proxy_add_header_map_value")?;
-            set(c.data_mut(), map, &k, &v, false);
+            with_pair(
+                &mut c,
+                (kp, kl),
+                (vp, vl),
+                "proxy_add_header_map_value",
+                |k, v, s| set(s, map, k, v, false),
+            )?;
             Ok(OK)
         },
     )?;
@@ -76,9 +82,13 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_replace_header_map_value",
         |mut c: Cx<'_>, map: u32, kp: u32, kl: u32, vp: u32, vl: u32| -> wasmtime::Result<u32> {
-            let k = read(&mut c, kp, kl, "proxy_replace_header_map_value")?;
-            let v = read(&mut c, vp, vl, "proxy_replace_header_map_value")?;
-            set(c.data_mut(), map, &k, &v, true);
+            with_pair(
+                &mut c,
+                (kp, kl),
+                (vp, vl),
+                "proxy_replace_header_map_value",
+                |k, v, s| set(s, map, k, v, true),
+            )?;
             Ok(OK)
         },
     )?;
@@ -86,8 +96,9 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_remove_header_map_value",
         |mut c: Cx<'_>, map: u32, kp: u32, kl: u32| -> wasmtime::Result<u32> {
-            let k = read(&mut c, kp, kl, "proxy_remove_header_map_value")?;
-            remove(c.data_mut(), map, &k);
+            with_slice(&mut c, kp, kl, "proxy_remove_header_map_value", |k, s| {
+                remove(s, map, k)
+            })?;
             Ok(OK)
         },
     )?;
@@ -227,8 +238,10 @@ fn headers_mut(h: &mut HttpStream, map: u32) -> Option<&mut HeaderMap> {
 }
 
 fn set(s: &mut HostState, map: u32, key: &[u8], value: &[u8], replace: bool) {
-    let plugin = s.plugin.name.clone();
-    let Some(h) = s.http() else { return };
+    let plugin = &s.plugin.name;
+    let Some(Stream::Http(h)) = s.streams.get_mut(&s.effective) else {
+        return;
+    };
     if key.first() == Some(&b':') {
         if !set_pseudo(h, map, key, value) {
             tracing::debug!(plugin = %plugin, key = %String::from_utf8_lossy(key), "ignored pseudo-header write");

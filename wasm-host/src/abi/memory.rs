@@ -45,6 +45,25 @@ pub(crate) fn with_slice<R>(
     }
 }
 
+/// Runs `f` on two guest byte ranges (a key and its value) and the host state, without
+/// copying them out.
+pub(crate) fn with_pair<R>(
+    caller: &mut Cx<'_>,
+    (kp, kl): (u32, u32),
+    (vp, vl): (u32, u32),
+    what: &'static str,
+    f: impl FnOnce(&[u8], &[u8], &mut HostState) -> R,
+) -> wasmtime::Result<R> {
+    let Some(mem) = caller.data().memory else {
+        return Err(oob(caller, what));
+    };
+    let (data, state) = mem.data_and_store_mut(&mut *caller);
+    match (range(data.len(), kp, kl), range(data.len(), vp, vl)) {
+        (Some(k), Some(v)) => Ok(f(&data[k], &data[v], state)),
+        _ => Err(oob(caller, what)),
+    }
+}
+
 /// Copies guest bytes out.
 pub(crate) fn read(
     caller: &mut Cx<'_>,
