@@ -33,6 +33,9 @@ pub struct CompiledPlugin {
     /// The plugin's host counters, found by name once here so a guest call counts itself
     /// with one atomic add.
     pub(crate) stats: Arc<PluginStats>,
+    /// `limits.time` in epoch ticks, the deadline every guest call starts with (worked out
+    /// here: it is a 128-bit division, and a request makes several calls).
+    pub(crate) call_ticks: u64,
     digest: Digest32,
     abi: AbiVersion,
 }
@@ -59,6 +62,7 @@ impl CompiledPlugin {
             .map_err(|e| PluginError::Link(format!("{e:#}")))?;
         let stats = shared.metrics.plugin(&info.name);
         Ok(Arc::new(Self {
+            call_ticks: HostEngine::ticks_for(info.limits.time),
             info: Arc::new(info),
             stats,
             shared,

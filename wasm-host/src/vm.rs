@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use wasmtime::{Store, Trap};
 
-use crate::engine::HostEngine;
 use crate::error::PluginError;
 use crate::exports::Exports;
 use crate::metrics::Callback;
@@ -83,8 +82,7 @@ impl Vm {
         s.fault = None;
         s.deadline_cpu = None;
         s.effective = ctx;
-        self.store
-            .set_epoch_deadline(HostEngine::ticks_for(self.plugin.info.limits.time));
+        self.store.set_epoch_deadline(self.plugin.call_ticks);
         match f(&self.ex, &mut self.store) {
             Ok(r) => Ok(r),
             Err(e) => {
@@ -117,13 +115,14 @@ impl Vm {
         id
     }
 
-    /// Creates an HTTP context (`proxy_on_context_create(id, root)`) holding `stream`.
-    pub fn create_http(&mut self, stream: HttpStream) -> Result<u32, PluginError> {
+    /// Creates an HTTP context (`proxy_on_context_create(id, root)`) holding `stream` (pass it
+    /// boxed to spare a copy of its several hundred bytes).
+    pub fn create_http(&mut self, stream: impl Into<Box<HttpStream>>) -> Result<u32, PluginError> {
         let id = self.new_id();
         self.store
             .data_mut()
             .streams
-            .insert(id, Stream::Http(Box::new(stream)));
+            .insert(id, Stream::Http(stream.into()));
         self.create(id)
     }
 

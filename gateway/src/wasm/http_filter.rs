@@ -226,7 +226,7 @@ impl WasmFilter {
             sni: cx.conn.sni.clone(),
             connection_id: 0,
         });
-        let mut stream = HttpStream::new(info);
+        let mut stream = Box::new(HttpStream::new(info));
         stream.request = std::mem::replace(req, empty_request());
         let step = {
             let mut g = slot.lock();
