@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use wasm_host::state::{empty_request, empty_response};
 use wasm_host::{
     Action, CompiledPlugin, Effect, HostEngine, HttpCallOut, HttpCallResponse, HttpStream, Limits,
@@ -115,7 +115,7 @@ impl Harness {
         }
         if !body.is_empty() {
             if let Some(h) = self.vm.http(ctx) {
-                h.request_body = BytesMut::from(&body[..]);
+                h.request_body = Bytes::copy_from_slice(&body).into();
             }
             let action = self.vm.on_request_body(ctx, true)?;
             self.collect();
@@ -162,7 +162,11 @@ impl Harness {
         h.request.method = parts.method.clone();
         h.request.uri = parts.uri.clone();
         h.request.headers = parts.headers.clone();
-        let body = std::mem::take(&mut h.request_body).to_vec();
+        let body = h
+            .request_body
+            .take()
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
         http::Request::from_parts(parts, body)
     }
 
@@ -221,7 +225,7 @@ impl Harness {
         }
         let mut body = body;
         if let Some(h) = self.vm.http(ctx) {
-            h.response_body = BytesMut::from(&body[..]);
+            h.response_body = Bytes::copy_from_slice(&body).into();
         }
         if !body.is_empty() {
             self.vm.on_response_body(ctx, true)?;
@@ -229,7 +233,11 @@ impl Harness {
         }
         let parts = match self.vm.http(ctx) {
             Some(h) => {
-                body = std::mem::take(&mut h.response_body).to_vec();
+                body = h
+                    .response_body
+                    .take()
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default();
                 std::mem::replace(&mut h.response, empty_response())
             }
             None => empty_response(),

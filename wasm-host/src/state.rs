@@ -85,9 +85,9 @@ pub struct HttpStream {
     /// Response trailers.
     pub response_trailers: HeaderMap,
     /// Request body buffered so far (what `HTTP_REQUEST_BODY` reads and writes).
-    pub request_body: BytesMut,
+    pub request_body: BodyBuffer,
     /// Response body buffered so far.
-    pub response_body: BytesMut,
+    pub response_body: BodyBuffer,
     /// Connection facts.
     pub info: Arc<StreamInfo>,
     /// Properties the guest set (`proxy_set_property`).
@@ -102,11 +102,111 @@ impl HttpStream {
             response: empty_response(),
             request_trailers: HeaderMap::new(),
             response_trailers: HeaderMap::new(),
-            request_body: BytesMut::new(),
-            response_body: BytesMut::new(),
+            request_body: BodyBuffer::default(),
+            response_body: BodyBuffer::default(),
             info,
             properties: None,
         }
+    }
+}
+
+/// Body or stream bytes held for a context while its callback runs or it buffers. A chunk
+/// handed in is kept as it came (no copy) until a second one joins it or the guest writes into
+/// it: a chunk that passes through a callback untouched, the usual case, is never copied.
+#[derive(Debug, Default, Clone)]
+pub struct BodyBuffer(Held);
+
+#[derive(Debug, Default, Clone)]
+enum Held {
+    #[default]
+    Empty,
+    /// One chunk, as it was handed in.
+    One(Bytes),
+    /// Several chunks joined, or bytes the guest wrote.
+    Joined(BytesMut),
+}
+
+impl BodyBuffer {
+    /// Adds a chunk at the end.
+    pub fn push(&mut self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        self.0 = match std::mem::take(&mut self.0) {
+            Held::Empty => Held::One(chunk),
+            Held::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&chunk);
+                Held::Joined(joined)
+            }
+            Held::Joined(mut joined) => {
+                joined.extend_from_slice(&chunk);
+                Held::Joined(joined)
+            }
+        };
+    }
+
+    /// Copies bytes in at the end.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.to_mut().extend_from_slice(bytes);
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes held, contiguous.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            Held::Empty => &[],
+            Held::One(b) => b,
+            Held::Joined(b) => b,
+        }
+    }
+
+    /// The bytes held as `Bytes`: shared with the buffer for a single chunk, copied otherwise.
+    pub fn snapshot(&self) -> Bytes {
+        match &self.0 {
+            Held::Empty => Bytes::new(),
+            Held::One(b) => b.clone(),
+            Held::Joined(b) => Bytes::copy_from_slice(b),
+        }
+    }
+
+    /// The bytes held, to change in place (a single chunk is copied once to allow it).
+    pub fn to_mut(&mut self) -> &mut BytesMut {
+        if !matches!(self.0, Held::Joined(_)) {
+            let joined = BytesMut::from(self.as_slice());
+            self.0 = Held::Joined(joined);
+        }
+        match &mut self.0 {
+            Held::Joined(b) => b,
+            Held::Empty | Held::One(_) => unreachable!("made joined above"),
+        }
+    }
+
+    /// Takes every byte held out, leaving the buffer empty; `None` when it held none.
+    pub fn take(&mut self) -> Option<Bytes> {
+        match std::mem::take(&mut self.0) {
+            Held::Empty => None,
+            Held::One(b) => Some(b),
+            Held::Joined(b) => (!b.is_empty()).then(|| b.freeze()),
+        }
+    }
+}
+
+impl From<Bytes> for BodyBuffer {
+    fn from(chunk: Bytes) -> Self {
+        let mut buf = Self::default();
+        buf.push(chunk);
+        buf
     }
 }
 
@@ -114,9 +214,9 @@ impl HttpStream {
 #[derive(Debug)]
 pub struct NetStream {
     /// Client → upstream bytes buffered so far.
-    pub downstream: BytesMut,
+    pub downstream: BodyBuffer,
     /// Upstream → client bytes buffered so far.
-    pub upstream: BytesMut,
+    pub upstream: BodyBuffer,
     /// Connection facts.
     pub info: Arc<StreamInfo>,
     /// Properties the guest set.
@@ -331,5 +431,46 @@ impl HostState {
             Stream::Http(h) => Some(h),
             Stream::Net(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_passes_through_a_body_buffer_without_a_copy() {
+        let chunk = Bytes::from(vec![7u8; 4096]);
+        let at = chunk.as_ptr();
+        let mut buf = BodyBuffer::default();
+        buf.push(chunk);
+        assert_eq!(buf.len(), 4096);
+        assert_eq!(
+            buf.snapshot().as_ptr(),
+            at,
+            "a snapshot of one chunk shares it"
+        );
+        let out = buf.take().expect("the chunk");
+        assert_eq!(out.as_ptr(), at, "the chunk comes back as it went in");
+        assert!(buf.is_empty());
+        assert_eq!(buf.take(), None);
+    }
+
+    #[test]
+    fn chunks_join_and_guest_writes_land_in_order() {
+        let mut buf = BodyBuffer::from(Bytes::from_static(b"hello"));
+        buf.push(Bytes::new());
+        buf.push(Bytes::from_static(b" world"));
+        assert_eq!(buf.as_slice(), b"hello world");
+        buf.to_mut().extend_from_slice(b"!");
+        buf.extend_from_slice(b"?");
+        assert_eq!(buf.snapshot(), Bytes::from_static(b"hello world!?"));
+        assert_eq!(buf.take(), Some(Bytes::from_static(b"hello world!?")));
+        // A single chunk the guest writes into is copied first, never changed in place.
+        let shared = Bytes::from_static(b"abc");
+        let mut buf = BodyBuffer::from(shared.clone());
+        buf.to_mut()[0] = b'X';
+        assert_eq!(buf.as_slice(), b"Xbc");
+        assert_eq!(shared, Bytes::from_static(b"abc"));
     }
 }

@@ -24,7 +24,7 @@ use wasm_host::{Action, HttpStream, PluginError, StreamInfo, Vm};
 
 use super::plugin::{PluginHandle, PluginRuntime};
 use super::pool::{Own, Resume, Slot, SlotInner, pick};
-use super::reply::{fail, headers_only, outcome, take_body};
+use super::reply::{fail, headers_only, outcome};
 use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::error::error_response;
@@ -463,7 +463,7 @@ impl HttpFilter for WasmFilter {
                 return Ok(None);
             };
             if let Some(d) = data.take() {
-                h.request_body.extend_from_slice(&d);
+                h.request_body.push(d);
             }
             if h.request_body.len() > MAX_BUFFER {
                 return Ok(Some(None));
@@ -497,7 +497,7 @@ impl HttpFilter for WasmFilter {
             return Ok(Flow::Respond(r));
         }
         if let Ok((out, _)) =
-            self.call(|vm, id| Ok(vm.http(id).and_then(|h| take_body(&mut h.request_body))))
+            self.call(|vm, id| Ok(vm.http(id).and_then(|h| h.request_body.take())))
         {
             *chunk = out;
         }
@@ -551,7 +551,7 @@ impl HttpFilter for WasmFilter {
                 return Ok(None);
             };
             if let Some(d) = data.take() {
-                h.response_body.extend_from_slice(&d);
+                h.response_body.push(d);
             }
             let held = h.response_body.len();
             let action = vm.on_response_body(id, eos)?;
@@ -561,7 +561,7 @@ impl HttpFilter for WasmFilter {
             // Paused chunks stay buffered until the guest continues or the body ends.
             Ok(Some(
                 if action == Action::Continue || eos || held > MAX_BUFFER {
-                    take_body(&mut h.response_body)
+                    h.response_body.take()
                 } else {
                     None
                 },

@@ -97,7 +97,7 @@ impl WasmStreamFilter {
                 &mut n.upstream
             };
             if let Some(d) = incoming.take() {
-                buf.extend_from_slice(&d);
+                buf.push(d.freeze());
             }
             let action = if downstream {
                 vm.on_downstream_data(id, eos)?
@@ -112,8 +112,9 @@ impl WasmStreamFilter {
             } else {
                 &mut n.upstream
             };
+            // `BytesMut::from` takes a chunk that nothing else shares back without a copy.
             Ok(Some(if action == Action::Continue || eos {
-                std::mem::take(buf)
+                buf.take().map(BytesMut::from).unwrap_or_default()
             } else {
                 BytesMut::new()
             }))

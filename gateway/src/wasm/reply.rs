@@ -1,7 +1,6 @@
 //! Small conversions for the HTTP filter: a guest's local reply as a response, a resumed
-//! pause as the filter's outcome, `end_of_stream` for a request head, buffered body chunks.
+//! pause as the filter's outcome, `end_of_stream` for a request head.
 
-use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, HeaderName, HeaderValue, TRANSFER_ENCODING};
 use http::{Response, StatusCode, Version, request};
 use wasm_host::{LocalResponse, PluginError};
@@ -53,8 +52,4 @@ pub(crate) fn outcome(resume: Resume) -> Result<Option<Response<Body>>, BoxError
             "the plugin VM failed while the request was paused".into(),
         ))),
     }
-}
-
-pub(crate) fn take_body(buf: &mut BytesMut) -> Option<Bytes> {
-    (!buf.is_empty()).then(|| std::mem::take(buf).freeze())
 }

@@ -7,7 +7,7 @@ use wasmtime::Linker;
 
 use super::memory::{Cx, copy_out, read, write_u32};
 use super::{NOT_FOUND, OK};
-use crate::state::{HostState, Stream};
+use crate::state::{BodyBuffer, HostState, Stream};
 
 const REQUEST_BODY: u32 = 0;
 const RESPONSE_BODY: u32 = 1;
@@ -61,7 +61,7 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
          -> wasmtime::Result<u32> {
             let data = read(&mut c, ptr, len, "proxy_set_buffer_bytes")?;
             if let Some(target) = target(c.data_mut(), buf) {
-                splice(target, start as usize, size as usize, &data);
+                splice(target.to_mut(), start as usize, size as usize, &data);
             }
             // OK even for read-only buffers: the Rust SDK accepts no other status here.
             Ok(OK)
@@ -70,17 +70,18 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// The buffer's current bytes (cheap: `Bytes` clones share, body buffers are copied once).
+/// The buffer's current bytes (cheap: `Bytes` clones share; a body buffer of several chunks
+/// is copied once).
 fn snapshot(s: &mut HostState, buf: u32) -> Option<Bytes> {
     match buf {
         VM_CONFIGURATION => Some(s.plugin.vm_config.clone()),
         PLUGIN_CONFIGURATION => Some(s.plugin.config.clone()),
         CALL_RESPONSE_BODY => s.call_response.as_ref().map(|r| r.body.clone()),
-        _ => target(s, buf).map(|b| Bytes::copy_from_slice(b)),
+        _ => target(s, buf).map(|b| b.snapshot()),
     }
 }
 
-fn target(s: &mut HostState, buf: u32) -> Option<&mut BytesMut> {
+fn target(s: &mut HostState, buf: u32) -> Option<&mut BodyBuffer> {
     match (s.streams.get_mut(&s.effective)?, buf) {
         (Stream::Http(h), REQUEST_BODY) => Some(&mut h.request_body),
         (Stream::Http(h), RESPONSE_BODY) => Some(&mut h.response_body),
