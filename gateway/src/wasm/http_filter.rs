@@ -29,6 +29,7 @@ use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{BodyAccess, FilterFactory, Flow, HttpFilter};
+use crate::telemetry::trace::with_current;
 
 /// Longest a request stays paused by a plugin.
 pub(crate) const PAUSE_LIMIT: Duration = Duration::from_secs(30);
@@ -124,6 +125,9 @@ fn step(slot: &Slot, g: &mut SlotInner, ctx: u32, action: Action, own: &mut Own)
     Step::Later(slot.wait(g, ctx))
 }
 
+/// What a head callback run now gives: the hook's answer, or what to wait on (the guest paused).
+type HeadNow = Result<Result<Flow, BoxError>, oneshot::Receiver<Resume>>;
+
 fn flow(resume: Resume) -> Result<Flow, BoxError> {
     Ok(match outcome(resume)? {
         Some(r) => Flow::Respond(r),
@@ -192,6 +196,32 @@ impl WasmFilter {
         }
     }
 
+    /// A head callback's answer for a `_sync` hook: the answer, or `None` with the wait kept
+    /// for the async hook. Asked again while a wait is kept, it answers `None` and runs nothing.
+    fn answer_now(
+        &mut self,
+        run: impl FnOnce(&mut Self) -> HeadNow,
+    ) -> Option<Result<Flow, BoxError>> {
+        if self.waiting.is_some() {
+            return None;
+        }
+        match run(self) {
+            Ok(answer) => Some(answer),
+            Err(rx) => {
+                self.waiting = Some(rx);
+                None
+            }
+        }
+    }
+
+    /// For an async head hook: the wait its `_sync` hook kept, or else the callback run here.
+    fn kept_wait_or(&mut self, run: impl FnOnce(&mut Self) -> HeadNow) -> HeadNow {
+        match self.waiting.take() {
+            Some(rx) => Err(rx),
+            None => run(self),
+        }
+    }
+
     /// Waits, at most [`PAUSE_LIMIT`], for the guest to resume the context.
     async fn wait(&self, rx: oneshot::Receiver<Resume>) -> Resume {
         match tokio::time::timeout(PAUSE_LIMIT, rx).await {
@@ -209,11 +239,7 @@ impl WasmFilter {
 
     /// Creates the request's context and runs `proxy_on_request_headers` with the head moved
     /// into the VM: the hook's answer, or what to wait on when the guest paused.
-    fn request_headers_now(
-        &mut self,
-        req: &mut request::Parts,
-        cx: &RequestCx,
-    ) -> Result<Result<Flow, BoxError>, oneshot::Receiver<Resume>> {
+    fn request_headers_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> HeadNow {
         let runtime = self.handle.runtime();
         let slot = pick(&runtime.slots).clone();
         let eos = headers_only(req);
@@ -289,10 +315,7 @@ impl WasmFilter {
 
     /// Runs `proxy_on_response_headers` with the head moved into the VM: the hook's answer, or
     /// what to wait on when the guest paused (the head stays in the VM meanwhile).
-    fn response_headers_now(
-        &mut self,
-        res: &mut response::Parts,
-    ) -> Result<Result<Flow, BoxError>, oneshot::Receiver<Resume>> {
+    fn response_headers_now(&mut self, res: &mut response::Parts) -> HeadNow {
         let status = res.status;
         self.held_status = status;
         let called = (|| {
@@ -422,17 +445,11 @@ impl HttpFilter for WasmFilter {
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        if self.waiting.is_some() {
-            // Asked again before the async hook: the context is paused already.
-            return None;
-        }
-        match self.request_headers_now(req, cx) {
-            Ok(answer) => Some(answer),
-            Err(rx) => {
-                self.waiting = Some(rx);
-                None
-            }
-        }
+        // Under the request's trace: an HTTP call the guest dispatches carries it.
+        let cx = &*cx;
+        with_current(cx.trace.as_ref(), || {
+            self.answer_now(|f| f.request_headers_now(req, cx))
+        })
     }
 
     async fn on_request_headers(
@@ -440,12 +457,9 @@ impl HttpFilter for WasmFilter {
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let rx = match self.waiting.take() {
-            Some(rx) => rx,
-            None => match self.request_headers_now(req, cx) {
-                Ok(answer) => return answer,
-                Err(rx) => rx,
-            },
+        let rx = match self.kept_wait_or(|f| f.request_headers_now(req, cx)) {
+            Ok(answer) => return answer,
+            Err(rx) => rx,
         };
         let resume = self.wait(rx).await;
         self.request_head_back(req, resume)
@@ -507,19 +521,11 @@ impl HttpFilter for WasmFilter {
     fn on_response_headers_sync(
         &mut self,
         res: &mut response::Parts,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        if self.waiting.is_some() {
-            // Asked again before the async hook: the context is paused already.
-            return None;
-        }
-        match self.response_headers_now(res) {
-            Ok(answer) => Some(answer),
-            Err(rx) => {
-                self.waiting = Some(rx);
-                None
-            }
-        }
+        with_current(cx.trace.as_ref(), || {
+            self.answer_now(|f| f.response_headers_now(res))
+        })
     }
 
     async fn on_response_headers(
@@ -527,12 +533,9 @@ impl HttpFilter for WasmFilter {
         res: &mut response::Parts,
         _cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let rx = match self.waiting.take() {
-            Some(rx) => rx,
-            None => match self.response_headers_now(res) {
-                Ok(answer) => return answer,
-                Err(rx) => rx,
-            },
+        let rx = match self.kept_wait_or(|f| f.response_headers_now(res)) {
+            Ok(answer) => return answer,
+            Err(rx) => rx,
         };
         let resume = self.wait(rx).await;
         self.response_head_back(res, resume)
@@ -543,29 +546,31 @@ impl HttpFilter for WasmFilter {
         &mut self,
         chunk: &mut Option<Bytes>,
         eos: bool,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Option<Result<(), BoxError>> {
         let mut data = chunk.take();
-        let r = self.call(|vm, id| {
-            let Some(h) = vm.http(id) else {
-                return Ok(None);
-            };
-            if let Some(d) = data.take() {
-                h.response_body.push(d);
-            }
-            let held = h.response_body.len();
-            let action = vm.on_response_body(id, eos)?;
-            let Some(h) = vm.http(id) else {
-                return Ok(None);
-            };
-            // Paused chunks stay buffered until the guest continues or the body ends.
-            Ok(Some(
-                if action == Action::Continue || eos || held > MAX_BUFFER {
-                    h.response_body.take()
-                } else {
-                    None
-                },
-            ))
+        let r = with_current(cx.trace.as_ref(), || {
+            self.call(|vm, id| {
+                let Some(h) = vm.http(id) else {
+                    return Ok(None);
+                };
+                if let Some(d) = data.take() {
+                    h.response_body.push(d);
+                }
+                let held = h.response_body.len();
+                let action = vm.on_response_body(id, eos)?;
+                let Some(h) = vm.http(id) else {
+                    return Ok(None);
+                };
+                // Paused chunks stay buffered until the guest continues or the body ends.
+                Ok(Some(
+                    if action == Action::Continue || eos || held > MAX_BUFFER {
+                        h.response_body.take()
+                    } else {
+                        None
+                    },
+                ))
+            })
         });
         Some(match r {
             Ok((Some(out), _)) => {
@@ -596,8 +601,8 @@ impl HttpFilter for WasmFilter {
         self.trailers(trailers, true)
     }
 
-    fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
-        self.finish(status);
+    fn on_log_sync(&mut self, cx: &RequestCx, status: StatusCode) -> bool {
+        with_current(cx.trace.as_ref(), || self.finish(status));
         true
     }
 }

@@ -264,6 +264,16 @@ pub fn scope<F: std::future::Future>(
     CURRENT.scope(cx, fut)
 }
 
+/// Runs `f` with `cx` as the current trace: synchronous work on a request's behalf that may
+/// start tasks of its own (a plugin callback run in a synchronous filter hook, outside the
+/// request's [`scope`], dispatching an HTTP call).
+pub fn with_current<R>(cx: Option<&TraceCx>, f: impl FnOnce() -> R) -> R {
+    match cx {
+        Some(cx) => CURRENT.sync_scope(cx.clone(), f),
+        None => f(),
+    }
+}
+
 /// The trace of the request the current task is serving, if it is traced.
 pub fn current() -> Option<TraceCx> {
     CURRENT.try_with(TraceCx::clone).ok()
