@@ -219,10 +219,7 @@ impl ConnService {
 /// context; without a trace, `fut` itself.
 /// (A plain function: an `async fn` would store `fut` twice.)
 fn in_trace<F: Future>(head: &Head, fut: F) -> impl Future<Output = F::Output> {
-    match head.span.as_ref().map(|s| s.context().clone()) {
-        Some(trace) => Either::Left(trace::scope(trace, fut)),
-        None => Either::Right(fut),
-    }
+    trace::scope_some(head.span.as_ref().map(|s| s.context().clone()), fut)
 }
 
 /// What the access log needs from the request, copied before the request moves on.

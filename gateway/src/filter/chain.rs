@@ -21,6 +21,7 @@ use super::{BodyAccess, FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::GatewayError;
+use crate::telemetry::trace::{self, TraceCx, with_current};
 use crate::terminal::Terminal;
 
 /// A route's compiled filter chain.
@@ -142,7 +143,7 @@ impl Pending {
                 if !chain.after_response {
                     return response;
                 }
-                chain.with_body_hooks(Arc::new(Mutex::new(st)), upto, response)
+                chain.with_body_hooks(st, upto, response)
             })),
         }
     }
@@ -305,8 +306,14 @@ impl Chain {
             log_next: 0,
             started: 0,
         };
+        // The synchronous hooks run outside the request's trace scope (which wraps only its
+        // future): they get the trace here, for the work they start.
+        let trace = st.cx.trace.clone();
         let (mut parts, body) = req.into_parts();
-        let (upto, response) = match self.request_headers_now(&mut st, &mut parts) {
+        let pass = with_current(trace.as_ref(), || {
+            self.request_headers_now(&mut st, &mut parts)
+        });
+        let (upto, response) = match pass {
             // The asynchronous pass starts again at the filter that waits.
             HeadPass::Waits(_) => {
                 return Started::Wait(Pending(Stage::Request { st, parts, body }));
@@ -330,7 +337,10 @@ impl Chain {
             }
         };
         let (mut rparts, mut rbody) = with_server(response, server).into_parts();
-        if let Some(next) = self.response_headers_now(&mut st, &mut rparts, &mut rbody, upto) {
+        let waits = with_current(trace.as_ref(), || {
+            self.response_headers_now(&mut st, &mut rparts, &mut rbody, upto)
+        });
+        if let Some(next) = waits {
             let response = Response::from_parts(rparts, rbody);
             return Started::Wait(Pending(Stage::Response {
                 st,
@@ -344,7 +354,7 @@ impl Chain {
         if !self.after_response {
             return Started::Done(response);
         }
-        Started::Done(self.with_body_hooks(Arc::new(Mutex::new(st)), upto, response))
+        Started::Done(self.with_body_hooks(st, upto, response))
     }
 
     #[expect(
@@ -396,7 +406,7 @@ impl Chain {
             if !self.after_response {
                 return response;
             }
-            self.with_body_hooks(Arc::new(Mutex::new(st)), upto, response)
+            self.with_body_hooks(st, upto, response)
         }
     }
 
@@ -429,7 +439,7 @@ impl Chain {
             .response_headers(&mut guard, all, with_server(response, server))
             .await;
         drop(guard);
-        self.with_body_hooks(state, all, response)
+        self.body_hooks_on(state, terminal_cx.trace, all, response)
     }
 
     /// Runs the request-header hooks in order from `st.started`; a local reply comes back with
@@ -578,9 +588,16 @@ impl Chain {
     }
 
     /// Wraps the body in the stream that runs the response-body, trailer and log hooks.
-    fn with_body_hooks(
+    fn with_body_hooks(&self, st: State, upto: usize, response: Response<Body>) -> Response<Body> {
+        let trace = st.cx.trace.clone();
+        self.body_hooks_on(Arc::new(Mutex::new(st)), trace, upto, response)
+    }
+
+    /// [`Chain::with_body_hooks`] on state already shared (with a request body stream).
+    fn body_hooks_on(
         &self,
         state: Shared,
+        trace: Option<TraceCx>,
         upto: usize,
         response: Response<Body>,
     ) -> Response<Body> {
@@ -588,6 +605,7 @@ impl Chain {
         let body = Body::new(ResponseBodyHooks {
             inner: body,
             state,
+            trace,
             upto,
             hooks: self.response_body,
             pending: None,
@@ -656,15 +674,15 @@ async fn run_log(state: Shared) {
 }
 
 /// The log phase without a task when every filter logs synchronously; otherwise a task
-/// finishes it.
-fn log_soon(state: &Shared) {
+/// finishes it. Either way under the request's trace.
+fn log_soon(state: &Shared, trace: Option<&TraceCx>) {
     if let Ok(mut guard) = state.try_lock()
-        && guard.log_now()
+        && with_current(trace, || guard.log_now())
     {
         return;
     }
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(run_log(state.clone()));
+        handle.spawn(trace::scope_some(trace.cloned(), run_log(state.clone())));
     }
 }
 
@@ -672,6 +690,8 @@ fn log_soon(state: &Shared) {
 struct ResponseBodyHooks {
     inner: Body,
     state: Shared,
+    /// The request's trace: the hooks run while hyper polls the body, outside its scope.
+    trace: Option<TraceCx>,
     upto: usize,
     hooks: bool,
     pending: Option<HookFuture>,
@@ -694,18 +714,24 @@ impl HttpBody for ResponseBodyHooks {
             let ended = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) if this.hooks => {
-                        match response_body_now(&this.state, this.upto, Some(data), false) {
+                        let now = with_current(this.trace.as_ref(), || {
+                            response_body_now(&this.state, this.upto, Some(data), false)
+                        });
+                        match now {
                             Ok(Ok(Some(data))) if !data.is_empty() => {
                                 return Poll::Ready(Some(Ok(Frame::data(data))));
                             }
                             Ok(Ok(_)) => {}
                             Ok(Err(e)) => return Poll::Ready(Some(Err(e))),
                             Err((chunk, below)) => {
-                                this.pending = Some(Box::pin(run_response_body_hooks(
-                                    this.state.clone(),
-                                    below,
-                                    chunk,
-                                    false,
+                                this.pending = Some(Box::pin(trace::scope_some(
+                                    this.trace.clone(),
+                                    run_response_body_hooks(
+                                        this.state.clone(),
+                                        below,
+                                        chunk,
+                                        false,
+                                    ),
                                 )));
                             }
                         }
@@ -720,7 +746,7 @@ impl HttpBody for ResponseBodyHooks {
                 },
                 Some(Err(e)) => {
                     this.finished = true;
-                    log_soon(&this.state);
+                    log_soon(&this.state, this.trace.as_ref());
                     return Poll::Ready(Some(Err(e)));
                 }
                 None => this.finish(),
@@ -753,14 +779,19 @@ impl ResponseBodyHooks {
     /// the end-of-stream hooks produced, or their error. `None`: they continue in `pending`.
     fn finish(&mut self) -> Option<Result<Option<Bytes>, BoxError>> {
         self.finished = true;
-        let (state, upto, hooks) = (self.state.clone(), self.upto, self.hooks);
-        let slot = self.trailers.clone();
-        let no_trailers = slot.lock().unwrap_or_else(|p| p.into_inner()).is_none();
-        let (tail, below) = if hooks {
-            match response_body_now(&state, upto, None, true) {
+        let trace = self.trace.as_ref();
+        let no_trailers = self
+            .trailers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+        let (tail, below) = if self.hooks {
+            match with_current(trace, || {
+                response_body_now(&self.state, self.upto, None, true)
+            }) {
                 Ok(Ok(tail)) => (tail, 0),
                 Ok(Err(e)) => {
-                    log_soon(&state);
+                    log_soon(&self.state, trace);
                     return Some(Err(e));
                 }
                 Err((chunk, below)) => (chunk, below),
@@ -769,22 +800,27 @@ impl ResponseBodyHooks {
             (None, 0)
         };
         if below == 0 && no_trailers {
-            log_soon(&state);
+            log_soon(&self.state, trace);
             return Some(Ok(tail));
         }
-        self.pending = Some(Box::pin(async move {
-            let tail = if below > 0 {
-                run_response_body_hooks(state.clone(), below, tail, true).await?
-            } else {
-                tail
-            };
-            if let Some(mut t) = take_trailers(&slot) {
-                run_trailer_hooks(&state, Some(upto), &mut t).await?;
-                put_trailers(&slot, Some(t));
-            }
-            run_log(state).await;
-            Ok(tail)
-        }));
+        // Something waits: the rest runs in `pending`.
+        let (state, upto, slot) = (self.state.clone(), self.upto, self.trailers.clone());
+        self.pending = Some(Box::pin(trace::scope_some(
+            self.trace.clone(),
+            async move {
+                let tail = if below > 0 {
+                    run_response_body_hooks(state.clone(), below, tail, true).await?
+                } else {
+                    tail
+                };
+                if let Some(mut t) = take_trailers(&slot) {
+                    run_trailer_hooks(&state, Some(upto), &mut t).await?;
+                    put_trailers(&slot, Some(t));
+                }
+                run_log(state).await;
+                Ok(tail)
+            },
+        )));
         None
     }
 }
@@ -793,7 +829,7 @@ impl Drop for ResponseBodyHooks {
     fn drop(&mut self) {
         // The client went away (or the body was never polled): the log phase still runs.
         if !self.finished || self.pending.is_some() {
-            log_soon(&self.state);
+            log_soon(&self.state, self.trace.as_ref());
         }
     }
 }

@@ -29,7 +29,6 @@ use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{BodyAccess, FilterFactory, Flow, HttpFilter};
-use crate::telemetry::trace::with_current;
 
 /// Longest a request stays paused by a plugin.
 pub(crate) const PAUSE_LIMIT: Duration = Duration::from_secs(30);
@@ -271,20 +270,20 @@ impl WasmFilter {
                     return Ok(Err(fail(e)));
                 }
             };
+            let called = vm.on_request_headers(id, eos);
             self.ctx = id;
             self.incarnation = g.incarnation;
             self.slot = Some(slot.clone());
             self.runtime = Some(runtime);
-            match slot_vm(&mut g).map(|vm| vm.on_request_headers(id, eos)) {
-                Some(Ok(action)) => {
+            match called {
+                Ok(action) => {
                     let mut own = slot.settle(&mut g, id);
                     step(&slot, &mut g, id, action, &mut own)
                 }
-                Some(Err(e)) => {
+                Err(e) => {
                     slot.fail(&mut g, &e);
                     return Ok(Err(fail(e)));
                 }
-                None => return Ok(Err(vm_replaced())),
             }
         };
         match step {
@@ -321,22 +320,24 @@ impl WasmFilter {
         let called = (|| {
             let (slot, mut g) = self.lock()?;
             let r = {
-                let Some(h) = slot_vm(&mut g).and_then(|vm| vm.http(self.ctx)) else {
+                let Some(vm) = slot_vm(&mut g) else {
+                    return Err(Skip::Gone);
+                };
+                let Some(h) = vm.http(self.ctx) else {
                     return Err(Skip::Gone);
                 };
                 h.response = std::mem::replace(res, empty_response());
-                slot_vm(&mut g).map(|vm| vm.on_response_headers(self.ctx, false))
+                vm.on_response_headers(self.ctx, false)
             };
             match r {
-                Some(Ok(action)) => {
+                Ok(action) => {
                     let mut own = slot.settle(&mut g, self.ctx);
                     Ok(step(slot, &mut g, self.ctx, action, &mut own))
                 }
-                Some(Err(e)) => {
+                Err(e) => {
                     slot.fail(&mut g, &e);
                     Err(Skip::Failed(e))
                 }
-                None => Err(Skip::Failed(PluginError::Unavailable("VM replaced".into()))),
             }
         })();
         match called {
@@ -445,11 +446,7 @@ impl HttpFilter for WasmFilter {
         req: &mut request::Parts,
         cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        // Under the request's trace: an HTTP call the guest dispatches carries it.
-        let cx = &*cx;
-        with_current(cx.trace.as_ref(), || {
-            self.answer_now(|f| f.request_headers_now(req, cx))
-        })
+        self.answer_now(|f| f.request_headers_now(req, cx))
     }
 
     async fn on_request_headers(
@@ -521,11 +518,9 @@ impl HttpFilter for WasmFilter {
     fn on_response_headers_sync(
         &mut self,
         res: &mut response::Parts,
-        cx: &mut RequestCx,
+        _cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        with_current(cx.trace.as_ref(), || {
-            self.answer_now(|f| f.response_headers_now(res))
-        })
+        self.answer_now(|f| f.response_headers_now(res))
     }
 
     async fn on_response_headers(
@@ -546,31 +541,29 @@ impl HttpFilter for WasmFilter {
         &mut self,
         chunk: &mut Option<Bytes>,
         eos: bool,
-        cx: &mut RequestCx,
+        _cx: &mut RequestCx,
     ) -> Option<Result<(), BoxError>> {
         let mut data = chunk.take();
-        let r = with_current(cx.trace.as_ref(), || {
-            self.call(|vm, id| {
-                let Some(h) = vm.http(id) else {
-                    return Ok(None);
-                };
-                if let Some(d) = data.take() {
-                    h.response_body.push(d);
-                }
-                let held = h.response_body.len();
-                let action = vm.on_response_body(id, eos)?;
-                let Some(h) = vm.http(id) else {
-                    return Ok(None);
-                };
-                // Paused chunks stay buffered until the guest continues or the body ends.
-                Ok(Some(
-                    if action == Action::Continue || eos || held > MAX_BUFFER {
-                        h.response_body.take()
-                    } else {
-                        None
-                    },
-                ))
-            })
+        let r = self.call(|vm, id| {
+            let Some(h) = vm.http(id) else {
+                return Ok(None);
+            };
+            if let Some(d) = data.take() {
+                h.response_body.push(d);
+            }
+            let held = h.response_body.len();
+            let action = vm.on_response_body(id, eos)?;
+            let Some(h) = vm.http(id) else {
+                return Ok(None);
+            };
+            // Paused chunks stay buffered until the guest continues or the body ends.
+            Ok(Some(
+                if action == Action::Continue || eos || held > MAX_BUFFER {
+                    h.response_body.take()
+                } else {
+                    None
+                },
+            ))
         });
         Some(match r {
             Ok((Some(out), _)) => {
@@ -601,8 +594,8 @@ impl HttpFilter for WasmFilter {
         self.trailers(trailers, true)
     }
 
-    fn on_log_sync(&mut self, cx: &RequestCx, status: StatusCode) -> bool {
-        with_current(cx.trace.as_ref(), || self.finish(status));
+    fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
+        self.finish(status);
         true
     }
 }

@@ -265,12 +265,23 @@ pub fn scope<F: std::future::Future>(
 }
 
 /// Runs `f` with `cx` as the current trace: synchronous work on a request's behalf that may
-/// start tasks of its own (a plugin callback run in a synchronous filter hook, outside the
-/// request's [`scope`], dispatching an HTTP call).
+/// start tasks of its own (the filter chain's synchronous hooks run outside the request's
+/// [`scope`]; a plugin callback there may dispatch an HTTP call).
 pub fn with_current<R>(cx: Option<&TraceCx>, f: impl FnOnce() -> R) -> R {
     match cx {
         Some(cx) => CURRENT.sync_scope(cx.clone(), f),
         None => f(),
+    }
+}
+
+/// `fut` with `cx`, when there is one, as the current trace; otherwise `fut` itself.
+pub fn scope_some<F: std::future::Future>(
+    cx: Option<TraceCx>,
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    match cx {
+        Some(cx) => futures_util::future::Either::Left(CURRENT.scope(cx, fut)),
+        None => futures_util::future::Either::Right(fut),
     }
 }
 
