@@ -48,6 +48,8 @@ pub(crate) fn watch(handle: &Arc<PluginHandle>) {
             let Ok((h, result)) = result else { continue };
             match result {
                 Ok(true) => {
+                    // What the compile freed, as after a config load.
+                    crate::memory::release_freed();
                     tracing::info!(plugin = %h.name, sha256 = %short_digest(&h.digest()), "plugin reloaded");
                 }
                 Ok(false) => {}
