@@ -49,7 +49,7 @@ static HOST: OnceLock<WasmHost> = OnceLock::new();
 /// The process-wide host, created on first use (no engine thread without plugins).
 pub fn host() -> &'static WasmHost {
     HOST.get_or_init(|| WasmHost {
-        engine: HostEngine::new(),
+        engine: HostEngine::with_compile_thread_init(crate::memory::use_private_arena),
         shared: Shared::new(),
     })
 }
