@@ -11,26 +11,13 @@
 /// Hands pages that no live allocation uses back to the kernel.
 #[allow(
     unsafe_code,
-    reason = "one call into the allocator's C control interface (jemalloc's mallctl or glibc's malloc_trim)"
+    reason = "glibc's malloc_trim, when the binary is built without jemalloc"
 )]
 pub fn release_freed() {
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
     {
-        // `MALLCTL_ARENAS_ALL`: every arena.
-        let name = c"arena.4096.purge";
-        // SAFETY: `arena.<i>.purge` is a write-only control that takes no value: null old and
-        // new pointers with zero lengths are its documented use, and the name is a valid
-        // NUL-terminated string. jemalloc is linked whenever this feature is on.
-        let rc = unsafe {
-            tikv_jemalloc_sys::mallctl(
-                name.as_ptr(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if rc != 0 {
+        // `MALLCTL_ARENAS_ALL`: every arena. A control that takes and gives no value.
+        if let Err(rc) = jemalloc::control(c"arena.4096.purge", None, None) {
             tracing::debug!(rc, "the allocator did not purge its free pages");
         }
     }
@@ -53,48 +40,87 @@ pub fn release_freed() {
 /// compiler's: sharing an arena, its freed blocks would sit in pages that also hold the
 /// config's long-lived data, and `release_freed` can return only whole unused pages. Measured
 /// with the benchmark's config pinned to one core: 10.8 MB of anonymous memory idle against
-/// 5.8 MB with the arena (docs/benchmarks.md, "Memory left by a config load").
-#[allow(
-    unsafe_code,
-    reason = "two calls into jemalloc's C control interface (mallctl)"
-)]
+/// 6.0 MB with the arena (docs/benchmarks.md, "Then: the Wasm compiler's memory").
 pub fn use_private_arena() {
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
     {
         use std::sync::OnceLock;
         static ARENA: OnceLock<Option<u32>> = OnceLock::new();
         let arena = ARENA.get_or_init(|| {
-            let mut index: u32 = 0;
-            let mut len = std::mem::size_of::<u32>();
-            // SAFETY: `arenas.create` reads nothing and writes the new arena's index, an
-            // `unsigned`, into `index`, whose size `len` gives; the name is NUL-terminated.
-            let rc = unsafe {
-                tikv_jemalloc_sys::mallctl(
-                    c"arenas.create".as_ptr(),
-                    (&raw mut index).cast(),
-                    &mut len,
-                    std::ptr::null_mut(),
-                    0,
-                )
-            };
-            (rc == 0).then_some(index)
+            let mut index = 0;
+            jemalloc::control(c"arenas.create", Some(&mut index), None)
+                .ok()
+                .map(|()| index)
         });
-        let Some(mut index) = *arena else {
-            return;
-        };
-        // SAFETY: `thread.arena` takes an `unsigned` arena index to write, read from `index`
-        // with its size; no old value is asked for.
-        let rc = unsafe {
-            tikv_jemalloc_sys::mallctl(
-                c"thread.arena".as_ptr(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                (&raw mut index).cast(),
-                std::mem::size_of::<u32>(),
-            )
-        };
-        if rc != 0 {
+        if let Some(index) = *arena
+            && let Err(rc) = jemalloc::control(c"thread.arena", None, Some(index))
+        {
             tracing::debug!(rc, "the allocator did not move the thread to its own arena");
         }
+    }
+}
+
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+mod jemalloc {
+    use std::ffi::CStr;
+
+    /// One `mallctl` call for a control whose value, if any, is an `unsigned`: `read` receives
+    /// the value it gives, `write` is the value it takes. `Err` carries jemalloc's error code.
+    #[allow(
+        unsafe_code,
+        reason = "the allocator's C control interface (jemalloc's mallctl)"
+    )]
+    pub(super) fn control(
+        name: &CStr,
+        read: Option<&mut u32>,
+        write: Option<u32>,
+    ) -> Result<(), i32> {
+        let mut write = write;
+        let mut read_len = std::mem::size_of::<u32>();
+        let (old, old_len) = match read {
+            Some(value) => (std::ptr::from_mut(value).cast(), &raw mut read_len),
+            None => (std::ptr::null_mut(), std::ptr::null_mut()),
+        };
+        let (new, new_len) = match write.as_mut() {
+            Some(value) => (std::ptr::from_mut(value).cast(), std::mem::size_of::<u32>()),
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: `name` is NUL-terminated. Each pointer is either null with a zero length or
+        // points at a live `u32` with its size, which is what jemalloc reads or writes for a
+        // control whose value is an `unsigned` (`arenas.create`, `thread.arena`); controls
+        // without a value (`arena.<i>.purge`) get null pointers. jemalloc is linked whenever
+        // this feature is on.
+        let rc = unsafe { tikv_jemalloc_sys::mallctl(name.as_ptr(), old, old_len, new, new_len) };
+        if rc == 0 { Ok(()) } else { Err(rc) }
+    }
+}
+
+#[cfg(all(test, feature = "jemalloc", not(target_env = "msvc")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_moved_to_the_private_arena_allocates_from_it() {
+        std::thread::spawn(|| {
+            let mut before = u32::MAX;
+            jemalloc::control(c"thread.arena", Some(&mut before), None).expect("readable");
+            use_private_arena();
+            let mut after = u32::MAX;
+            jemalloc::control(c"thread.arena", Some(&mut after), None).expect("readable");
+            assert_ne!(after, before, "the thread still uses arena {before}");
+            // A second thread joins the same arena rather than creating another.
+            let again = std::thread::spawn(|| {
+                use_private_arena();
+                let mut index = u32::MAX;
+                jemalloc::control(c"thread.arena", Some(&mut index), None).expect("readable");
+                index
+            })
+            .join()
+            .expect("thread");
+            assert_eq!(again, after);
+            release_freed();
+        })
+        .join()
+        .expect("thread");
     }
 }
