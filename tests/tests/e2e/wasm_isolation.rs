@@ -13,10 +13,13 @@ use crate::wasm::{install, one_plugin};
 async fn hostile_plugin_fails_only_its_requests() {
     let dir = temp_dir();
     install(dir.path(), "hostile", "hostile.wasm");
+    // The time limit is wall-clock epochs: it must leave `/memory` (filling 16 MiB of fresh
+    // pages) room to reach the memory cap on a loaded 2-core CI machine, or that request is
+    // reported as a timeout instead; `/loop` still has to stop well under 2 s.
     let cfg = one_plugin(
         "hostile.wasm",
         "{}",
-        "    limits: { memory: 16MiB, time: 50ms }",
+        "    limits: { memory: 16MiB, time: 250ms }",
         None,
     );
     let gw = TestGateway::start_in(dir, &cfg).await;
