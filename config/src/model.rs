@@ -59,6 +59,14 @@ pub struct ServerSettings {
     pub server_header: String,
     /// Reload automatically when the config file changes.
     pub watch_config: bool,
+    /// Client connections that make a burst: once at least this many were open and three
+    /// quarters of them have closed, the gateway returns its free memory to the kernel. 0 never.
+    pub release_memory_after_burst: usize,
+}
+
+impl ServerSettings {
+    /// `release_memory_after_burst` when the config does not set it.
+    pub const DEFAULT_RELEASE_MEMORY_AFTER_BURST: usize = 1024;
 }
 
 impl Default for ServerSettings {
@@ -68,6 +76,7 @@ impl Default for ServerSettings {
             worker_threads: 0,
             server_header: "gateway".into(),
             watch_config: true,
+            release_memory_after_burst: Self::DEFAULT_RELEASE_MEMORY_AFTER_BURST,
         }
     }
 }

@@ -59,6 +59,7 @@ impl Gateway {
         let telemetry = Telemetry::new();
         let config = Arc::new(config);
         let generation = Generation::build(config.clone(), &telemetry)?;
+        crate::memory::set_burst_size(config.server.release_memory_after_burst);
         configure_access_log(&telemetry, &config)?;
         telemetry.tracer.store(tracer_for(&telemetry, &config)?);
         telemetry
@@ -241,6 +242,7 @@ impl Gateway {
             .streams
             .commit(streams, config.server.drain_timeout.get());
         cx.generation.store(generation);
+        crate::memory::set_burst_size(config.server.release_memory_after_burst);
         // A replaced tracer's exporter sends what it holds and stops once the requests still
         // using it end.
         cx.telemetry.tracer.store(tracer);

@@ -233,6 +233,7 @@ pub fn register_collectors(
         render_upstreams(&generation.load().upstreams, out);
         // Plugin metrics: guest-defined series and per-plugin reload/failure counters.
         crate::wasm::render_prometheus(out);
+        crate::memory::render_prometheus(out);
     }));
 }
 

@@ -1,7 +1,8 @@
 //! Load limits: out of file descriptors (the accept loop backs off instead of spinning, and
 //! serves again once descriptors free up), and thousands of idle keep-alive connections held
 //! with bounded memory while new requests are still answered quickly. The connection cap per
-//! listener is tested in `core::connection_cap_refuses_extra_connections`.
+//! listener is tested in `core::connection_cap_refuses_extra_connections`. Memory goes back to
+//! the kernel once a burst of connections has closed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream as StdTcpStream;
@@ -209,4 +210,115 @@ async fn two_thousand_idle_keep_alive_connections_with_bounded_memory() {
         open_sockets(port, End::Local)
     })
     .await;
+}
+
+/// `VmRSS` of process `pid`, in KiB.
+fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The value of the unlabelled series `name` on the admin API's `/metrics`.
+fn metric(admin: u16, name: &str) -> Option<u64> {
+    let mut s = StdTcpStream::connect(("127.0.0.1", admin)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
+    const N: usize = 1000;
+    // The gateway runs in a process of its own, so that its memory is its own and no other
+    // test's connections count toward its burst.
+    let limit = open_files_limit();
+    if limit < (N + 2000) as u64 {
+        eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
+        return;
+    }
+    let dir = temp_dir();
+    let (port, admin) = (free_port(), free_port());
+    let cfg = write_file(
+        dir.path(),
+        "g.yaml",
+        format!(
+            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+        ),
+    );
+    let child = Command::new(gateway_binary())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = Child(child);
+    let pid = child.0.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")) {
+        assert!(Instant::now() < deadline, "the gateway never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let releases = || metric(admin, "gateway_memory_burst_releases_total");
+    assert_eq!(releases(), Some(0));
+    let before = vm_rss_kib(pid);
+
+    let mut held = Vec::with_capacity(N);
+    let mut buf = [0u8; 512];
+    for _ in 0..N {
+        let mut s = StdTcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        while !got.ends_with(b"hi") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the gateway closed a kept-alive connection");
+            got.extend_from_slice(&buf[..n]);
+        }
+        held.push(s);
+    }
+    let grown = vm_rss_kib(pid).saturating_sub(before);
+    // Without growth there would be nothing to give back, and the test would prove nothing.
+    assert!(
+        grown > 4 * 1024,
+        "{N} connections grew the gateway's RSS by only {grown} KiB"
+    );
+    // While they are open, nothing is released.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(releases(), Some(0), "released while the burst was open");
+
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while releases() != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "no release after the burst closed ({:?})",
+            releases()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The allocator's 10 s decay would have kept most of it; the release gives back all but
+    // what the gateway still uses.
+    let after = vm_rss_kib(pid);
+    eprintln!("RSS {before} KiB idle, +{grown} KiB with {N} connections, {after} KiB after");
+    assert!(
+        after < before + grown / 4,
+        "RSS {after} KiB after the burst, {before} KiB before it, {grown} KiB grown"
+    );
 }

@@ -158,6 +158,7 @@ impl QuicListener {
 struct Open {
     count: Arc<AtomicUsize>,
     metrics: ListenerMetrics,
+    _process_wide: crate::memory::OpenConnection,
 }
 
 impl Drop for Open {
@@ -197,6 +198,7 @@ async fn accept_loop(
         let guard = Open {
             count: open.clone(),
             metrics: rt.metrics.clone(),
+            _process_wide: crate::memory::connection_opened(),
         };
         let token = drain.clone();
         connections.spawn(async move {

@@ -1,4 +1,4 @@
-//! Returning the memory a config load freed to the kernel.
+//! Returning the memory a config load or a burst of connections freed to the kernel.
 //!
 //! Building a generation is a burst of allocation the request path never repeats: compiling
 //! Wasm plugins with Cranelift alone frees about 4 MiB. The allocator keeps freed pages resident
@@ -6,7 +6,12 @@
 //! burst's garbage for good. After each load the gateway asks the allocator to return every
 //! unused page once: a few milliseconds off the request path, instead of a shorter decay time
 //! that would make every request pay for purging. The Wasm compiler's thread allocates from an
-//! arena of its own, so that what it frees comes back as whole pages.
+//! arena of its own, so that what it frees comes back as whole pages. The same release runs
+//! once after a burst of connections has closed ([`bursts`]).
+
+mod bursts;
+
+pub use bursts::{OpenConnection, connection_opened, render_prometheus, set_burst_size};
 
 /// Hands pages that no live allocation uses back to the kernel.
 #[allow(
