@@ -209,6 +209,7 @@ struct Active(Arc<StreamStats>);
 impl Active {
     fn new(stats: Arc<StreamStats>) -> Self {
         StreamStats::inc(&stats.connections_active);
+        crate::hooks::opened();
         Self(stats)
     }
 }
@@ -216,5 +217,6 @@ impl Active {
 impl Drop for Active {
     fn drop(&mut self) {
         StreamStats::dec(&self.0.connections_active);
+        crate::hooks::closed();
     }
 }

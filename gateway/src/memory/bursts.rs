@@ -4,13 +4,14 @@
 //! 12 KiB each with 10,000 idle keep-alive connections. When they close, jemalloc keeps the
 //! freed pages for its decay time and decays them only while it keeps allocating, so a gateway
 //! that goes quiet after a burst holds them for good. Measured, a second burst of 10,000
-//! connections 2 s after the first did not reuse them either: its peak RSS was 186–209 MiB
-//! against the first burst's 141 MiB. A shorter decay time fixes both but makes every request
+//! connections 3 s after the first did not reuse them either: its peak RSS was 172–178 MiB
+//! against the first burst's 131 MiB. A shorter decay time fixes both but makes every request
 //! pay for purging (with 1 s, up to 1.5× the CPU per request at 10,000 connections). Instead the
-//! gateway counts its open connections and, once three quarters of a burst of at least
-//! `server.release_memory_after_burst` (1,024 by default) have closed, returns the free pages
-//! once, [`SETTLE`] later, on a blocking thread. Steady traffic never triggers it; the figures
-//! are in docs/benchmarks.md, "Then: memory after a burst".
+//! gateway counts its open connections (HTTP, and the L4 proxy's through its hooks) and, once
+//! three quarters of a burst of at least `server.release_memory_after_burst` (1,024 by
+//! default) have closed, returns the free pages once, [`SETTLE`] later, on a blocking thread.
+//! Steady traffic never triggers it; the figures are in docs/benchmarks.md, "Then: memory after
+//! a burst".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -31,9 +32,19 @@ pub fn set_burst_size(connections: usize) {
     CONNECTIONS.burst.store(connections, Relaxed);
 }
 
-/// Counts a client connection (TCP or QUIC) as open until the returned guard is dropped.
+/// Counts a client connection (HTTP over TCP or QUIC) as open until the returned guard is
+/// dropped.
 pub fn connection_opened() -> OpenConnection {
     CONNECTIONS.opened()
+}
+
+/// The L4 stream proxy's hooks: its TCP connections and UDP sessions count toward the burst
+/// as the HTTP listeners' connections do.
+pub fn stream_hooks() -> stream_proxy::ConnectionHooks {
+    stream_proxy::ConnectionHooks {
+        opened: || CONNECTIONS.count_open(),
+        closed: || CONNECTIONS.closed(),
+    }
 }
 
 /// Appends the Prometheus series of the releases after bursts.
@@ -82,6 +93,11 @@ impl ConnectionCount {
     }
 
     fn opened(&'static self) -> OpenConnection {
+        self.count_open();
+        OpenConnection(self)
+    }
+
+    fn count_open(&self) {
         let open = self.open.fetch_add(1, Relaxed) + 1;
         // A load and a store rather than `fetch_max`, whose compare-and-swap loop every accept
         // would pay: two accepts racing can lose a maximum, which only makes the burst look
@@ -89,7 +105,6 @@ impl ConnectionCount {
         if open > self.peak.load(Relaxed) {
             self.peak.store(open, Relaxed);
         }
-        OpenConnection(self)
     }
 
     fn closed(&'static self) {

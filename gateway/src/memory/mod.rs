@@ -11,7 +11,9 @@
 
 mod bursts;
 
-pub use bursts::{OpenConnection, connection_opened, render_prometheus, set_burst_size};
+pub use bursts::{
+    OpenConnection, connection_opened, render_prometheus, set_burst_size, stream_hooks,
+};
 
 /// Hands pages that no live allocation uses back to the kernel.
 #[allow(

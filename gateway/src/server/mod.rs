@@ -60,6 +60,8 @@ impl Gateway {
         let config = Arc::new(config);
         let generation = Generation::build(config.clone(), &telemetry)?;
         crate::memory::set_burst_size(config.server.release_memory_after_burst);
+        // Refused only when an earlier gateway in this process set the same hooks.
+        let _ = stream_proxy::set_connection_hooks(crate::memory::stream_hooks());
         configure_access_log(&telemetry, &config)?;
         telemetry.tracer.store(tracer_for(&telemetry, &config)?);
         telemetry

@@ -140,6 +140,7 @@ impl NewSession<'_> {
         self.table.insert(client, session.clone());
         StreamStats::inc(&stats.udp_sessions_created);
         StreamStats::inc(&stats.udp_sessions_active);
+        crate::hooks::opened();
         let task = SessionTask {
             session: session.clone(),
             table: self.table.clone(),

@@ -156,6 +156,7 @@ impl SessionTask {
         };
         self.table.remove_if(client, &self.session, None);
         StreamStats::dec(&self.stats.udp_sessions_active);
+        crate::hooks::closed();
         let p = &self.session.progress;
         let summary = CloseSummary {
             bytes_in: p.bytes_in(),

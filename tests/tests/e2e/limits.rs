@@ -2,7 +2,7 @@
 //! serves again once descriptors free up), and thousands of idle keep-alive connections held
 //! with bounded memory while new requests are still answered quickly. The connection cap per
 //! listener is tested in `core::connection_cap_refuses_extra_connections`. Memory goes back to
-//! the kernel once a burst of connections has closed.
+//! the kernel once a burst of connections (HTTP or L4) has closed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream as StdTcpStream;
@@ -321,4 +321,70 @@ fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
         after < before + grown / 4,
         "RSS {after} KiB after the burst, {before} KiB before it, {grown} KiB grown"
     );
+}
+
+/// The L4 stream proxy's connections count toward the burst too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_l4_connections_closing_releases_memory_too() {
+    use gateway_tests::backend::l4::{Mode, TcpBackend};
+    const N: usize = 600;
+    if open_files_limit() < (3 * N + 2000) as u64 {
+        eprintln!("skipped: the open files limit is too low for {N} relayed connections");
+        return;
+    }
+    let echo = TcpBackend::start(Mode::Echo, false).await;
+    let dir = temp_dir();
+    let (port, admin) = (free_port(), free_port());
+    let cfg = write_file(
+        dir.path(),
+        "g.yaml",
+        format!(
+            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\nupstreams:\n  app:\n    targets: [{}]\nstreams:\n  - name: s\n    bind: 127.0.0.1:{port}\n    protocol: tcp\n    upstream: app\n",
+            echo.addr()
+        ),
+    );
+    let child = Command::new(gateway_binary())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _child = Child(child);
+    let releases = move || {
+        tokio::task::spawn_blocking(move || metric(admin, "gateway_memory_burst_releases_total"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while releases().await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the admin API never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Each connection echoes a line, so it is relayed end to end before the next one opens.
+    let mut held = Vec::with_capacity(N);
+    for i in 0..N {
+        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let line = format!("{i}\n");
+        tcp.write_all(line.as_bytes()).await.unwrap();
+        let mut got = vec![0; line.len()];
+        tcp.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, line.as_bytes());
+        held.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(releases().await.unwrap(), Some(0), "released while open");
+
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = releases().await.unwrap();
+        if now == Some(1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no release after the burst closed ({now:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
