@@ -78,6 +78,25 @@ impl H1Conn {
         }
     }
 
+    /// Lets go of the read buffer's memory (the next exchange reserves it again). Only for a
+    /// connection between exchanges, whose buffer holds nothing.
+    pub(crate) fn shed_read_buffer(&mut self) {
+        debug_assert!(self.rbuf.is_empty());
+        self.rbuf = BytesMut::new();
+    }
+
+    /// The read buffer's capacity, for tests of the pool's memory.
+    #[cfg(test)]
+    pub(crate) fn read_capacity(&self) -> usize {
+        self.rbuf.capacity()
+    }
+
+    /// Reserves the read buffer as an exchange does, for tests of the pool's memory.
+    #[cfg(test)]
+    pub(crate) fn reserve_read_buffer_for_test(&mut self, room: usize) {
+        self.rbuf.reserve(room);
+    }
+
     /// Whether an idle connection can carry a request (see [`Io::is_reusable`]).
     pub(crate) fn is_reusable(&mut self) -> bool {
         self.rbuf.is_empty() && self.io.is_reusable(&mut self.rbuf)
