@@ -11,6 +11,7 @@ mod cache;
 mod conditional;
 mod encoding;
 mod mime;
+mod misses;
 mod path;
 mod resolve;
 mod response;
@@ -27,6 +28,7 @@ use tokio_util::io::StreamReader;
 use self::cache::{Cache, Entry};
 use self::conditional::{Plan, Validators};
 use self::encoding::{Accept, Encoding};
+use self::misses::{Miss, Misses};
 use self::resolve::{Found, Settings, Streamed, Want};
 use self::response::Head;
 use self::stream::FileBody;
@@ -37,6 +39,11 @@ use crate::error::error_response;
 pub struct StaticFiles {
     settings: Arc<Settings>,
     cache: Cache,
+    /// Lookups in progress, which concurrent misses for the same file wait for.
+    misses: Misses,
+    /// Lookups sent to the blocking pool, for tests.
+    #[cfg(test)]
+    lookups: std::sync::atomic::AtomicUsize,
     cache_control: Option<HeaderValue>,
     /// `cache.revalidate_after` in nanoseconds.
     revalidate: u64,
@@ -74,6 +81,9 @@ impl StaticFiles {
         Ok(Self {
             settings: Arc::new(settings),
             cache: Cache::new(max_total),
+            misses: Misses::default(),
+            #[cfg(test)]
+            lookups: std::sync::atomic::AtomicUsize::new(0),
             cache_control,
             revalidate: nanos(cfg.cache.revalidate_after.get()),
             epoch: Instant::now(),
@@ -105,7 +115,26 @@ impl StaticFiles {
             return self.serve_cached(e, headers, head, want);
         }
 
+        // A miss waits for a lookup of the same file already in progress; if that one left
+        // nothing in the cache (a file too large for it, or a cancelled lookup), it looks the
+        // file up itself.
+        let _lead = match prev {
+            Some(_) => None,
+            None => match self.misses.join(&key) {
+                Miss::Lead(lead) => Some(lead),
+                Miss::Follow(mut done) => {
+                    let _ = done.changed().await;
+                    if let Some(e) = self.cache.get(&key) {
+                        return self.serve_cached(&e, headers, head, want);
+                    }
+                    None
+                }
+            },
+        };
         // A miss or a revalidation: one hop to the blocking pool does all the file work.
+        #[cfg(test)]
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = key.into_owned();
         let settings = self.settings.clone();
         let old = prev.clone();
@@ -248,4 +277,32 @@ fn codings(list: &[gateway_config::model::ContentEncoding]) -> Vec<Encoding> {
 
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_misses_for_one_file_make_one_lookup() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.txt"), "hello").expect("write");
+        let cfg: gateway_config::model::StaticConfig =
+            serde_yaml::from_str(&format!("root: {}", dir.path().display())).expect("config");
+        let files = Arc::new(StaticFiles::new(&cfg).expect("static"));
+        let requests: Vec<_> = (0..200)
+            .map(|_| {
+                let files = files.clone();
+                tokio::spawn(async move {
+                    let req = Request::get("/a.txt").body(Body::empty()).expect("request");
+                    files.serve(req).await.status()
+                })
+            })
+            .collect();
+        for r in requests {
+            assert_eq!(r.await.expect("task"), StatusCode::OK);
+        }
+        let lookups = files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(lookups, 1, "200 concurrent misses made {lookups} lookups");
+    }
 }
