@@ -1,5 +1,7 @@
 //! Concurrent cache misses for one file share one lookup. The first request to miss looks the
-//! file up on the blocking pool; the others wait for it and then read the cache. Without this a
+//! file up on the blocking pool; the others wait for it and then read the cache, or, when the
+//! lookup ended in an error status (a missing file: 404s are not cached), answer with that
+//! status. Requests that arrive after the lookup ended look again. Without this a
 //! cold start under load sent every waiting request to the blocking pool at once: 1,000
 //! connections asking for one 1 KiB file started 180 to 220 blocking threads, which held about
 //! 5 MB more until they exited 10 s later (docs/benchmarks.md, "Then: one lookup per cold
@@ -8,28 +10,46 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use http::StatusCode;
 use tokio::sync::watch;
 
 /// The lookups in progress, by cache key.
 #[derive(Default)]
 pub(super) struct Misses {
-    inflight: Mutex<HashMap<Box<str>, watch::Receiver<()>>>,
+    inflight: Mutex<HashMap<Box<str>, watch::Receiver<Option<StatusCode>>>>,
 }
 
 /// A request's part in a miss.
 pub(super) enum Miss<'a> {
     /// This request looks the file up; the others wait until the guard is dropped.
     Lead(Lead<'a>),
-    /// Another request is looking the file up: wait with `changed()`, which returns (with an
-    /// error, as nothing is ever sent) once that lookup has ended, cancelled or not.
-    Follow(watch::Receiver<()>),
+    /// Another request is looking the file up: [`follow`] waits until it has ended.
+    Follow(watch::Receiver<Option<StatusCode>>),
 }
 
 /// Held by the request that looks the file up, until its result is in the cache.
 pub(super) struct Lead<'a> {
     misses: &'a Misses,
     key: Box<str>,
-    _done: watch::Sender<()>,
+    done: watch::Sender<Option<StatusCode>>,
+}
+
+impl Lead<'_> {
+    /// The lookup ended in an error status, which the waiting requests answer with too.
+    pub(super) fn failed(&self, status: StatusCode) {
+        self.done.send_replace(Some(status));
+    }
+}
+
+/// Waits for the lookup a request follows to end: the error status it ended with, or `None`
+/// when it cached the file, found one the cache does not take, or was cancelled.
+pub(super) async fn follow(mut done: watch::Receiver<Option<StatusCode>>) -> Option<StatusCode> {
+    // `Err` once the lead is dropped without a status; a status sent before the drop is still
+    // seen, since this receiver has not seen it yet.
+    match done.changed().await {
+        Ok(()) => *done.borrow(),
+        Err(_) => None,
+    }
 }
 
 impl Drop for Lead<'_> {
@@ -48,12 +68,12 @@ impl Misses {
         if let Some(done) = inflight.get(key) {
             return Miss::Follow(done.clone());
         }
-        let (tx, rx) = watch::channel(());
+        let (tx, rx) = watch::channel(None);
         inflight.insert(key.into(), rx);
         Miss::Lead(Lead {
             misses: self,
             key: key.into(),
-            _done: tx,
+            done: tx,
         })
     }
 }
@@ -73,24 +93,32 @@ mod tests {
         let Miss::Lead(lead) = misses.join("/a") else {
             panic!("the first miss must lead");
         };
-        let Miss::Follow(mut follower) = misses.join("/a") else {
+        let Miss::Follow(follower) = misses.join("/a") else {
             panic!("a second miss must follow");
         };
         assert!(
             matches!(misses.join("/b"), Miss::Lead(_)),
             "other keys lead"
         );
-        let waiting = tokio::spawn(async move { follower.changed().await.is_err() });
+        let waiting = tokio::spawn(follow(follower));
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "the follower did not wait");
         drop(lead);
-        assert!(
+        assert_eq!(
             waiting.await.expect("task"),
-            "the follower was not released"
+            None,
+            "released without a status"
         );
-        assert!(
-            matches!(misses.join("/a"), Miss::Lead(_)),
-            "a later miss leads"
-        );
+
+        // A lookup that fails hands its status to the requests that waited for it.
+        let Miss::Lead(lead) = misses.join("/a") else {
+            panic!("a later miss must lead");
+        };
+        let Miss::Follow(follower) = misses.join("/a") else {
+            panic!("a second miss must follow");
+        };
+        lead.failed(StatusCode::NOT_FOUND);
+        drop(lead);
+        assert_eq!(follow(follower).await, Some(StatusCode::NOT_FOUND));
     }
 }

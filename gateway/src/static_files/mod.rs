@@ -28,7 +28,7 @@ use tokio_util::io::StreamReader;
 use self::cache::{Cache, Entry};
 use self::conditional::{Plan, Validators};
 use self::encoding::{Accept, Encoding};
-use self::misses::{Miss, Misses};
+use self::misses::{Miss, Misses, follow};
 use self::resolve::{Found, Settings, Streamed, Want};
 use self::response::Head;
 use self::stream::FileBody;
@@ -118,12 +118,14 @@ impl StaticFiles {
         // A miss waits for a lookup of the same file already in progress; if that one left
         // nothing in the cache (a file too large for it, or a cancelled lookup), it looks the
         // file up itself.
-        let _lead = match prev {
+        let lead = match prev {
             Some(_) => None,
             None => match self.misses.join(&key) {
                 Miss::Lead(lead) => Some(lead),
-                Miss::Follow(mut done) => {
-                    let _ = done.changed().await;
+                Miss::Follow(done) => {
+                    if let Some(status) = follow(done).await {
+                        return error_response(status);
+                    }
                     if let Some(e) = self.cache.get(&key) {
                         return self.serve_cached(&e, headers, head, want);
                     }
@@ -162,7 +164,12 @@ impl StaticFiles {
                         response::redirect(path::dir_location(&key, req.uri().query()))
                     }
                     Ok(Found::Stream(s)) => self.serve_streamed(s, headers, head, want),
-                    Err(status) => error_response(status),
+                    Err(status) => {
+                        if let Some(lead) = &lead {
+                            lead.failed(status);
+                        }
+                        error_response(status)
+                    }
                     // `Unchanged` only answers a lookup that had a previous entry, and
                     // `Cached` is handled above.
                     Ok(Found::Unchanged | Found::Cached(_)) => {
@@ -283,8 +290,9 @@ fn nanos(d: std::time::Duration) -> u64 {
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_misses_for_one_file_make_one_lookup() {
+    /// 200 concurrent requests for `path` under a root holding `a.txt`: their statuses, and
+    /// how many lookups went to the blocking pool.
+    async fn concurrent_requests(path: &'static str) -> (Vec<StatusCode>, usize) {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("a.txt"), "hello").expect("write");
         let cfg: gateway_config::model::StaticConfig =
@@ -294,15 +302,41 @@ mod tests {
             .map(|_| {
                 let files = files.clone();
                 tokio::spawn(async move {
-                    let req = Request::get("/a.txt").body(Body::empty()).expect("request");
+                    let req = Request::get(path).body(Body::empty()).expect("request");
                     files.serve(req).await.status()
                 })
             })
             .collect();
+        let mut statuses = Vec::new();
         for r in requests {
-            assert_eq!(r.await.expect("task"), StatusCode::OK);
+            statuses.push(r.await.expect("task"));
         }
         let lookups = files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+        (statuses, lookups)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_misses_for_one_file_make_one_lookup() {
+        let (statuses, lookups) = concurrent_requests("/a.txt").await;
+        assert!(
+            statuses.iter().all(|s| *s == StatusCode::OK),
+            "{statuses:?}"
+        );
         assert_eq!(lookups, 1, "200 concurrent misses made {lookups} lookups");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_for_a_missing_file_share_lookups() {
+        let (statuses, lookups) = concurrent_requests("/missing.txt").await;
+        assert!(
+            statuses.iter().all(|s| *s == StatusCode::NOT_FOUND),
+            "{statuses:?}"
+        );
+        // A 404 is not cached, so a request arriving after a lookup ended looks again; only
+        // requests waiting at the same time share one. Without sharing: one lookup each.
+        assert!(
+            lookups < 50,
+            "200 concurrent requests made {lookups} lookups"
+        );
     }
 }
