@@ -241,23 +241,16 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-#[test]
-fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
-    const N: usize = 1000;
-    // The gateway runs in a process of its own, so that its memory is its own and no other
-    // test's connections count toward its burst.
-    let limit = open_files_limit();
-    if limit < (N + 2000) as u64 {
-        eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
-        return;
-    }
+/// The gateway binary in a process of its own (so that its memory is its own and no other
+/// test's connections count toward its burst) on `rest` of a config, with a burst of 500
+/// connections and the admin API on port `admin`. The directory holds the config.
+fn gateway_with_burst_of_500(admin: u16, rest: &str) -> (Child, tempfile::TempDir) {
     let dir = temp_dir();
-    let (port, admin) = (free_port(), free_port());
     let cfg = write_file(
         dir.path(),
         "g.yaml",
         format!(
-            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\n{rest}"
         ),
     );
     let child = Command::new(gateway_binary())
@@ -267,7 +260,24 @@ fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let child = Child(child);
+    (Child(child), dir)
+}
+
+#[test]
+fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
+    const N: usize = 1000;
+    let limit = open_files_limit();
+    if limit < (N + 2000) as u64 {
+        eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
+        return;
+    }
+    let (port, admin) = (free_port(), free_port());
+    let (child, _dir) = gateway_with_burst_of_500(
+        admin,
+        &format!(
+            "listeners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+        ),
+    );
     let pid = child.0.id();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")) {
@@ -333,24 +343,14 @@ async fn a_burst_of_l4_connections_closing_releases_memory_too() {
         return;
     }
     let echo = TcpBackend::start(Mode::Echo, false).await;
-    let dir = temp_dir();
     let (port, admin) = (free_port(), free_port());
-    let cfg = write_file(
-        dir.path(),
-        "g.yaml",
-        format!(
-            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\nupstreams:\n  app:\n    targets: [{}]\nstreams:\n  - name: s\n    bind: 127.0.0.1:{port}\n    protocol: tcp\n    upstream: app\n",
+    let _gateway = gateway_with_burst_of_500(
+        admin,
+        &format!(
+            "upstreams:\n  app:\n    targets: [{}]\nstreams:\n  - name: s\n    bind: 127.0.0.1:{port}\n    protocol: tcp\n    upstream: app\n",
             echo.addr()
         ),
     );
-    let child = Command::new(gateway_binary())
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _child = Child(child);
     let releases = move || {
         tokio::task::spawn_blocking(move || metric(admin, "gateway_memory_burst_releases_total"))
     };
