@@ -128,7 +128,11 @@ impl ConnectionCount {
             self.release_pending.store(false, Relaxed);
             return;
         };
+        // Cleared however the task ends: a listener's own runtime shut down by a reload drops
+        // it, maybe before its first poll, and a flag left set would stop every later release.
+        let pending = Pending(self);
         runtime.spawn(async move {
+            let _pending = pending;
             tokio::time::sleep(self.settle).await;
             // The next burst is measured from what is open now.
             self.peak.store(self.open.load(Relaxed), Relaxed);
@@ -136,8 +140,16 @@ impl ConnectionCount {
             if tokio::task::spawn_blocking(release).await.is_ok() {
                 self.releases.fetch_add(1, Relaxed);
             }
-            self.release_pending.store(false, Relaxed);
         });
+    }
+}
+
+/// A scheduled release; dropping it lets the next burst schedule one.
+struct Pending(&'static ConnectionCount);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.release_pending.store(false, Relaxed);
     }
 }
 
@@ -195,6 +207,23 @@ mod tests {
         settled().await;
         assert_eq!(RELEASED.load(Relaxed), 2);
 
+        // A release whose runtime shuts down before it runs does not stop later ones.
+        let burst: Vec<_> = (0..9).map(|_| COUNT.opened()).collect();
+        std::thread::spawn(move || {
+            let short_lived = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime");
+            short_lived.block_on(async move { drop(burst) });
+        })
+        .join()
+        .expect("thread");
+        assert!(!COUNT.release_pending.load(Relaxed), "left pending");
+        let burst: Vec<_> = (0..9).map(|_| COUNT.opened()).collect();
+        drop(burst);
+        settled().await;
+        assert_eq!(RELEASED.load(Relaxed), 3);
+
         // 0 turns the release off.
         COUNT.burst.store(0, Relaxed);
         let burst: Vec<_> = (0..20).map(|_| COUNT.opened()).collect();
@@ -202,7 +231,7 @@ mod tests {
         settled().await;
         assert_eq!(
             RELEASED.load(Relaxed),
-            2,
+            3,
             "released with the release turned off"
         );
     }
