@@ -122,15 +122,14 @@ impl ConnectionCount {
     }
 
     fn schedule_release(&'static self) {
+        // Cleared however this ends: a listener's own runtime shut down by a reload drops the
+        // task, maybe before its first poll, and a flag left set would stop every later release.
+        let pending = Pending(self);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Closed outside a runtime (a test dropping its guards): nothing to wait on.
+            // Closed outside a runtime: nothing to wait on; the next burst starts from here.
             self.peak.store(self.open.load(Relaxed), Relaxed);
-            self.release_pending.store(false, Relaxed);
             return;
         };
-        // Cleared however the task ends: a listener's own runtime shut down by a reload drops
-        // it, maybe before its first poll, and a flag left set would stop every later release.
-        let pending = Pending(self);
         runtime.spawn(async move {
             let _pending = pending;
             tokio::time::sleep(self.settle).await;

@@ -395,9 +395,8 @@ async fn accept_loop(
         connections.spawn(async move {
             let active = rt.metrics.active.clone();
             active.add(1);
-            let open = crate::memory::connection_opened();
+            let _open = crate::memory::connection_opened();
             conn::serve(rt, stream, client, local, watch).await;
-            drop(open);
             active.add(-1);
             drop(permit);
         });

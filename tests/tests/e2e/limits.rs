@@ -9,6 +9,7 @@ use std::net::TcpStream as StdTcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gateway_tests::pebble::free_tcp_port;
 use gateway_tests::{TestGateway, gateway_binary, rss_kib, temp_dir, write_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -46,14 +47,19 @@ fn clock_ticks_per_second() -> u64 {
         .unwrap_or(100)
 }
 
-fn get_hello(port: u16) -> Option<String> {
+/// The whole answer to `GET path` on a connection of its own, or `None` within 2 s.
+fn get(port: u16, path: &str) -> Option<String> {
     let mut s = StdTcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
         .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
+}
+
+fn get_hello(port: u16) -> Option<String> {
+    get(port, "/hello")
 }
 
 #[test]
@@ -225,20 +231,10 @@ fn vm_rss_kib(pid: u32) -> u64 {
 
 /// The value of the unlabelled series `name` on the admin API's `/metrics`.
 fn metric(admin: u16, name: &str) -> Option<u64> {
-    let mut s = StdTcpStream::connect(("127.0.0.1", admin)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.lines()
+    get(admin, "/metrics")?
+        .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// The gateway binary in a process of its own (so that its memory is its own and no other
@@ -271,7 +267,7 @@ fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
         eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
         return;
     }
-    let (port, admin) = (free_port(), free_port());
+    let (port, admin) = (free_tcp_port(), free_tcp_port());
     let (child, _dir) = gateway_with_burst_of_500(
         admin,
         &format!(
@@ -343,7 +339,7 @@ async fn a_burst_of_l4_connections_closing_releases_memory_too() {
         return;
     }
     let echo = TcpBackend::start(Mode::Echo, false).await;
-    let (port, admin) = (free_port(), free_port());
+    let (port, admin) = (free_tcp_port(), free_tcp_port());
     let _gateway = gateway_with_burst_of_500(
         admin,
         &format!(
