@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures_util::FutureExt as _;
 use gateway_config::{Config, Listener};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -392,13 +393,17 @@ async fn accept_loop(
         // gracefully when the gateway stops or when a reload removes their listener (in-flight
         // requests finish).
         let watch = conn::watch(&watchdog, &rt);
-        connections.spawn(async move {
-            let active = rt.metrics.active.clone();
-            active.add(1);
-            let _open = crate::memory::connection_opened();
-            conn::serve(rt, stream, client, local, watch).await;
+        let active = rt.metrics.active.clone();
+        active.add(1);
+        let open = crate::memory::connection_opened();
+        // A combinator, not an `async` block awaiting `serve`: the block would hold `serve`'s
+        // future twice over (captured, then moved to be awaited), and the stream, addresses and
+        // watch a third time, all in every connection's task. The closure's guards drop with
+        // the task however it ends.
+        let serving = conn::serve(rt, stream, client, local, watch);
+        connections.spawn(serving.map(move |()| {
             active.add(-1);
-            drop(permit);
-        });
+            drop((open, permit));
+        }));
     }
 }

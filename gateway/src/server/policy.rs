@@ -3,6 +3,7 @@
 //! requests (`gateway_http_rejected_total{listener, reason}`).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -19,9 +20,12 @@ const URI_TOO_LONG: &str = "uri_too_long";
 const BODY_TOO_LARGE: &str = "body_too_large";
 
 /// Counters of refused requests, one per reason, registered up front.
+///
+/// Shared: every connection holds the listener's set, so a clone is one reference count, not a
+/// copy of nine counters (about 220 bytes and nine atomic increments per connection).
 #[derive(Clone, Debug, Default)]
 pub struct Rejections {
-    counters: Vec<(&'static str, Counter)>,
+    counters: Arc<[(&'static str, Counter)]>,
 }
 
 impl Rejections {
