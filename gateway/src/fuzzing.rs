@@ -214,6 +214,14 @@ fn server() -> &'static Server {
     })
 }
 
+/// The fuzz targets' runtime and plain listener (HTTP/1.1 and h2c, a `respond` route), for unit
+/// tests that need a listener's settings.
+#[cfg(test)]
+pub(crate) fn test_listener() -> (&'static tokio::runtime::Runtime, Arc<ListenerRuntime>) {
+    let s = server();
+    (&s.rt, s.listener.clone())
+}
+
 /// Scheduler turns the server gets before the client's EOF.
 const SERVER_TURNS: usize = 64;
 
