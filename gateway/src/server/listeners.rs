@@ -425,7 +425,7 @@ mod tests {
     use super::*;
 
     /// Largest future a connection's task may carry, in a debug build: 520 bytes now (504 in a
-    /// release build; 1,104 before the task was trimmed). tokio adds about 110 bytes of its own
+    /// release build; 1,096 before the task was trimmed). tokio adds about 110 bytes of its own
     /// and rounds the task up to 128, and the allocator rounds again to a size class: up to
     /// about 530 bytes the task is a 640-byte allocation, a little more makes it 768, 1.25 MB
     /// more at 10,000 connections.
