@@ -1,17 +1,25 @@
-//! Returning the memory of a burst of connections once the burst has closed.
+//! Returning free memory to the kernel around a burst of connections: as it begins, and once
+//! it has closed.
 //!
 //! Every open connection holds buffers (hyper's read and write buffers, TLS state): about
 //! 12 KiB each with 10,000 idle keep-alive connections. When they close, jemalloc keeps the
 //! freed pages for its decay time and decays them only while it keeps allocating, so a gateway
-//! that goes quiet after a burst holds them for good. Measured, a second burst of 10,000
-//! connections 3 s after the first did not reuse them either: its peak RSS was 172–178 MiB
-//! against the first burst's 131 MiB. A shorter decay time fixes both but makes every request
-//! pay for purging (with 1 s, up to 1.5× the CPU per request at 10,000 connections). Instead the
-//! gateway counts its open connections (HTTP, and the L4 proxy's through its hooks) and, once
-//! three quarters of a burst of at least `server.release_memory_after_burst` (1,024 by
-//! default) have closed, returns the free pages once, [`SETTLE`] later, on a blocking thread.
-//! Steady traffic never triggers it; the figures are in docs/benchmarks.md, "Then: memory after
-//! a burst".
+//! that goes quiet after a burst holds them for good. A shorter decay time would fix that but
+//! makes every request pay for purging (with 1 s, up to 1.5× the CPU per request at 10,000
+//! connections). Instead the gateway counts its open connections (HTTP, and the L4 proxy's
+//! through its hooks) and, once three quarters of a burst of at least
+//! `server.release_memory_after_burst` (1,024 by default) have closed, returns the free pages
+//! once, [`SETTLE`] later, on a blocking thread.
+//!
+//! The same purge also runs as a burst begins, when half a burst is open. hyper gives each
+//! connection an 8 KiB read buffer and an 8 KiB write buffer and an idle connection touches one
+//! page of each. On fresh pages only the touched ones become resident; on pages that earlier
+//! traffic freed and the allocator kept, the untouched half is resident too. So a burst that
+//! follows other traffic (an HTTP/3 download, 1,000 TLS connections) was measured 140 to
+//! 180 MiB at 10,000 connections depending on how much of that traffic's memory had decayed,
+//! against 141 MiB on fresh pages. Steady traffic below the burst size triggers neither; the
+//! figures are in docs/benchmarks.md, "Then: memory after a burst" and "Then: a release as a
+//! burst begins".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
@@ -47,15 +55,27 @@ pub fn stream_hooks() -> stream_proxy::ConnectionHooks {
     }
 }
 
-/// Appends the Prometheus series of the releases after bursts.
+/// Appends the Prometheus series of the releases around bursts.
 pub fn render_prometheus(out: &mut String) {
     use std::fmt::Write as _;
-    let name = "gateway_memory_burst_releases_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Times the gateway returned free memory to the kernel after a burst of connections closed.\n# TYPE {name} counter\n{name} {}",
-        CONNECTIONS.releases.load(Relaxed)
-    );
+    for (name, help, count) in [
+        (
+            "gateway_memory_burst_releases_total",
+            "Times the gateway returned free memory to the kernel after a burst of connections closed.",
+            &CONNECTIONS.releases,
+        ),
+        (
+            "gateway_memory_burst_start_releases_total",
+            "Times the gateway returned free memory to the kernel as a burst of connections began, so that the burst's buffers start on fresh pages.",
+            &CONNECTIONS.start_releases,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            count.load(Relaxed)
+        );
+    }
 }
 
 /// Open connections, their high-water mark since the last release, and the release itself.
@@ -64,6 +84,9 @@ struct ConnectionCount {
     peak: AtomicUsize,
     release_pending: AtomicBool,
     releases: AtomicU64,
+    start_releases: AtomicU64,
+    /// Whether the next time half a burst is open counts as a burst beginning.
+    start_armed: AtomicBool,
     /// The fewest open connections that make a burst; 0: never release.
     burst: AtomicUsize,
     settle: Duration,
@@ -86,6 +109,8 @@ impl ConnectionCount {
             peak: AtomicUsize::new(0),
             release_pending: AtomicBool::new(false),
             releases: AtomicU64::new(0),
+            start_releases: AtomicU64::new(0),
+            start_armed: AtomicBool::new(true),
             burst: AtomicUsize::new(burst),
             settle,
             release,
@@ -97,7 +122,7 @@ impl ConnectionCount {
         OpenConnection(self)
     }
 
-    fn count_open(&self) {
+    fn count_open(&'static self) {
         let open = self.open.fetch_add(1, Relaxed) + 1;
         // A load and a store rather than `fetch_max`, whose compare-and-swap loop every accept
         // would pay: two accepts racing can lose a maximum, which only makes the burst look
@@ -105,12 +130,34 @@ impl ConnectionCount {
         if open > self.peak.load(Relaxed) {
             self.peak.store(open, Relaxed);
         }
+        // Every count passes each value once, so a burst begins exactly when one accept
+        // sees half a burst open (armed again once fewer than a quarter are).
+        let burst = self.burst.load(Relaxed);
+        if burst > 0 && open == burst.div_ceil(2) && self.start_armed.swap(false, Relaxed) {
+            self.release_now();
+        }
+    }
+
+    /// Returns the free pages at once, on a blocking thread, before the burst's connections
+    /// take them.
+    fn release_now(&'static self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let release = self.release;
+        runtime.spawn_blocking(move || {
+            release();
+            self.start_releases.fetch_add(1, Relaxed);
+        });
     }
 
     fn closed(&'static self) {
         let open = self.open.fetch_sub(1, Relaxed) - 1;
         let peak = self.peak.load(Relaxed);
         let burst = self.burst.load(Relaxed);
+        if open == burst / 4 {
+            self.start_armed.store(true, Relaxed);
+        }
         if burst > 0
             && peak >= burst
             && open <= peak / 4
@@ -176,7 +223,7 @@ mod tests {
         open.truncate(3);
         settled().await;
         assert_eq!(
-            RELEASED.load(Relaxed),
+            COUNT.releases.load(Relaxed),
             0,
             "released while a third was still open"
         );
@@ -185,7 +232,6 @@ mod tests {
         open.truncate(2);
         open.clear();
         settled().await;
-        assert_eq!(RELEASED.load(Relaxed), 1);
         assert_eq!(COUNT.releases.load(Relaxed), 1);
 
         // Traffic below the burst size never releases.
@@ -195,7 +241,7 @@ mod tests {
         }
         settled().await;
         assert_eq!(
-            RELEASED.load(Relaxed),
+            COUNT.releases.load(Relaxed),
             1,
             "released after fewer than 8 connections"
         );
@@ -204,7 +250,7 @@ mod tests {
         let burst: Vec<_> = (0..9).map(|_| COUNT.opened()).collect();
         drop(burst);
         settled().await;
-        assert_eq!(RELEASED.load(Relaxed), 2);
+        assert_eq!(COUNT.releases.load(Relaxed), 2);
 
         // A release whose runtime shuts down before it runs does not stop later ones.
         let burst: Vec<_> = (0..9).map(|_| COUNT.opened()).collect();
@@ -221,17 +267,55 @@ mod tests {
         let burst: Vec<_> = (0..9).map(|_| COUNT.opened()).collect();
         drop(burst);
         settled().await;
-        assert_eq!(RELEASED.load(Relaxed), 3);
+        assert_eq!(COUNT.releases.load(Relaxed), 3);
 
-        // 0 turns the release off.
+        // Each of the seven climbs past half a burst above (the three of 7 connections too)
+        // released as it began.
+        assert_eq!(COUNT.start_releases.load(Relaxed), 7);
+        assert_eq!(RELEASED.load(Relaxed), 3 + 7);
+
+        // 0 turns the release off, as a burst begins and after it.
         COUNT.burst.store(0, Relaxed);
         let burst: Vec<_> = (0..20).map(|_| COUNT.opened()).collect();
         drop(burst);
         settled().await;
         assert_eq!(
             RELEASED.load(Relaxed),
-            3,
+            3 + 7,
             "released with the release turned off"
         );
+    }
+
+    fn no_release() {}
+
+    static STARTS: ConnectionCount = ConnectionCount::new(8, Duration::from_millis(20), no_release);
+
+    #[tokio::test]
+    async fn memory_is_released_once_as_a_burst_begins_and_again_after_it_has_ended() {
+        // Three open: not yet half of a burst of 8.
+        let mut open: Vec<_> = (0..3).map(|_| STARTS.opened()).collect();
+        settled().await;
+        assert_eq!(STARTS.start_releases.load(Relaxed), 0);
+
+        // The fourth makes half: one release, however many more open.
+        open.extend((0..7).map(|_| STARTS.opened()));
+        settled().await;
+        assert_eq!(STARTS.start_releases.load(Relaxed), 1);
+
+        // Down to 3 and up again: still the same burst.
+        open.truncate(3);
+        open.extend((0..5).map(|_| STARTS.opened()));
+        settled().await;
+        assert_eq!(
+            STARTS.start_releases.load(Relaxed),
+            1,
+            "the burst had not ended"
+        );
+
+        // Down to a quarter ends it: the next climb past half is a new burst.
+        open.truncate(2);
+        open.extend((0..4).map(|_| STARTS.opened()));
+        settled().await;
+        assert_eq!(STARTS.start_releases.load(Relaxed), 2);
     }
 }
