@@ -28,13 +28,21 @@ pub use body::Body;
 pub use error::GatewayError;
 pub use server::Gateway;
 
+/// The log filter when `RUST_LOG` is not set.
+const DEFAULT_LOG_FILTER: &str = "info,rustls=error";
+
 /// The gateway's version, as printed by `gateway version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Installs the process's log output (stderr), honouring `RUST_LOG` (default `info`).
+/// Installs the process's log output (stderr), honouring `RUST_LOG` (default `info`, with
+/// rustls at `error`).
 pub fn init_logging() {
+    // rustls logs what a peer got wrong at `warn` (an IP address sent as SNI, as wrk and
+    // h2load do, is a warning on every handshake): any client could fill the log with lines
+    // the operator can do nothing about. Failed handshakes are counted instead
+    // (`gateway_listener_handshake_failures_total`).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -261,10 +261,12 @@ async fn serve_tls(
     let tls = match handshake.await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
+            rt.metrics.handshake_errors.inc();
             tracing::debug!(%client, error = %e, "TLS handshake failed");
             return;
         }
         Err(_) => {
+            rt.metrics.handshake_timeouts.inc();
             tracing::debug!(%client, "TLS handshake timed out");
             return;
         }

@@ -179,7 +179,13 @@ pub struct ListenerMetrics {
     pub write_timeouts: Counter,
     /// Failed accepts (EMFILE and the like), each followed by a back-off.
     pub accept_errors: Counter,
+    /// TLS (or QUIC) handshakes the client broke off or got wrong.
+    pub handshake_errors: Counter,
+    /// TLS (or QUIC) handshakes not finished within the listener's handshake time.
+    pub handshake_timeouts: Counter,
 }
+
+const HANDSHAKE_FAILURES_HELP: &str = "TLS or QUIC handshakes that failed, by reason: error (the client sent something that is not a valid handshake, or offered nothing the listener accepts) or timeout.";
 
 impl ListenerMetrics {
     /// Registers (or finds) the series of `listener` (its TCP connections).
@@ -219,6 +225,16 @@ impl ListenerMetrics {
                 "gateway_listener_accept_errors_total",
                 "Accepts that failed (such as EMFILE: out of file descriptors) and were retried after a pause.",
                 labels,
+            ),
+            handshake_errors: registry.counter(
+                "gateway_listener_handshake_failures_total",
+                HANDSHAKE_FAILURES_HELP,
+                &[labels, &[("reason", "error")]].concat(),
+            ),
+            handshake_timeouts: registry.counter(
+                "gateway_listener_handshake_failures_total",
+                HANDSHAKE_FAILURES_HELP,
+                &[labels, &[("reason", "timeout")]].concat(),
             ),
         }
     }

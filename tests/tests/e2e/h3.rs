@@ -2,7 +2,7 @@
 //! 10 MiB hashed, ranges, ETag revalidation, precompressed, HEAD), proxy to an HTTP/1.1
 //! backend (streamed upload, trailers), 404, 100 concurrent streams on one connection,
 //! clients that close or vanish mid-download, Alt-Svc on HTTP/1.1 and HTTP/2, the connection
-//! cap, 0-RTT (off by default; safe methods only when on), and GOAWAY drains on reload and
+//! cap, a failed handshake counted, 0-RTT (off by default; safe methods only when on), and GOAWAY drains on reload and
 //! shutdown that let running downloads finish.
 
 use std::time::Duration;
@@ -330,6 +330,32 @@ async fn connection_cap_refuses_extra_connections() {
     let third = connect(addr, "site.test", &s.ca).await;
     assert_eq!(third.get("/hello").await.status(), 200);
     third.close().await;
+}
+
+/// A client offering no ALPN the QUIC side speaks fails its handshake: counted, and the
+/// listener goes on serving.
+#[tokio::test]
+async fn a_failed_quic_handshake_is_counted() {
+    let s = setup("").await;
+    let addr = s.gw.addr("web");
+    let failures = quic_metrics(&s.gw).handshake_errors;
+    assert_eq!(failures.get(), 0);
+    let tls = s.ca.client_config(&[b"h2"]);
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS config");
+    let wrong_alpn = quinn::ClientConfig::new(std::sync::Arc::new(quic));
+    let refused = connect_with(addr, "site.test", &wrong_alpn, false).await;
+    assert!(refused.is_err(), "a handshake without h3 is refused");
+    for _ in 0..100 {
+        if failures.get() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(failures.get(), 1);
+    assert_eq!(quic_metrics(&s.gw).handshake_timeouts.get(), 0);
+    let c = connect(addr, "site.test", &s.ca).await;
+    assert_eq!(c.get("/hello").await.status(), 200);
+    c.close().await;
 }
 
 /// Connects once to get a resumption ticket, then again asking for 0-RTT.

@@ -1,10 +1,12 @@
 //! TLS listeners end to end: ALPN h2 and http/1.1, TLS 1.2 and 1.3, SNI choosing among named
-//! certificates (ECDSA and RSA, exact and wildcard), session resumption, and a bad handshake
-//! not affecting others.
+//! certificates (ECDSA and RSA, exact and wildcard), session resumption, and a bad or missing
+//! handshake counted and not affecting others.
 
 use std::sync::Arc;
 
 use gateway_tests::{KeyKind, TestCa, TestGateway, https, temp_dir, tls_connect};
+
+use crate::faults::metric;
 use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -223,12 +225,40 @@ async fn sessions_resume() {
     }
 }
 
+const HANDSHAKE_ERRORS: &str =
+    "gateway_listener_handshake_failures_total{listener=\"tls\",reason=\"error\"}";
+const HANDSHAKE_TIMEOUTS: &str =
+    "gateway_listener_handshake_failures_total{listener=\"tls\",reason=\"timeout\"}";
+
 #[tokio::test]
 async fn garbage_instead_of_a_client_hello_does_not_affect_others() {
     let s = setup("").await;
     let addr = s.gw.addr("tls");
+    assert_eq!(metric(&s.gw, HANDSHAKE_ERRORS), 0);
     let out = gateway_tests::raw(addr, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
     assert!(!out.contains("secure hello"));
+    // The connection is closed once the handshake failed, and the failure counted.
+    assert_eq!(metric(&s.gw, HANDSHAKE_ERRORS), 1);
+    assert_eq!(metric(&s.gw, HANDSHAKE_TIMEOUTS), 0);
     let (mut c, _) = https(addr, "a.test", &s.ca, &[b"h2"]).await;
     assert_eq!(c.get("/hello").await.status(), 200);
+}
+
+/// A client that connects and never sends its ClientHello is closed after
+/// `header_read_timeout`, and counted.
+#[tokio::test]
+async fn a_client_hello_that_never_comes_times_out_and_is_counted() {
+    let s = setup("    header_read_timeout: 300ms").await;
+    let mut tcp = tokio::net::TcpStream::connect(s.gw.addr("tls"))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), tcp.read(&mut buf))
+        .await
+        .expect("the gateway closes the connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+    assert_eq!(metric(&s.gw, HANDSHAKE_TIMEOUTS), 1);
+    assert_eq!(metric(&s.gw, HANDSHAKE_ERRORS), 0);
 }

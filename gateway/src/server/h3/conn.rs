@@ -146,6 +146,9 @@ async fn establish(
     let connecting = match incoming.accept() {
         Ok(c) => c,
         Err(e) => {
+            // quinn reads the client's first flight here, ClientHello included: its errors
+            // (no common ALPN or version, a malformed hello) are handshake failures.
+            rt.metrics.handshake_errors.inc();
             tracing::debug!(%client, error = %e, "QUIC connection not accepted");
             return None;
         }
@@ -161,10 +164,12 @@ async fn establish(
     match tokio::time::timeout(rt.handshake_timeout, connecting).await {
         Ok(Ok(conn)) => Some((conn, None)),
         Ok(Err(e)) => {
+            rt.metrics.handshake_errors.inc();
             tracing::debug!(%client, error = %e, "QUIC handshake failed");
             None
         }
         Err(_) => {
+            rt.metrics.handshake_timeouts.inc();
             tracing::debug!(%client, "QUIC handshake timed out");
             None
         }
