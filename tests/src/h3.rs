@@ -21,7 +21,12 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 /// A QUIC client config trusting `ca`, offering ALPN `h3`, with early data allowed (used only
 /// when a resumption ticket permits it). Reuse one config to resume sessions.
 pub fn client_config(ca: &TestCa) -> quinn::ClientConfig {
-    let mut tls = ca.client_config(&[b"h3"]);
+    client_config_offering(ca, &[b"h3"])
+}
+
+/// A QUIC client config trusting `ca` and offering `alpn` (early data allowed, as above).
+pub fn client_config_offering(ca: &TestCa, alpn: &[&[u8]]) -> quinn::ClientConfig {
+    let mut tls = ca.client_config(alpn);
     tls.enable_early_data = true;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS config");
     quinn::ClientConfig::new(Arc::new(quic))

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes};
 use gateway::telemetry::ListenerMetrics;
 use gateway_tests::backend::Backend;
-use gateway_tests::h3::{Relay, client_config, connect, connect_with};
+use gateway_tests::h3::{Relay, client_config, client_config_offering, connect, connect_with};
 use gateway_tests::{KeyKind, TestCa, TestGateway, https, temp_dir, write_file};
 use http::Version;
 use sha2::{Digest, Sha256};
@@ -340,9 +340,7 @@ async fn a_failed_quic_handshake_is_counted() {
     let addr = s.gw.addr("web");
     let failures = quic_metrics(&s.gw).handshake_errors;
     assert_eq!(failures.get(), 0);
-    let tls = s.ca.client_config(&[b"h2"]);
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS config");
-    let wrong_alpn = quinn::ClientConfig::new(std::sync::Arc::new(quic));
+    let wrong_alpn = client_config_offering(&s.ca, &[b"h2"]);
     let refused = connect_with(addr, "site.test", &wrong_alpn, false).await;
     assert!(refused.is_err(), "a handshake without h3 is refused");
     for _ in 0..100 {
