@@ -55,8 +55,11 @@ struct Head {
     version: Version,
     head_only: bool,
     log: Option<Arc<AccessLog>>,
-    facts: Option<RequestFacts>,
-    span: Option<ServerSpan>,
+    // Boxed, as the span: only an access log or a tracer makes them, and inline they would
+    // add 260 bytes to every waiting request's boxed future, which is copied whole into its
+    // box and touched on every request.
+    facts: Option<Box<RequestFacts>>,
+    span: Option<Box<ServerSpan>>,
     /// Counts the request in flight on the connection until the response head (or until the
     /// request is abandoned).
     _in_flight: Option<InFlight>,
@@ -97,14 +100,14 @@ impl ConnService {
             start: Instant::now(),
             version: req.version(),
             head_only: req.method() == http::Method::HEAD,
-            facts: log.as_ref().map(|_| RequestFacts::of(&req)),
+            facts: log.as_ref().map(|_| Box::new(RequestFacts::of(&req))),
             log,
             // Without `telemetry.traces` this load is all the tracing a request costs.
             span: self
                 .telemetry
                 .tracer
                 .load_full()
-                .map(|t| ServerSpan::start(&t, &req, &self.conn)),
+                .map(|t| Box::new(ServerSpan::start(&t, &req, &self.conn))),
             _in_flight: in_flight,
         };
         let generation = self.generation.load_full();
@@ -186,9 +189,11 @@ impl ConnService {
         }
         metrics.record(head.version, res.status(), head.start.elapsed());
         // A recorded span stays open until the response body has been sent.
-        let open = head.span.and_then(|s| s.end_head(res.status(), route_name));
+        let open = head
+            .span
+            .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(facts)) = (head.log, head.facts) {
-            let mut record = facts.into_record(
+            let mut record = (*facts).into_record(
                 &self.conn,
                 head.version,
                 &res,

@@ -19,7 +19,7 @@ mod decode;
 mod encode;
 mod io;
 
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::io::{Error, ErrorKind, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -110,116 +110,126 @@ impl H1Conn {
 
     /// Sends `req` (its `Host` already set) and reads the response head. The connection is
     /// consumed: it lives on in the response body and returns to `pool` when that ends.
-    pub(crate) async fn send(
+    ///
+    /// A plain function returning a block rather than an `async fn`, which would keep the
+    /// connection and the request twice in its state.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` would keep its arguments twice in its state"
+    )]
+    pub(crate) fn send<'a>(
         mut self,
         mut req: Request<Body>,
-        pool: &Arc<Pool>,
+        pool: &'a Arc<Pool>,
         reused: bool,
-    ) -> Result<Response<ResponseBody>, Failure> {
-        let encoded = encode::head(&req, &mut self.wbuf);
-        let fail = |error: Error, req: Request<Body>, stale: bool| Failure {
-            error: FailureKind::Upstream(error),
-            unsent: Some(req),
-            stale,
-        };
-        let mut upload = if encoded.inlined || encoded.framing == Framing::Empty {
-            None
-        } else {
-            Some(Upload::new(encoded.framing == Framing::Chunked))
-        };
-        if let Some(up) = upload.as_mut() {
-            // One look at the body before the head goes out: a frame already at hand travels
-            // in the head's write, and a body that fails at once (a filter rejecting it) fails
-            // before the upstream has seen anything of the request. A body still to come
-            // (a client waiting for `100 Continue`, a paused filter) does not hold the head.
-            let first = poll_fn(|cx| Poll::Ready(Pin::new(req.body_mut()).poll_frame(cx))).await;
-            match first {
-                Poll::Ready(Some(Err(e))) => {
+    ) -> impl Future<Output = Result<Response<ResponseBody>, Failure>> + Send + 'a {
+        async move {
+            let encoded = encode::head(&req, &mut self.wbuf);
+            let fail = |error: Error, req: Request<Body>, stale: bool| Failure {
+                error: FailureKind::Upstream(error),
+                unsent: Some(req),
+                stale,
+            };
+            let mut upload = if encoded.inlined || encoded.framing == Framing::Empty {
+                None
+            } else {
+                Some(Upload::new(encoded.framing == Framing::Chunked))
+            };
+            if let Some(up) = upload.as_mut() {
+                // One look at the body before the head goes out: a frame already at hand travels
+                // in the head's write, and a body that fails at once (a filter rejecting it) fails
+                // before the upstream has seen anything of the request. A body still to come
+                // (a client waiting for `100 Continue`, a paused filter) does not hold the head.
+                let first =
+                    poll_fn(|cx| Poll::Ready(Pin::new(req.body_mut()).poll_frame(cx))).await;
+                match first {
+                    Poll::Ready(Some(Err(e))) => {
+                        return Err(Failure {
+                            error: FailureKind::RequestBody(e),
+                            unsent: None,
+                            stale: false,
+                        });
+                    }
+                    Poll::Ready(Some(Ok(frame))) => up.accept(frame),
+                    Poll::Ready(None) => up.end(None),
+                    Poll::Pending => {}
+                }
+                up.move_small_into(&mut self.wbuf);
+            }
+            let written = write_all(&mut self.io, &self.wbuf).await;
+            if self.wbuf.capacity() > WBUF_KEEP {
+                // A large head or inlined body is not kept by an idle connection.
+                self.wbuf = Vec::new();
+            }
+            if let Err(e) = written {
+                // A reused connection the peer closed while it sat idle fails here or at the first
+                // read; nothing of the request was processed, but a body frame already taken
+                // cannot be put back.
+                let touched = upload.as_ref().is_some_and(|u| u.touched);
+                return Err(Failure {
+                    error: FailureKind::Upstream(e),
+                    unsent: (!touched).then_some(req),
+                    stale: reused && !touched,
+                });
+            }
+            let method = req.method().clone();
+            // An upload the upstream stops taking (it answered early and closed) is abandoned, and
+            // its error reported only if no response follows.
+            let mut upload_failed: Option<Error> = None;
+            let exchange = poll_fn(|cx| {
+                if let Some(up) = upload.as_mut()
+                    && !up.done
+                    && upload_failed.is_none()
+                {
+                    match up.poll_send(cx, &mut self.io, req.body_mut()) {
+                        Poll::Ready(Err(UploadError::Io(e))) => upload_failed = Some(e),
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        _ => {}
+                    }
+                }
+                self.poll_head(cx, &method)
+            })
+            .await;
+            let body_touched = upload.as_ref().is_some_and(|u| u.touched);
+            let head = match exchange {
+                Ok(head) => head,
+                Err(UploadError::Body(e)) => {
                     return Err(Failure {
                         error: FailureKind::RequestBody(e),
                         unsent: None,
                         stale: false,
                     });
                 }
-                Poll::Ready(Some(Ok(frame))) => up.accept(frame),
-                Poll::Ready(None) => up.end(None),
-                Poll::Pending => {}
-            }
-            up.move_small_into(&mut self.wbuf);
-        }
-        let written = write_all(&mut self.io, &self.wbuf).await;
-        if self.wbuf.capacity() > WBUF_KEEP {
-            // A large head or inlined body is not kept by an idle connection.
-            self.wbuf = Vec::new();
-        }
-        if let Err(e) = written {
-            // A reused connection the peer closed while it sat idle fails here or at the first
-            // read; nothing of the request was processed, but a body frame already taken
-            // cannot be put back.
-            let touched = upload.as_ref().is_some_and(|u| u.touched);
-            return Err(Failure {
-                error: FailureKind::Upstream(e),
-                unsent: (!touched).then_some(req),
-                stale: reused && !touched,
-            });
-        }
-        let method = req.method().clone();
-        // An upload the upstream stops taking (it answered early and closed) is abandoned, and
-        // its error reported only if no response follows.
-        let mut upload_failed: Option<Error> = None;
-        let exchange = poll_fn(|cx| {
-            if let Some(up) = upload.as_mut()
-                && !up.done
-                && upload_failed.is_none()
-            {
-                match up.poll_send(cx, &mut self.io, req.body_mut()) {
-                    Poll::Ready(Err(UploadError::Io(e))) => upload_failed = Some(e),
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    _ => {}
+                Err(UploadError::Io(e)) if body_touched => {
+                    let e = upload_failed.unwrap_or(e);
+                    return Err(Failure {
+                        error: FailureKind::Upstream(e),
+                        unsent: None,
+                        stale: false,
+                    });
                 }
-            }
-            self.poll_head(cx, &method)
-        })
-        .await;
-        let body_touched = upload.as_ref().is_some_and(|u| u.touched);
-        let head = match exchange {
-            Ok(head) => head,
-            Err(UploadError::Body(e)) => {
-                return Err(Failure {
-                    error: FailureKind::RequestBody(e),
-                    unsent: None,
-                    stale: false,
-                });
-            }
-            Err(UploadError::Io(e)) if body_touched => {
-                let e = upload_failed.unwrap_or(e);
-                return Err(Failure {
-                    error: FailureKind::Upstream(e),
-                    unsent: None,
-                    stale: false,
-                });
-            }
-            Err(UploadError::Io(e)) => {
-                // Closed with nothing received: on a reused connection that is the keep-alive
-                // race (the upstream closed it as the request went out), and only a request
-                // that is safe to repeat is sent again, since the upstream may have seen it.
-                let stale = reused
-                    && self.rbuf.is_empty()
-                    && matches!(
-                        e.kind(),
-                        ErrorKind::UnexpectedEof
-                            | ErrorKind::ConnectionReset
-                            | ErrorKind::BrokenPipe
-                            | ErrorKind::ConnectionAborted
-                    )
-                    && super::is_idempotent(&method);
-                return Err(fail(e, req, stale));
-            }
-        };
-        let sent_whole = upload.as_ref().is_none_or(|u| u.done);
-        let reusable = head.keep_alive && sent_whole;
-        let body = ResponseBody::new(self, pool.clone(), head.framing, reusable);
-        Ok(Response::from_parts(head.parts, body))
+                Err(UploadError::Io(e)) => {
+                    // Closed with nothing received: on a reused connection that is the keep-alive
+                    // race (the upstream closed it as the request went out), and only a request
+                    // that is safe to repeat is sent again, since the upstream may have seen it.
+                    let stale = reused
+                        && self.rbuf.is_empty()
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::UnexpectedEof
+                                | ErrorKind::ConnectionReset
+                                | ErrorKind::BrokenPipe
+                                | ErrorKind::ConnectionAborted
+                        )
+                        && super::is_idempotent(&method);
+                    return Err(fail(e, req, stale));
+                }
+            };
+            let sent_whole = upload.as_ref().is_none_or(|u| u.done);
+            let reusable = head.keep_alive && sent_whole;
+            let body = ResponseBody::new(self, pool.clone(), head.framing, reusable);
+            Ok(Response::from_parts(head.parts, body))
+        }
     }
 
     /// Reads until a final response head is parsed.

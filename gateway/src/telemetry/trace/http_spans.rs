@@ -154,7 +154,9 @@ pub struct Target<'a> {
 
 /// The span of one upstream attempt; not recorded when the request's span is not.
 pub struct ClientSpan {
-    recording: Option<Recording>,
+    /// Boxed: the proxy's request future carries a `ClientSpan` across each attempt, traced
+    /// or not, and a recording inline would add its size to every proxied request's state.
+    recording: Option<Box<Recording>>,
 }
 
 struct Recording {
@@ -195,14 +197,14 @@ impl TraceCx {
             a.push(("http.request.resend_count", Value::Int(resend_count as i64)));
         }
         ClientSpan {
-            recording: Some(Recording {
+            recording: Some(Box::new(Recording {
                 tracer: self.tracer.clone(),
                 span,
                 parent: self.span,
                 state: self.state.clone(),
                 start: span::now(),
                 attributes: a,
-            }),
+            })),
         }
     }
 }
@@ -212,7 +214,7 @@ impl ClientSpan {
     /// target after it (a 502, 503 or 504), whose response is dropped.
     pub fn end_response(self, status: StatusCode, retried: bool) {
         if let Some(r) = self.recording {
-            let (r, outcome) = r.response(status, retried);
+            let (r, outcome) = (*r).response(status, retried);
             r.finish(outcome);
         }
     }
@@ -220,7 +222,7 @@ impl ClientSpan {
     /// Notes the upstream's response head; a recorded span is returned open, to be ended when
     /// the upstream's body has been read.
     pub fn end_head(self, status: StatusCode) -> Option<OpenSpan> {
-        let (r, outcome) = self.recording?.response(status, false);
+        let (r, outcome) = (*self.recording?).response(status, false);
         let tracer = r.tracer.clone();
         Some(OpenSpan::new(tracer, r.into_data(outcome)))
     }
