@@ -28,12 +28,21 @@ use super::h1::H1Conn;
 use crate::body::Body;
 
 /// How many idle HTTP/1.1 connections per target keep their read buffer (8 KiB, one page of it
-/// touched). The stack is last in, first out, so steady traffic takes its connections from the
-/// top and finds their buffers there; the connections below are what a burst left, and with
+/// touched) past a shedding pass ([`Pool::shed_buffers`], every [`SHED_EVERY`]). The stack is
+/// last in, first out, so steady traffic takes its connections from the top and finds their
+/// buffers there; the connections below are what a burst left, and with
 /// `max_idle_per_target: 1024` they would hold 4 to 8 MiB of buffers nobody reads (nginx's
-/// kept-alive upstream connections hold no buffer either). A connection taken from below
-/// allocates its buffer again: one allocation from the allocator's thread cache.
+/// kept-alive upstream connections hold no buffer either).
+///
+/// The buffers are shed by a pass rather than as connections come back: with 1,000 requests in
+/// flight the stack is deep, and a buffer freed on release was allocated again by the next
+/// exchange on that connection. The buffer's size class holds one object per slab, so beyond
+/// the allocator's thread cache each of those was a slab made and unmade: 2,900 of a proxied
+/// request's 37,500 instructions at 1,000 connections (docs/benchmarks.md).
 const BUFFERED_IDLE: usize = 16;
+
+/// How often idle connections below the top [`BUFFERED_IDLE`] give up their read buffers.
+pub(crate) const SHED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a pool connects, and the names the target goes by, computed at config load.
 pub(crate) struct Endpoint {
@@ -178,14 +187,11 @@ impl Pool {
     }
 
     /// An HTTP/1.1 connection whose exchange completed cleanly goes back on the idle stack
-    /// (or is closed when the stack is full). Below the top [`BUFFERED_IDLE`] it keeps no read
-    /// buffer.
-    pub(crate) fn release_h1(&self, mut conn: H1Conn) {
+    /// (or is closed when the stack is full), with its read buffer until the next
+    /// [`Pool::shed_buffers`].
+    pub(crate) fn release_h1(&self, conn: H1Conn) {
         let mut idle = lock(&self.idle);
         if idle.len() < self.limits.max_idle {
-            if idle.len() >= BUFFERED_IDLE {
-                conn.shed_read_buffer();
-            }
             idle.push(Idle {
                 conn,
                 tick: self.tick.load(Relaxed),
@@ -243,6 +249,15 @@ impl Pool {
         }
     }
 
+    /// Lets the idle connections below the top [`BUFFERED_IDLE`] go of their read buffers.
+    pub(crate) fn shed_buffers(&self) {
+        let mut idle = lock(&self.idle);
+        let below = idle.len().saturating_sub(BUFFERED_IDLE);
+        for entry in &mut idle[..below] {
+            entry.conn.shed_read_buffer();
+        }
+    }
+
     /// Closes connections idle for longer than `idle_timeout`; the reaper calls this every half
     /// `idle_timeout`, so a connection is closed after one to one and a half timeouts.
     pub(crate) fn reap(&self) {
@@ -288,7 +303,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn idle_connections_below_the_top_of_the_stack_keep_no_read_buffer() {
+    async fn idle_connections_below_the_top_of_the_stack_give_up_their_read_buffers() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -311,13 +326,17 @@ mod tests {
             pool.release_h1(conn);
         }
         assert_eq!(pool.idle(), total);
-        let idle = lock(&pool.idle);
-        let buffered: Vec<bool> = idle.iter().map(|e| e.conn.read_capacity() > 0).collect();
-        // The bottom of the stack (the first released) keeps its buffers, the rest do not.
-        assert!(buffered[..BUFFERED_IDLE].iter().all(|&b| b), "{buffered:?}");
-        assert!(
-            buffered[BUFFERED_IDLE..].iter().all(|&b| !b),
-            "{buffered:?}"
-        );
+        let buffered = |pool: &Pool| -> Vec<bool> {
+            let idle = lock(&pool.idle);
+            idle.iter().map(|e| e.conn.read_capacity() > 0).collect()
+        };
+        // Coming back, every connection keeps its buffer: the next exchange may want it now.
+        assert!(buffered(&pool).iter().all(|&b| b));
+        pool.shed_buffers();
+        // The pass leaves them to the top of the stack (the last released, taken first).
+        let after = buffered(&pool);
+        assert!(after[..8].iter().all(|&b| !b), "{after:?}");
+        assert!(after[8..].iter().all(|&b| b), "{after:?}");
+        assert_eq!(pool.idle(), total, "shedding closes nothing");
     }
 }

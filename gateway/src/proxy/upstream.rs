@@ -150,20 +150,26 @@ impl Upstream {
     }
 
     fn spawn_background(self: &Arc<Self>, cancel: &CancellationToken) {
-        if !self.idle_timeout.is_zero() {
-            let (up, cancel) = (self.clone(), cancel.clone());
-            let every = (self.idle_timeout / 2).max(Duration::from_millis(50));
-            tokio::spawn(async move {
-                let mut ticks = tokio::time::interval(every);
-                ticks.tick().await;
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = ticks.tick() => up.pools.iter().for_each(|p| p.reap()),
+        let (up, cancel_pools) = (self.clone(), cancel.clone());
+        // Without an idle timeout nothing is reaped; the buffers are still shed.
+        let reap_every = (!self.idle_timeout.is_zero())
+            .then(|| (self.idle_timeout / 2).max(Duration::from_millis(50)));
+        tokio::spawn(async move {
+            let mut shed = tokio::time::interval(super::pool::SHED_EVERY);
+            // Without a period the branch below is disabled and this interval never polled.
+            let mut reap = tokio::time::interval(reap_every.unwrap_or(super::pool::SHED_EVERY));
+            shed.tick().await;
+            reap.tick().await;
+            loop {
+                tokio::select! {
+                    _ = cancel_pools.cancelled() => return,
+                    _ = shed.tick() => up.pools.iter().for_each(|p| p.shed_buffers()),
+                    _ = reap.tick(), if reap_every.is_some() => {
+                        up.pools.iter().for_each(|p| p.reap())
                     }
                 }
-            });
-        }
+            }
+        });
         if let Some(path) = &self.health.path {
             tokio::spawn(super::health::run(
                 self.clone(),
