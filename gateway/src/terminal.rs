@@ -1,8 +1,8 @@
 //! Terminals produce a route's response: a synthetic `respond`, static files, or the reverse
-//! proxy. Dispatch is a plain `match`. A synthetic response to a bodiless request is made at
-//! once, without a future; the other paths are boxed, so a [`TerminalFuture`] is a response or
-//! a pointer, whatever the terminal (the static and proxy futures are kilobytes, and one
-//! allocation per request is noise next to their work).
+//! proxy. Dispatch is a plain `match`. A synthetic response to a bodiless request, and a static
+//! file served from the cache, are made at once, without a future; the other paths are boxed,
+//! so a [`TerminalFuture`] is a response or a pointer, whatever the terminal (the static and
+//! proxy futures are kilobytes, and one allocation per request is noise next to their work).
 
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::Either;
-use http::header::{HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
 
 use crate::body::Body;
 use crate::context::RequestCx;
@@ -44,10 +44,18 @@ impl Terminal {
     }
 
     /// The response when it needs no waiting at all: a synthetic response to a bodiless
-    /// request. The service and the filter chain answer these without making a future.
-    pub fn respond_now(&self, method: &Method, body: &Body) -> Option<Response<Body>> {
+    /// request, or a static file from the cache. The service and the filter chain answer these
+    /// without making a future.
+    pub fn respond_now(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &Body,
+    ) -> Option<Response<Body>> {
         match self {
             Self::Respond(r) if http_body::Body::is_end_stream(body) => Some(r.response(method)),
+            Self::Static(s) => s.serve_now(method, uri, headers),
             _ => None,
         }
     }

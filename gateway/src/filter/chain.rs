@@ -290,7 +290,7 @@ impl Chain {
     ) -> Started {
         if self.factories.is_empty() {
             // Nothing to run but the terminal: no filter state, no parts taken apart.
-            return match terminal.respond_now(req.method(), req.body()) {
+            return match terminal.respond_now(req.method(), req.uri(), req.headers(), req.body()) {
                 Some(res) => Started::Done(with_server(res, server)),
                 None => Started::Wait(Pending(Stage::Terminal { req, cx: cx() })),
             };
@@ -326,7 +326,7 @@ impl Chain {
                     Some(BodyAccess::Buffer(_) | BodyAccess::Stream) => !body.is_end_stream(),
                 };
                 let now = (!body_needs_hooks)
-                    .then(|| terminal.respond_now(&parts.method, &body))
+                    .then(|| terminal.respond_now(&parts.method, &parts.uri, &parts.headers, &body))
                     .flatten();
                 match now {
                     Some(res) => (self.factories.len(), res),

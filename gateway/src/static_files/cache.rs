@@ -105,6 +105,11 @@ impl Entry {
         self.checked.store(now, Relaxed);
     }
 
+    /// Whether the entry was checked less than `ttl` ago (no request needs to claim a re-check).
+    pub(super) fn is_fresh(&self, now: u64, ttl: u64) -> bool {
+        now.saturating_sub(self.checked.load(Relaxed)) < ttl
+    }
+
     /// Whether this request should re-check the file. Exactly one request claims each expired
     /// window; concurrent ones keep using the entry until the check is done.
     pub(super) fn claim_revalidation(&self, now: u64, ttl: u64) -> bool {

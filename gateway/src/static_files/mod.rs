@@ -90,6 +90,38 @@ impl StaticFiles {
         })
     }
 
+    /// The answer when it needs no waiting: a file from the cache that needs no re-check, or a
+    /// request refused for its method or path. `None`: [`StaticFiles::serve`] answers.
+    ///
+    /// Most requests for a cached file end here, so the request path makes no future for them
+    /// (the service and the filter chain answer at once, as for a synthetic response).
+    pub fn serve_now(
+        &self,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Option<Response<Body>> {
+        let head = match *method {
+            Method::GET => false,
+            Method::HEAD => true,
+            _ => return Some(response::method_not_allowed()),
+        };
+        let key = match path::normalize(uri.path()) {
+            Ok(p) => p.key,
+            Err(e) => return Some(error_response(e.status())),
+        };
+        let entry = self.cache.get(&key)?;
+        let now = nanos(Instant::now().saturating_duration_since(self.epoch));
+        if !entry.is_fresh(now, self.revalidate) {
+            return None;
+        }
+        let want = Want {
+            accept: Accept::from_headers(headers),
+            range: !head && headers.contains_key(header::RANGE),
+        };
+        Some(self.serve_cached(&entry, headers, head, want))
+    }
+
     /// Serves one request.
     pub async fn serve(&self, req: Request<Body>) -> Response<Body> {
         let head = match *req.method() {
