@@ -347,6 +347,50 @@ mod tests {
         (statuses, lookups)
     }
 
+    #[tokio::test]
+    async fn a_cached_file_is_answered_at_once_until_it_needs_a_recheck() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.txt"), "hello").expect("write");
+        let cfg: gateway_config::model::StaticConfig = serde_yaml::from_str(&format!(
+            "{{ root: {}, cache: {{ revalidate_after: 1s }} }}",
+            dir.path().display()
+        ))
+        .expect("config");
+        let files = StaticFiles::new(&cfg).expect("static");
+        let uri = http::Uri::from_static("/a.txt");
+        let headers = HeaderMap::new();
+        let now = |method: &Method| files.serve_now(method, &uri, &headers);
+        let get = || Request::get("/a.txt").body(Body::empty()).expect("request");
+        let lookups = || files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+
+        assert!(now(&Method::GET).is_none(), "not cached yet");
+        assert_eq!(files.serve(get()).await.status(), StatusCode::OK);
+        assert_eq!(lookups(), 1);
+
+        let res = now(&Method::GET).expect("a cached file needs no future");
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()[header::CONTENT_LENGTH], "5");
+        let head = now(&Method::HEAD).expect("HEAD too");
+        assert_eq!(head.status(), StatusCode::OK);
+        let refused = now(&Method::POST).expect("a refusal needs no future");
+        assert_eq!(refused.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(lookups(), 1, "answered from the cache");
+
+        // Past `revalidate_after` the entry is not served at once: the request that claims
+        // the re-check goes through `serve`, which looks the file up again.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        assert!(
+            now(&Method::GET).is_none(),
+            "a stale entry waits for its re-check"
+        );
+        assert_eq!(files.serve(get()).await.status(), StatusCode::OK);
+        assert_eq!(lookups(), 2);
+        assert!(
+            now(&Method::GET).is_some(),
+            "fresh again after the re-check"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_misses_for_one_file_make_one_lookup() {
         let (statuses, lookups) = concurrent_requests("/a.txt").await;
