@@ -223,14 +223,7 @@ impl ProxyRoute {
                 let Some(selection) = up.targets.select(req.key, &tried) else {
                     match last.map(|b| *b) {
                         Some(Ok((sent, selection))) => {
-                            let client_upgrade = req.client_upgrade.take();
-                            break self.respond(
-                                sent,
-                                selection,
-                                None,
-                                client_upgrade,
-                                req.websocket_over_h2,
-                            );
+                            break self.respond(sent, selection, None, &mut req);
                         }
                         Some(Err(error)) => return self.fail(error),
                         None => {
@@ -288,14 +281,7 @@ impl ProxyRoute {
                         }
                         // The span ends with the upstream's body.
                         let span = span.and_then(|s| s.end_head(status));
-                        let client_upgrade = req.client_upgrade.take();
-                        break self.respond(
-                            sent,
-                            selection,
-                            span,
-                            client_upgrade,
-                            req.websocket_over_h2,
-                        );
+                        break self.respond(sent, selection, span, &mut req);
                     }
                     Err(Failed { error, unsent }) => {
                         if !matches!(error, GatewayError::RequestBody(_)) {
@@ -519,9 +505,10 @@ impl ProxyRoute {
         sent: Sent,
         selection: Selection,
         span: Option<OpenSpan>,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-        websocket_over_h2: bool,
-    ) -> impl Future<Output = Response<Body>> + Send + 'a {
+        req: &mut Rewritten,
+    ) -> impl Future<Output = Response<Body>> + Send + use<'a> {
+        let client_upgrade = req.client_upgrade.take();
+        let websocket_over_h2 = req.websocket_over_h2;
         let Sent {
             mut response,
             deadline,
@@ -677,7 +664,7 @@ mod tests {
     fn size4<A, B, C, D, R>(_: impl FnOnce(A, B, C, D) -> R) -> usize {
         std::mem::size_of::<R>()
     }
-    fn size6<A, B, C, D, E, F, R>(_: impl FnOnce(A, B, C, D, E, F) -> R) -> usize {
+    fn size5<A, B, C, D, E, R>(_: impl FnOnce(A, B, C, D, E) -> R) -> usize {
         std::mem::size_of::<R>()
     }
 
@@ -689,7 +676,7 @@ mod tests {
     fn a_proxied_request_future_stays_small() {
         let forward = size3(super::ProxyRoute::forward);
         let attempt = size4(super::ProxyRoute::attempt);
-        let respond = size6(super::ProxyRoute::respond);
+        let respond = size5(super::ProxyRoute::respond);
         assert!(forward <= 1536, "the proxy's future is {forward} bytes");
         assert!(attempt < forward && respond < forward);
     }

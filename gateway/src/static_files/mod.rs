@@ -101,43 +101,24 @@ impl StaticFiles {
         uri: &http::Uri,
         headers: &HeaderMap,
     ) -> Option<Response<Body>> {
-        let head = match *method {
-            Method::GET => false,
-            Method::HEAD => true,
-            _ => return Some(response::method_not_allowed()),
-        };
-        let key = match path::normalize(uri.path()) {
-            Ok(p) => p.key,
-            Err(e) => return Some(error_response(e.status())),
+        let (head, key, want) = match admit(method, uri, headers) {
+            Ok(admitted) => admitted,
+            Err(refused) => return Some(*refused),
         };
         let entry = self.cache.get(&key)?;
         let now = nanos(Instant::now().saturating_duration_since(self.epoch));
         if !entry.is_fresh(now, self.revalidate) {
             return None;
         }
-        let want = Want {
-            accept: Accept::from_headers(headers),
-            range: !head && headers.contains_key(header::RANGE),
-        };
         Some(self.serve_cached(&entry, headers, head, want))
     }
 
     /// Serves one request.
     pub async fn serve(&self, req: Request<Body>) -> Response<Body> {
-        let head = match *req.method() {
-            Method::GET => false,
-            Method::HEAD => true,
-            _ => return response::method_not_allowed(),
-        };
-        let key = match path::normalize(req.uri().path()) {
-            Ok(p) => p.key,
-            Err(e) => return error_response(e.status()),
-        };
         let headers = req.headers();
-        let want = Want {
-            accept: Accept::from_headers(headers),
-            // Range is only defined for GET (RFC 9110 §14.2).
-            range: !head && headers.contains_key(header::RANGE),
+        let (head, key, want) = match admit(req.method(), req.uri(), headers) {
+            Ok(admitted) => admitted,
+            Err(refused) => return *refused,
         };
         let now = nanos(Instant::now().saturating_duration_since(self.epoch));
         let prev = self.cache.get(&key);
@@ -312,6 +293,30 @@ fn codings(list: &[gateway_config::model::ContentEncoding]) -> Vec<Encoding> {
         }
     }
     out
+}
+
+/// What every request is checked for first: its method (`head` for HEAD), its path as a cache
+/// key, and what it accepts; or the response that refuses it.
+fn admit<'u>(
+    method: &Method,
+    uri: &'u http::Uri,
+    headers: &HeaderMap,
+) -> Result<(bool, std::borrow::Cow<'u, str>, Want), Box<Response<Body>>> {
+    // The refusal is boxed: it is rare, and inline it would make every `Ok` that large.
+    let head = match *method {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => return Err(Box::new(response::method_not_allowed())),
+    };
+    let key = path::normalize(uri.path())
+        .map_err(|e| Box::new(error_response(e.status())))?
+        .key;
+    let want = Want {
+        accept: Accept::from_headers(headers),
+        // Range is only defined for GET (RFC 9110 §14.2).
+        range: !head && headers.contains_key(header::RANGE),
+    };
+    Ok((head, key, want))
 }
 
 fn nanos(d: std::time::Duration) -> u64 {
