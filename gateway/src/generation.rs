@@ -114,10 +114,10 @@ impl Generation {
                 }
             }
             let terminal = match &route.action {
-                RouteAction::Respond(r) => Terminal::Respond(
+                RouteAction::Respond(r) => Terminal::Respond(Arc::new(
                     Respond::new(r, !factories.is_empty())
                         .map_err(|m| config.error(format!("{key}.respond"), m))?,
-                ),
+                )),
                 RouteAction::Static(s) => Terminal::Static(Arc::new(
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,

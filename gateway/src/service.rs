@@ -5,6 +5,7 @@
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use arc_swap::ArcSwap;
 use futures_util::future::Either;
@@ -21,15 +22,16 @@ use crate::router::request_host;
 use crate::server::idle::Activity;
 use crate::server::policy::ListenerPolicy;
 use crate::telemetry::trace::context::hex;
-use crate::telemetry::trace::{self, OpenSpan, ServerSpan};
+use crate::telemetry::trace::{self, OpenSpan, ServerSpan, with_current};
 use crate::telemetry::{AccessLog, AccessRecord, RouteMetrics, Telemetry, protocol_text};
+use crate::terminal::BoxedResponse;
 
 /// A request's future: the response, when it was ready at once (a synthetic response on a
-/// route without filters, a request refused before routing), or one boxed future. hyper keeps
-/// room for this future in every HTTP/1 connection for the connection's whole life, so it is
-/// kept to a pointer's worth beside a response.
-pub type Handled =
-    Either<Ready<Response<Body>>, Pin<Box<dyn Future<Output = Response<Body>> + Send>>>;
+/// route without filters, a request refused before routing); a terminal's own boxed future
+/// with what the end of the request needs beside it, on a route without filters; or one boxed
+/// future. hyper keeps room for this future in every HTTP/1 connection for the connection's
+/// whole life, so it is kept to the size of a response.
+pub type Handled = Either<Ready<Response<Body>>, Either<Finishing, BoxedResponse>>;
 
 /// State shared by the requests of one connection.
 pub struct ConnService {
@@ -130,16 +132,27 @@ impl ConnService {
                 let res = self.finish(head, res, &route.name, &route.metrics);
                 return Either::Left(ready(res));
             }
+            // The terminal's future is the request's one allocation: the rest is kept beside
+            // it, not boxed around it with a copy of the request's state.
+            Started::Terminal(fut) => {
+                return Either::Right(Either::Left(Finishing {
+                    fut,
+                    head: Some(head),
+                    svc: self.clone(),
+                    generation,
+                    index,
+                }));
+            }
             Started::Wait(rest) => rest,
         };
         let svc = self.clone();
-        Either::Right(Box::pin(async move {
+        Either::Right(Either::Right(Box::pin(async move {
             let route = generation.router.route(index);
             let server = generation.server_header.as_ref();
             let run = rest.resume(&route.chain, &route.terminal, server);
             let res = in_trace(&head, run).await;
             svc.finish(head, res, &route.name, &route.metrics)
-        }))
+        })))
     }
 
     fn request_cx(&self, head: &Head, route: &CompiledRoute) -> RequestCx {
@@ -217,6 +230,37 @@ impl ConnService {
             }
             None => res,
         }
+    }
+}
+
+/// A route without filters whose terminal waits: the terminal's boxed future, then the end of
+/// the request. A named future, not an `async` block, so that it needs no box of its own.
+pub struct Finishing {
+    fut: BoxedResponse,
+    /// Taken when the response is ready.
+    head: Option<Head>,
+    svc: Arc<ConnService>,
+    generation: Arc<Generation>,
+    index: usize,
+}
+
+impl Future for Finishing {
+    type Output = Response<Body>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<Body>> {
+        let this = &mut *self;
+        let trace = this.head.as_ref().and_then(|h| h.span.as_deref());
+        let res = ready!(with_current(trace.map(ServerSpan::context), || this
+            .fut
+            .as_mut()
+            .poll(cx)));
+        let head = this
+            .head
+            .take()
+            .expect("`Finishing` polled after it finished");
+        let route = this.generation.router.route(this.index);
+        let res = with_server(res, this.generation.server_header.as_ref());
+        Poll::Ready(this.svc.finish(head, res, &route.name, &route.metrics))
     }
 }
 

@@ -17,13 +17,17 @@ use crate::body::Body;
 use crate::context::RequestCx;
 
 /// A terminal's answer: ready at once, or one boxed future.
-pub type TerminalFuture<'a> =
-    Either<Ready<Response<Body>>, Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>>;
+pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
+
+/// A terminal's boxed future. It owns what it uses (it borrows neither the route nor the
+/// request's context), so the service can hold it as the request's only allocation instead of
+/// boxing it again inside a future of its own.
+pub type BoxedResponse = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// A route's terminal.
 pub enum Terminal {
     /// A fixed response.
-    Respond(Respond),
+    Respond(Arc<Respond>),
     /// Files from a root directory.
     Static(Arc<crate::static_files::StaticFiles>),
     /// The reverse proxy.
@@ -32,13 +36,13 @@ pub enum Terminal {
 
 impl Terminal {
     /// Produces the response.
-    pub fn handle<'a>(&'a self, req: Request<Body>, cx: &'a RequestCx) -> TerminalFuture<'a> {
+    pub fn handle(&self, req: Request<Body>, cx: &RequestCx) -> TerminalFuture {
         match self {
             Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
                 Either::Left(ready(r.response(req.method())))
             }
-            Self::Respond(r) => Either::Right(Box::pin(respond_after_body(r, req))),
-            Self::Static(s) => Either::Right(Box::pin(s.serve(req))),
+            Self::Respond(r) => Either::Right(Box::pin(respond_after_body(r.clone(), req))),
+            Self::Static(s) => Either::Right(Box::pin(s.clone().serve(req))),
             Self::Proxy(p) => Either::Right(Box::pin(p.forward(req, cx))),
         }
     }
@@ -62,7 +66,7 @@ impl Terminal {
 }
 
 /// A synthetic response to a request with a body: read first (see [`discard`]).
-async fn respond_after_body(r: &Respond, req: Request<Body>) -> Response<Body> {
+async fn respond_after_body(r: Arc<Respond>, req: Request<Body>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     if let Err(e) = discard(body).await {
         return crate::error::GatewayError::RequestBody(e).into_response();

@@ -22,7 +22,7 @@ use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::GatewayError;
 use crate::telemetry::trace::{self, TraceCx, with_current};
-use crate::terminal::Terminal;
+use crate::terminal::{BoxedResponse, Terminal};
 
 /// A route's compiled filter chain.
 #[derive(Clone, Default)]
@@ -93,7 +93,11 @@ impl State {
 pub enum Started {
     /// The response, with every hook that applies run.
     Done(Response<Body>),
-    /// A step waits; the rest runs in [`Pending::resume`].
+    /// No filters, and the terminal waits: its future, whose response still needs the
+    /// `Server` header ([`with_server`]). It owns what it uses, so the caller can hold it
+    /// without boxing it again.
+    Terminal(BoxedResponse),
+    /// A filter's step waits; the rest runs in [`Pending::resume`].
     Wait(Pending),
 }
 
@@ -101,8 +105,6 @@ pub enum Started {
 pub struct Pending(Stage);
 
 enum Stage {
-    /// No filters: only the terminal, which waits.
-    Terminal { req: Request<Body>, cx: RequestCx },
     /// The request-header hooks from `st.started` on, then the body and the terminal.
     Request {
         st: State,
@@ -127,24 +129,21 @@ impl Pending {
         server: Option<&'a HeaderValue>,
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
         match self.0 {
-            Stage::Terminal { req, cx } => {
-                Either::Left(async move { with_server(terminal.handle(req, &cx).await, server) })
+            Stage::Request { st, parts, body } => {
+                Either::Left(chain.run_filters(terminal, st, parts, body, server))
             }
-            Stage::Request { st, parts, body } => Either::Right(Either::Left(
-                chain.run_filters(terminal, st, parts, body, server),
-            )),
             Stage::Response {
                 mut st,
                 upto,
                 next,
                 response,
-            } => Either::Right(Either::Right(async move {
+            } => Either::Right(async move {
                 let response = chain.response_headers(&mut st, next + 1, response).await;
                 if !chain.after_response {
                     return response;
                 }
                 chain.with_body_hooks(st, upto, response)
-            })),
+            }),
         }
     }
 }
@@ -270,7 +269,12 @@ impl Chain {
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
         match self.start(terminal, req, || cx, server) {
             Started::Done(res) => Either::Left(std::future::ready(res)),
-            Started::Wait(rest) => Either::Right(rest.resume(self, terminal, server)),
+            Started::Terminal(fut) => {
+                Either::Right(Either::Left(async move { with_server(fut.await, server) }))
+            }
+            Started::Wait(rest) => {
+                Either::Right(Either::Right(rest.resume(self, terminal, server)))
+            }
         }
     }
 
@@ -290,9 +294,15 @@ impl Chain {
     ) -> Started {
         if self.factories.is_empty() {
             // Nothing to run but the terminal: no filter state, no parts taken apart.
-            return match terminal.respond_now(req.method(), req.uri(), req.headers(), req.body()) {
-                Some(res) => Started::Done(with_server(res, server)),
-                None => Started::Wait(Pending(Stage::Terminal { req, cx: cx() })),
+            if let Some(res) =
+                terminal.respond_now(req.method(), req.uri(), req.headers(), req.body())
+            {
+                return Started::Done(with_server(res, server));
+            }
+            let cx = cx();
+            return match with_current(cx.trace.as_ref(), || terminal.handle(req, &cx)) {
+                Either::Left(res) => Started::Done(with_server(res.into_inner(), server)),
+                Either::Right(fut) => Started::Terminal(fut),
             };
         }
         // The state stays with the request unless a body stream that outlives the chain needs
@@ -1058,7 +1068,7 @@ mod tests {
     fn respond(body: &str) -> Terminal {
         let cfg: gateway_config::model::RespondConfig =
             serde_yaml::from_str(&format!("{{ body: \"{body}\" }}")).unwrap();
-        Terminal::Respond(Respond::new(&cfg, true).unwrap())
+        Terminal::Respond(Arc::new(Respond::new(&cfg, true).unwrap()))
     }
 
     fn recorder(name: &'static str, journal: &Journal) -> Recorder {
@@ -1381,6 +1391,28 @@ mod tests {
         assert_eq!(x_res(&res), ["a"], "only `a` sees the reply");
         assert_eq!(body_text(res).await, "sync reply");
         assert_eq!(*journal.lock().unwrap(), ["a:req", "b:req", "a:res"]);
+    }
+
+    /// Without filters, a terminal that waits hands back its own future, for the caller to hold
+    /// without boxing it again; the `Server` header is the caller's to add.
+    #[tokio::test]
+    async fn without_filters_a_waiting_terminal_hands_back_its_own_future() {
+        let chain = Chain::new(Vec::new());
+        let terminal = respond("ok");
+        let server = HeaderValue::from_static("gw");
+        let bodiless = chain.start(&terminal, Request::new(Body::empty()), cx, Some(&server));
+        let Started::Done(res) = bodiless else {
+            panic!("a synthetic response to a bodiless request is made at once");
+        };
+        assert_eq!(res.headers()[header::SERVER], "gw");
+        // With a body to read first, the terminal waits.
+        let req = Request::new(Body::from("payload"));
+        let Started::Terminal(fut) = chain.start(&terminal, req, cx, Some(&server)) else {
+            panic!("the terminal's own future");
+        };
+        let res = fut.await;
+        assert!(!res.headers().contains_key(header::SERVER));
+        assert_eq!(body_text(res).await, "ok");
     }
 
     #[tokio::test]

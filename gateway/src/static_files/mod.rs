@@ -114,7 +114,7 @@ impl StaticFiles {
     }
 
     /// Serves one request.
-    pub async fn serve(&self, req: Request<Body>) -> Response<Body> {
+    pub async fn serve(self: Arc<Self>, req: Request<Body>) -> Response<Body> {
         let headers = req.headers();
         let (head, key, want) = match admit(req.method(), req.uri(), headers) {
             Ok(admitted) => admitted,
@@ -361,7 +361,7 @@ mod tests {
             dir.path().display()
         ))
         .expect("config");
-        let files = StaticFiles::new(&cfg).expect("static");
+        let files = Arc::new(StaticFiles::new(&cfg).expect("static"));
         let uri = http::Uri::from_static("/a.txt");
         let headers = HeaderMap::new();
         let now = |method: &Method| files.serve_now(method, &uri, &headers);
@@ -369,7 +369,7 @@ mod tests {
         let lookups = || files.lookups.load(std::sync::atomic::Ordering::Relaxed);
 
         assert!(now(&Method::GET).is_none(), "not cached yet");
-        assert_eq!(files.serve(get()).await.status(), StatusCode::OK);
+        assert_eq!(files.clone().serve(get()).await.status(), StatusCode::OK);
         assert_eq!(lookups(), 1);
 
         let res = now(&Method::GET).expect("a cached file needs no future");
@@ -388,7 +388,7 @@ mod tests {
             now(&Method::GET).is_none(),
             "a stale entry waits for its re-check"
         );
-        assert_eq!(files.serve(get()).await.status(), StatusCode::OK);
+        assert_eq!(files.clone().serve(get()).await.status(), StatusCode::OK);
         assert_eq!(lookups(), 2);
         assert!(
             now(&Method::GET).is_some(),
