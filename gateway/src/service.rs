@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::body::Body;
 use crate::context::{ConnInfo, RequestCx};
 use crate::error::error_response;
-use crate::filter::{Started, with_server};
+use crate::filter::{Started, Tail, with_server};
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::request_host;
 use crate::server::idle::Activity;
@@ -134,9 +134,10 @@ impl ConnService {
             }
             // The terminal's future is the request's one allocation: the rest is kept beside
             // it, not boxed around it with a copy of the request's state.
-            Started::Terminal(fut) => {
+            Started::Terminal(fut, tail) => {
                 return Either::Right(Either::Left(Finishing {
                     fut,
+                    then: tail.map_or(Then::Server, Then::Filters),
                     head: Some(head),
                     svc: self.clone(),
                     generation,
@@ -233,10 +234,13 @@ impl ConnService {
     }
 }
 
-/// A route without filters whose terminal waits: the terminal's boxed future, then the end of
-/// the request. A named future, not an `async` block, so that it needs no box of its own.
+/// A request whose terminal waits after every request hook has run (`Started::Terminal`): the
+/// terminal's boxed future, then the response hooks and the end of the request. A named
+/// future, not an `async` block, so that it needs no box of its own.
 pub struct Finishing {
     fut: BoxedResponse,
+    /// What `fut`'s response goes through before the end of the request.
+    then: Then,
     /// Taken when the response is ready.
     head: Option<Head>,
     svc: Arc<ConnService>,
@@ -244,23 +248,54 @@ pub struct Finishing {
     index: usize,
 }
 
+/// What a terminal's response goes through in [`Finishing`].
+enum Then {
+    /// A route without filters: the `Server` header.
+    Server,
+    /// The filters' response hooks.
+    Filters(Tail),
+    /// Nothing more: `fut` is the rest of the chain, resumed where a response hook waited.
+    Nothing,
+}
+
 impl Future for Finishing {
     type Output = Response<Body>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<Body>> {
         let this = &mut *self;
-        let trace = this.head.as_ref().and_then(|h| h.span.as_deref());
-        let res = ready!(with_current(trace.map(ServerSpan::context), || this
-            .fut
-            .as_mut()
-            .poll(cx)));
-        let head = this
-            .head
-            .take()
-            .expect("`Finishing` polled after it finished");
-        let route = this.generation.router.route(this.index);
-        let res = with_server(res, this.generation.server_header.as_ref());
-        Poll::Ready(this.svc.finish(head, res, &route.name, &route.metrics))
+        loop {
+            let trace = this.head.as_ref().and_then(|h| h.span.as_deref());
+            let res = ready!(with_current(trace.map(ServerSpan::context), || this
+                .fut
+                .as_mut()
+                .poll(cx)));
+            let route = this.generation.router.route(this.index);
+            let server = this.generation.server_header.as_ref();
+            let res = match std::mem::replace(&mut this.then, Then::Nothing) {
+                Then::Server => with_server(res, server),
+                Then::Nothing => res,
+                Then::Filters(tail) => match route.chain.after_terminal(tail, res, server) {
+                    Ok(res) => res,
+                    Err(rest) => {
+                        // A response hook waits (rare: native filters answer at once). The
+                        // rest is a future of its own, owning the generation it runs on.
+                        let generation = this.generation.clone();
+                        let index = this.index;
+                        this.fut = Box::pin(async move {
+                            let route = generation.router.route(index);
+                            let server = generation.server_header.as_ref();
+                            rest.resume(&route.chain, &route.terminal, server).await
+                        });
+                        continue;
+                    }
+                },
+            };
+            let head = this
+                .head
+                .take()
+                .expect("`Finishing` polled after it finished");
+            return Poll::Ready(this.svc.finish(head, res, &route.name, &route.metrics));
+        }
     }
 }
 

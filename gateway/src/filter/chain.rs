@@ -93,16 +93,22 @@ impl State {
 pub enum Started {
     /// The response, with every hook that applies run.
     Done(Response<Body>),
-    /// No filters, and the terminal waits: its future, whose response still needs the
-    /// `Server` header ([`with_server`]). It owns what it uses, so the caller can hold it
-    /// without boxing it again.
-    Terminal(BoxedResponse),
+    /// Every request hook has run and the terminal waits: its future, which owns what it
+    /// uses, so the caller can hold it without boxing it again. Its response still needs the
+    /// `Server` header ([`with_server`]) without filters, or the response hooks
+    /// ([`Chain::after_terminal`]) with them.
+    Terminal(BoxedResponse, Option<Tail>),
     /// A filter's step waits; the rest runs in [`Pending::resume`].
     Wait(Pending),
 }
 
 /// A request stopped at its first step that waits.
 pub struct Pending(Stage);
+
+/// The filters' state of a request whose terminal runs ([`Started::Terminal`]), for its
+/// response hooks (boxed: it is kept beside the terminal's future, in the space hyper keeps for
+/// a request's future on every connection).
+pub struct Tail(Box<State>);
 
 enum Stage {
     /// The request-header hooks from `st.started` on, then the body and the terminal.
@@ -269,9 +275,16 @@ impl Chain {
     ) -> impl Future<Output = Response<Body>> + Send + 'a {
         match self.start(terminal, req, || cx, server) {
             Started::Done(res) => Either::Left(std::future::ready(res)),
-            Started::Terminal(fut) => {
-                Either::Right(Either::Left(async move { with_server(fut.await, server) }))
-            }
+            Started::Terminal(fut, tail) => Either::Right(Either::Left(async move {
+                let res = fut.await;
+                let Some(tail) = tail else {
+                    return with_server(res, server);
+                };
+                match self.after_terminal(tail, res, server) {
+                    Ok(res) => res,
+                    Err(rest) => rest.resume(self, terminal, server).await,
+                }
+            })),
             Started::Wait(rest) => {
                 Either::Right(Either::Right(rest.resume(self, terminal, server)))
             }
@@ -302,7 +315,7 @@ impl Chain {
             let cx = cx();
             return match with_current(cx.trace.as_ref(), || terminal.handle(req, &cx)) {
                 Either::Left(res) => Started::Done(with_server(res.into_inner(), server)),
-                Either::Right(fut) => Started::Terminal(fut),
+                Either::Right(fut) => Started::Terminal(fut, None),
             };
         }
         // The state stays with the request unless a body stream that outlives the chain needs
@@ -335,24 +348,71 @@ impl Chain {
                     None | Some(BodyAccess::None) => false,
                     Some(BodyAccess::Buffer(_) | BodyAccess::Stream) => !body.is_end_stream(),
                 };
-                let now = (!body_needs_hooks)
-                    .then(|| terminal.respond_now(&parts.method, &parts.uri, &parts.headers, &body))
-                    .flatten();
-                match now {
-                    Some(res) => (self.factories.len(), res),
-                    None => {
-                        return Started::Wait(Pending(Stage::Request { st, parts, body }));
+                if body_needs_hooks {
+                    return Started::Wait(Pending(Stage::Request { st, parts, body }));
+                }
+                if let Some(res) =
+                    terminal.respond_now(&parts.method, &parts.uri, &parts.headers, &body)
+                {
+                    (self.factories.len(), res)
+                } else {
+                    // The terminal is started here, and its future comes back with the
+                    // filters' state rather than inside a future of the chain's.
+                    let req = Request::from_parts(parts, body);
+                    match with_current(trace.as_ref(), || terminal.handle(req, &st.cx)) {
+                        Either::Left(res) => (self.factories.len(), res.into_inner()),
+                        Either::Right(fut) => {
+                            return Started::Terminal(fut, Some(Tail(Box::new(st))));
+                        }
                     }
                 }
             }
         };
+        match self.response_now(st, upto, response, server, trace.as_ref()) {
+            Ok(res) => Started::Done(res),
+            Err(rest) => Started::Wait(rest),
+        }
+    }
+
+    /// The response hooks for the terminal's response of a [`Started::Terminal`] with filters,
+    /// as far as they answer synchronously: the response, or the rest to resume when a hook
+    /// must be awaited.
+    #[expect(
+        clippy::result_large_err,
+        reason = "returned once and matched at once, as `Started`; the rest is rarely made"
+    )]
+    pub fn after_terminal(
+        &self,
+        tail: Tail,
+        response: Response<Body>,
+        server: Option<&HeaderValue>,
+    ) -> Result<Response<Body>, Pending> {
+        let st = *tail.0;
+        let trace = st.cx.trace.clone();
+        self.response_now(st, self.factories.len(), response, server, trace.as_ref())
+    }
+
+    /// The response-header hooks from filter `upto` down, as far as they answer synchronously,
+    /// then the body hooks; `Err` when one must be awaited.
+    #[expect(
+        clippy::result_large_err,
+        reason = "returned once and matched at once, as `Started`; the rest is rarely made"
+    )]
+    fn response_now(
+        &self,
+        mut st: State,
+        upto: usize,
+        response: Response<Body>,
+        server: Option<&HeaderValue>,
+        trace: Option<&TraceCx>,
+    ) -> Result<Response<Body>, Pending> {
         let (mut rparts, mut rbody) = with_server(response, server).into_parts();
-        let waits = with_current(trace.as_ref(), || {
+        let waits = with_current(trace, || {
             self.response_headers_now(&mut st, &mut rparts, &mut rbody, upto)
         });
         if let Some(next) = waits {
             let response = Response::from_parts(rparts, rbody);
-            return Started::Wait(Pending(Stage::Response {
+            return Err(Pending(Stage::Response {
                 st,
                 upto,
                 next,
@@ -362,9 +422,9 @@ impl Chain {
         st.status = rparts.status;
         let response = Response::from_parts(rparts, rbody);
         if !self.after_response {
-            return Started::Done(response);
+            return Ok(response);
         }
-        Started::Done(self.with_body_hooks(st, upto, response))
+        Ok(self.with_body_hooks(st, upto, response))
     }
 
     #[expect(
@@ -1407,12 +1467,63 @@ mod tests {
         assert_eq!(res.headers()[header::SERVER], "gw");
         // With a body to read first, the terminal waits.
         let req = Request::new(Body::from("payload"));
-        let Started::Terminal(fut) = chain.start(&terminal, req, cx, Some(&server)) else {
-            panic!("the terminal's own future");
+        let Started::Terminal(fut, None) = chain.start(&terminal, req, cx, Some(&server)) else {
+            panic!("the terminal's own future, and no filters' state");
         };
         let res = fut.await;
         assert!(!res.headers().contains_key(header::SERVER));
         assert_eq!(body_text(res).await, "ok");
+    }
+
+    /// With filters whose request hooks answer at once, a terminal that waits hands back its
+    /// own future too, with the filters' state for the response hooks: synchronous ones run in
+    /// `after_terminal`, and one that waits leaves the rest to resume.
+    #[tokio::test]
+    async fn with_synchronous_filters_a_waiting_terminal_hands_back_its_own_future() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(SyncStep::new("a", &journal)),
+            Arc::new(SyncStep::new("b", &journal)),
+        ]);
+        let terminal = respond("ok");
+        let server = HeaderValue::from_static("gw");
+        let req = Request::new(Body::from("payload"));
+        let Started::Terminal(fut, Some(tail)) = chain.start(&terminal, req, cx, Some(&server))
+        else {
+            panic!("the terminal's own future, with the filters' state");
+        };
+        assert_eq!(*journal.lock().unwrap(), ["a:req", "b:req"]);
+        let res = fut.await;
+        assert!(x_res(&res).is_empty(), "no response hook has run yet");
+        let Ok(res) = chain.after_terminal(tail, res, Some(&server)) else {
+            panic!("both response hooks answer at once");
+        };
+        assert_eq!(x_res(&res), ["b", "a"]);
+        assert_eq!(res.headers()[header::SERVER], "gw");
+        assert_eq!(body_text(res).await, "ok");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "b:req", "b:res", "a:res"]
+        );
+
+        // The first filter's response hook waits: the rest resumes from it.
+        journal.lock().unwrap().clear();
+        let mut a = SyncStep::new("a", &journal);
+        a.sync_response = false;
+        let chain = Chain::new(vec![Arc::new(a), Arc::new(SyncStep::new("b", &journal))]);
+        let req = Request::new(Body::from("payload"));
+        let Started::Terminal(fut, Some(tail)) = chain.start(&terminal, req, cx, None) else {
+            panic!("the terminal's own future, with the filters' state");
+        };
+        let Err(rest) = chain.after_terminal(tail, fut.await, None) else {
+            panic!("`a`'s response hook waits");
+        };
+        let res = rest.resume(&chain, &terminal, None).await;
+        assert_eq!(x_res(&res), ["b", "a"]);
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:req", "b:req", "b:res", "a:res-async"]
+        );
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ pub mod waf;
 use bytes::Bytes;
 use http::{Response, request, response};
 
-pub use chain::{Chain, Pending, Started, with_server};
+pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
