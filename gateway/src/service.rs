@@ -28,8 +28,9 @@ use crate::terminal::BoxedResponse;
 
 /// A request's future: the response, when it was ready at once (a synthetic response on a
 /// route without filters, a request refused before routing); a terminal's own boxed future
-/// with what the end of the request needs beside it, on a route without filters; or one boxed
-/// future. hyper keeps room for this future in every HTTP/1 connection for the connection's
+/// with what the rest of the request needs beside it, once every request hook has run
+/// ([`Finishing`]); or one boxed future (a filter that waits, a request body the filters
+/// read). hyper keeps room for this future in every HTTP/1 connection for the connection's
 /// whole life, so it is kept to the size of a response.
 pub type Handled = Either<Ready<Response<Body>>, Either<Finishing, BoxedResponse>>;
 
