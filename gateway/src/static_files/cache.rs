@@ -107,14 +107,14 @@ impl Entry {
 
     /// Whether the entry was checked less than `ttl` ago (no request needs to claim a re-check).
     pub(super) fn is_fresh(&self, now: u64, ttl: u64) -> bool {
-        now.saturating_sub(self.checked.load(Relaxed)) < ttl
+        !recheck_due(self.checked.load(Relaxed), now, ttl)
     }
 
     /// Whether this request should re-check the file. Exactly one request claims each expired
     /// window; concurrent ones keep using the entry until the check is done.
     pub(super) fn claim_revalidation(&self, now: u64, ttl: u64) -> bool {
         let checked = self.checked.load(Relaxed);
-        now.saturating_sub(checked) >= ttl
+        recheck_due(checked, now, ttl)
             && self
                 .checked
                 .compare_exchange(checked, now, Relaxed, Relaxed)
@@ -127,6 +127,12 @@ impl Entry {
             self.used.store(true, Relaxed);
         }
     }
+}
+
+/// Whether an entry last checked at `checked` is due for a re-check at `now` (all in
+/// nanoseconds since the cache's epoch).
+fn recheck_due(checked: u64, now: u64, ttl: u64) -> bool {
+    now.saturating_sub(checked) >= ttl
 }
 
 type Shard = RwLock<HashMap<Box<str>, Arc<Entry>>>;
