@@ -207,3 +207,34 @@ fn verdicts_do_not_depend_on_how_bytes_are_split() {
         assert_eq!(run(&mut f, &bytes), whole, "byte by byte");
     }
 }
+
+#[test]
+fn the_word_at_a_time_search_finds_the_first_match_wherever_it_is() {
+    // Every length up to three words, the needle at every place (alone, twice, and next to
+    // bytes that differ from it by one bit, or by the borrow a subtraction carries).
+    for len in 0..=24 {
+        for needle in [b'\n', b':', 0x00, 0x80, 0xff] {
+            let none = vec![needle ^ 1; len];
+            assert_eq!(find_byte(&none, needle), None, "len {len}");
+            for first in 0..len {
+                for second in first..len {
+                    let mut hay = none.clone();
+                    for (i, b) in hay.iter_mut().enumerate() {
+                        *b = if i % 2 == 0 {
+                            needle ^ 1
+                        } else {
+                            needle.wrapping_add(1)
+                        };
+                    }
+                    hay[first] = needle;
+                    hay[second] = needle;
+                    assert_eq!(
+                        find_byte(&hay, needle),
+                        Some(first),
+                        "len {len}, needle {needle:#x}, at {first} and {second}"
+                    );
+                }
+            }
+        }
+    }
+}
