@@ -37,12 +37,25 @@ const CONNECTION_BIT: u16 = 1;
 const TE_BIT: u16 = 1 << 1;
 const UPGRADE_BIT: u16 = 1 << 2;
 
-/// `name`'s bit when it is one of [`HOP_BY_HOP`], else 0.
+/// `name`'s bit when it is one of [`HOP_BY_HOP`], else 0. Every field of every proxied message
+/// goes through this, twice per request: the name's length picks the one or two entries worth
+/// comparing (comparing it with each `HeaderName` in turn cost about 70 instructions a field).
+/// Names in a `HeaderMap` are lower case.
 fn hop_by_hop_bit(name: &HeaderName) -> u16 {
-    HOP_BY_HOP
-        .iter()
-        .position(|h| h == name)
-        .map_or(0, |i| 1 << i)
+    let name = name.as_str();
+    let index = match name.len() {
+        2 if name == "te" => 1,
+        7 if name == "upgrade" => 2,
+        10 if name == "connection" => 0,
+        10 if name == "keep-alive" => 6,
+        14 if name == "http2-settings" => 8,
+        16 if name == "proxy-connection" => 7,
+        17 if name == "transfer-encoding" => 3,
+        18 if name == "proxy-authenticate" => 5,
+        19 if name == "proxy-authorization" => 4,
+        _ => return 0,
+    };
+    1 << index
 }
 
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
@@ -213,16 +226,11 @@ fn push_ip(out: &mut String, ip: IpAddr) {
 mod tests {
     #[test]
     fn only_hop_by_hop_names_are_recognised() {
-        // Each name has its own bit (a shared one would remove a header that is not there and
-        // leave one that is), and every bit has its name.
-        let mut seen = 0;
-        for name in HOP_BY_HOP.iter().map(HeaderName::as_str) {
-            let bit = hop_by_hop_bit(&HeaderName::from_static(name));
-            assert_ne!(bit, 0, "{name}");
-            assert_eq!(seen & bit, 0, "{name} shares a bit");
-            seen |= bit;
+        // Each name has its own bit, and bit `i` is entry `i`'s: removal goes by the entry, so
+        // a wrong bit would remove a header that is not there and leave one that is.
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_bit(name), 1 << i, "{name}");
         }
-        assert_eq!(seen, (1 << HOP_BY_HOP.len()) - 1);
         // The bits handled apart are those of their names.
         assert_eq!(hop_by_hop_bit(&header::CONNECTION), CONNECTION_BIT);
         assert_eq!(hop_by_hop_bit(&header::TE), TE_BIT);
@@ -233,6 +241,16 @@ mod tests {
             "trailer",
             "keep",
             "content-length",
+            // The lengths of hop-by-hop names, with other names.
+            "tk",
+            "upgrada",
+            "connectiom",
+            "keep-alivf",
+            "http2-settingz",
+            "proxy-connectioo",
+            "transfer-encodinh",
+            "proxy-authenticatf",
+            "proxy-authorizatioo",
         ] {
             assert_eq!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
         }
