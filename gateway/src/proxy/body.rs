@@ -54,18 +54,48 @@ impl Lease {
 /// head and body in one syscall (and release the upstream connection at once) instead of
 /// flushing the head alone and waking again for the body. A body that turns out complete is
 /// passed on without a wrapper. `Err` when the body failed before anything was sent.
-pub(crate) async fn wrap(mut inner: RawBody, lease: Lease) -> Result<Body, BoxError> {
+///
+/// The first look happens here, without waiting: most bodies are decided by it, and the
+/// request's future then holds no future for this at all (it used to keep one of 480 bytes,
+/// copied into its state on every proxied request). Only a body whose first frame is not there
+/// yet gets the boxed [`WrapLater`], which yields once and looks again.
+pub(crate) fn wrap(mut inner: RawBody, lease: Lease) -> Result<Result<Body, BoxError>, WrapLater> {
     if inner.is_end_stream() {
         lease.finish();
-        return Ok(Body::empty());
+        return Ok(Ok(Body::empty()));
     }
-    let first = match poll_now(&mut inner).await {
-        Some(f) => Some(f),
-        None => {
+    // A poll with a waker that does nothing: when the frame is there it is taken and no waker
+    // is kept; when it is not, the noop waker this leaves with the body's source is replaced
+    // by the task's own when `WrapLater` polls again, and the yield before that wakes the task
+    // whatever happens meanwhile. So no wake-up can be lost.
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(&mut inner).poll_frame(&mut cx) {
+        Poll::Ready(first) => Ok(settle(inner, lease, Some(first))),
+        Poll::Pending => Err(WrapLater(Box::pin(async move {
             tokio::task::yield_now().await;
-            poll_now(&mut inner).await
-        }
-    };
+            let first = poll_now(&mut inner).await;
+            settle(inner, lease, first)
+        }))),
+    }
+}
+
+/// The rest of [`wrap`] for a body whose first frame was not there at once.
+pub(crate) struct WrapLater(Pin<Box<dyn Future<Output = Result<Body, BoxError>> + Send>>);
+
+impl Future for WrapLater {
+    type Output = Result<Body, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// The wrapped body, given what the first look found: `None` when nothing had come yet.
+fn settle(
+    inner: RawBody,
+    lease: Lease,
+    first: Option<Option<Result<Frame<Bytes>, BoxError>>>,
+) -> Result<Body, BoxError> {
     let first = match first {
         None => None,
         Some(None) => {

@@ -224,9 +224,9 @@ impl ProxyRoute {
             // Allocated only when a retry happens.
             let mut tried: Vec<usize> = Vec::new();
             let mut last: Option<Box<Outcome>> = None;
-            // The loop ends with the response still to be made from the chosen attempt's; it
-            // is awaited after the loop so that the state kept across that await holds none
-            // of the loop's locals.
+            // The loop ends with the response made from the chosen attempt's, or (when the
+            // body's first frame was not there yet) a boxed future of it, awaited after the loop
+            // so that the state kept across that await holds none of the loop's locals.
             let responding = loop {
                 let Some(selection) = up.targets.select(req.key, &tried) else {
                     match last.map(|b| *b) {
@@ -316,7 +316,10 @@ impl ProxyRoute {
                     }
                 }
             };
-            responding.await
+            match responding {
+                Either::Left(response) => response,
+                Either::Right(later) => later.await,
+            }
         }
     }
 
@@ -506,15 +509,16 @@ impl ProxyRoute {
         }
     }
 
-    /// The client's response from an upstream's. Everything but the body's first look is done
-    /// before the future is made, which then holds only what that look needs.
+    /// The client's response from an upstream's: at once when the body's first look decides
+    /// it (most responses), or a boxed future for the rest ([`body::WrapLater`]). Nothing big
+    /// is kept across an await of the request's future for it.
     fn respond<'a>(
         &'a self,
         sent: Sent,
         selection: Selection,
         span: Option<OpenSpan>,
         req: &mut Rewritten,
-    ) -> impl Future<Output = Response<Body>> + Send + use<'a> {
+    ) -> Either<Response<Body>, Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>> {
         let client_upgrade = req.client_upgrade.take();
         let websocket_over_h2 = req.websocket_over_h2;
         let Sent {
@@ -539,24 +543,22 @@ impl ProxyRoute {
         if switching {
             let Some(client) = client_upgrade else {
                 // A switch nobody asked for cannot be relayed.
-                return Either::Left(std::future::ready(self.fail(
-                    GatewayError::UpstreamFailed {
-                        addr: lease.selection.target().addr.to_string(),
-                        source: "upstream switched protocols unasked".into(),
-                    },
-                )));
+                return Either::Left(self.fail(GatewayError::UpstreamFailed {
+                    addr: lease.selection.target().addr.to_string(),
+                    source: "upstream switched protocols unasked".into(),
+                }));
             };
             // Only hyper's client carries a request that asked to switch, so the switch is in
             // this response's extensions.
             let upstream = hyper::upgrade::on(&mut response);
             let (parts, _) = response.into_parts();
-            return Either::Left(std::future::ready(upgrade::tunnel(
+            return Either::Left(upgrade::tunnel(
                 parts,
                 client,
                 upstream,
                 lease,
                 websocket_over_h2,
-            )));
+            ));
         }
         let (mut parts, incoming) = response.into_parts();
         headers::remove_hop_by_hop(&mut parts.headers, false);
@@ -565,15 +567,17 @@ impl ProxyRoute {
             .append(header::VIA, headers::via(parts.version));
         parts.version = Version::HTTP_11;
         let addr = lease.selection.target().addr;
-        Either::Right(async move {
-            match body::wrap(incoming, lease).await {
-                Ok(body) => Response::from_parts(parts, body),
-                Err(source) => self.fail(GatewayError::UpstreamFailed {
-                    addr: addr.to_string(),
-                    source,
-                }),
-            }
-        })
+        let finish = move |body: Result<Body, BoxError>| match body {
+            Ok(body) => Response::from_parts(parts, body),
+            Err(source) => self.fail(GatewayError::UpstreamFailed {
+                addr: addr.to_string(),
+                source,
+            }),
+        };
+        match body::wrap(incoming, lease) {
+            Ok(body) => Either::Left(finish(body)),
+            Err(later) => Either::Right(Box::pin(async move { finish(later.await) })),
+        }
     }
 }
 
