@@ -518,7 +518,7 @@ impl ProxyRoute {
         selection: Selection,
         span: Option<OpenSpan>,
         req: &mut Rewritten,
-    ) -> Either<Response<Body>, Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>> {
+    ) -> Responding<'a> {
         let client_upgrade = req.client_upgrade.take();
         let websocket_over_h2 = req.websocket_over_h2;
         let Sent {
@@ -580,6 +580,11 @@ impl ProxyRoute {
         }
     }
 }
+
+/// The client's response, or (when the upstream body's first frame was not there yet) a boxed
+/// future of it.
+type Responding<'a> =
+    Either<Response<Body>, Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>>;
 
 /// An attempt that got no connection: `Some(Err(_))` a connect error, `None` the deadline
 /// first. The request, untouched, goes back for another target.
