@@ -1,7 +1,7 @@
 //! The proxy's HTTP/1.1 client against upstreams written byte by byte: response framings
 //! (chunked with trailers, close-delimited, bodiless statuses), connection reuse, an upstream
-//! that answers before the upload ends, pooled connections the upstream closed, and responses
-//! that are not valid HTTP/1.1.
+//! that answers before the upload ends, pooled connections the upstream closed, bodies that
+//! come after their heads, and responses that are not valid HTTP/1.1.
 //!
 //! Each upstream here is a script: for every request it reads (head and body, whichever way
 //! the body is framed) it is told which connection and which request on it this is, and
@@ -41,6 +41,8 @@ enum Reply {
     SendAndClose(Vec<u8>),
     /// Closes without answering.
     Close,
+    /// Writes the first bytes, waits, then writes the rest and reads the next request.
+    Later(Vec<u8>, Duration, Vec<u8>),
 }
 
 /// A scripted upstream; returns its address and the number of connections it accepted.
@@ -79,6 +81,15 @@ async fn scripted(
                             return;
                         }
                         Reply::Close => return,
+                        Reply::Later(first, wait, rest) => {
+                            if reader.s.write_all(&first).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(wait).await;
+                            if reader.s.write_all(&rest).await.is_err() {
+                                return;
+                            }
+                        }
                     }
                 }
             });
@@ -216,6 +227,51 @@ async fn chunked_and_close_delimited_responses_pass_through() {
     assert_eq!(c.get("/").await.text(), "plain");
     let s = &upstream(&gw).targets.snapshot()[0];
     assert_eq!(s.failures, 0);
+}
+
+#[tokio::test]
+async fn a_body_that_comes_after_its_head_arrives_whole() {
+    // The proxy takes a look for the body's first frame as the head arrives, without waiting;
+    // when nothing is there yet it waits for it with the request's own waker. A wake-up lost
+    // on the way would hang these requests.
+    let wait = Duration::from_millis(100);
+    let (addr, accepted) = scripted(move |seen| match path(seen) {
+        "/length" => Reply::Later(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n".to_vec(),
+            wait,
+            b"came later".to_vec(),
+        ),
+        "/chunked" => Reply::Later(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nsoon\r\n".to_vec(),
+            wait,
+            b"6\r\n, late\r\n0\r\n\r\n".to_vec(),
+        ),
+        _ => Reply::Later(Vec::new(), wait, ok("head and body late")),
+    })
+    .await;
+    let gw = TestGateway::start(&yaml(&format!("    targets: [{addr}]"), "")).await;
+    let no_hang = Duration::from_secs(10);
+    let mut h1 = http1(gw.addr("main")).await;
+    let mut h2 = http2c(gw.addr("main")).await;
+    for _ in 0..2 {
+        for (path, body) in [
+            ("/length", "came later"),
+            ("/chunked", "soon, late"),
+            ("/", "head and body late"),
+        ] {
+            let res = tokio::time::timeout(no_hang, h1.get(path))
+                .await
+                .expect("no hang");
+            assert_eq!((res.status(), res.text().as_str()), (200, body), "{path}");
+            let res = tokio::time::timeout(no_hang, h2.get(path))
+                .await
+                .expect("no hang");
+            assert_eq!((res.status(), res.text().as_str()), (200, body), "{path}");
+        }
+    }
+    // Each body ended cleanly, so its connection went back to the pool.
+    assert_eq!(accepted.load(Relaxed), 1);
+    assert_eq!(upstream(&gw).targets.snapshot()[0].failures, 0);
 }
 
 #[tokio::test]
