@@ -79,7 +79,10 @@ pub(crate) fn wrap(mut inner: RawBody, lease: Lease) -> Result<Result<Body, BoxE
     }
 }
 
-/// The rest of [`wrap`] for a body whose first frame was not there at once.
+/// The rest of [`wrap`] for a body whose first frame was not there at once. Boxed here, though
+/// the caller boxes its own future around it on this rare path: unboxed, this future (216
+/// bytes) would make every `wrap` result that large, and the common answer would be copied at
+/// that size.
 pub(crate) struct WrapLater(Pin<Box<dyn Future<Output = Result<Body, BoxError>> + Send>>);
 
 impl Future for WrapLater {
