@@ -194,6 +194,8 @@ impl ProxyRoute {
             0
         };
         let body_empty = http_body::Body::is_end_stream(&body);
+        let mut head = head;
+        headers::detach(&mut head.path, &mut head.host, &mut parts.headers);
         Ok(Rewritten {
             head,
             headers: Some(parts.headers),

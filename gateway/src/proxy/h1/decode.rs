@@ -94,14 +94,15 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
         // keeps the sent response's map (emptied) for the client's next request, to which the
         // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
         let mut headers = HeaderMap::with_capacity(spans.len() + FORWARDING_ROOM);
+        let mut fields = FramingFields::default();
         // Drained in place: iterating the `SmallVec` by value would first copy its inline
         // array (1,152 bytes) into the iterator.
         for (name, start, end) in spans.drain(..) {
-            let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
-                .map_err(|_| invalid("invalid response header value"))?;
-            headers.append(name, value);
+            let value = bytes.slice(start..end);
+            fields.note(&name, &value);
+            headers.append(name, value_parsed_by_httparse(value));
         }
-        let (framing, keep_alive) = framing(&headers, status, version, method)?;
+        let (framing, keep_alive) = framing(&fields, status, version, method)?;
         let mut parts = http::Response::new(()).into_parts().0;
         parts.status = status;
         parts.version = version;
@@ -114,14 +115,84 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
     }
 }
 
-/// RFC 9112 §6.3, in its order, and whether the connection stays open (§9.3).
+/// A field value as httparse delimited it.
+#[allow(
+    unsafe_code,
+    reason = "the checked constructor re-reads every byte httparse has just checked"
+)]
+fn value_parsed_by_httparse(bytes: Bytes) -> HeaderValue {
+    // SAFETY: httparse accepts in a value exactly the bytes `HeaderValue` allows (HTAB, SP,
+    // visible ASCII and 0x80-0xFF; not DEL or other controls), and it trims the whitespace
+    // around it; obsolete line folding is refused (the parser's default), so no CR or LF can
+    // be inside. hyper builds its own values the same way.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
+}
+
+/// What the fields that frame the body said, noted while the map is built so that deciding
+/// the framing needs no lookups in it.
+#[derive(Default)]
+struct FramingFields {
+    /// Some `Transfer-Encoding` field was present.
+    transfer_encoding: bool,
+    /// The last coding named across the `Transfer-Encoding` fields is `chunked`.
+    chunked_last: bool,
+    /// Some `Content-Length` field was present.
+    content_length: bool,
+    /// The length the `Content-Length` fields agree on.
+    length: Option<u64>,
+    /// The first thing wrong with the `Content-Length` fields; it fails the response only if
+    /// no `Transfer-Encoding` overrides them.
+    length_error: Option<&'static str>,
+    /// `Connection` named `close`.
+    close: bool,
+    /// `Connection` named `keep-alive`.
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    /// Takes one field into account, in the order the fields came.
+    fn note(&mut self, name: &HeaderName, value: &[u8]) {
+        let items = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+        if *name == header::CONTENT_LENGTH {
+            self.content_length = true;
+            for item in items() {
+                match parse_decimal(item) {
+                    None => _ = self.length_error.get_or_insert("invalid Content-Length"),
+                    Some(n) if self.length.is_some_and(|l| l != n) => {
+                        _ = self
+                            .length_error
+                            .get_or_insert("conflicting Content-Length values");
+                    }
+                    Some(n) => self.length = Some(n),
+                }
+            }
+        } else if *name == header::TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+            if let Some(last) = items().rfind(|c| !c.is_empty()) {
+                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if *name == header::CONNECTION {
+            for token in items() {
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+}
+
+/// RFC 9112 §6.3, in its order, and whether the connection stays open (§9.3): HTTP/1.1 stays
+/// open unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`.
 fn framing(
-    headers: &HeaderMap,
+    fields: &FramingFields,
     status: StatusCode,
     version: Version,
     method: &Method,
 ) -> io::Result<(BodyFraming, bool)> {
-    let mut keep_alive = connection_allows_reuse(headers, version);
+    let mut keep_alive = if version == Version::HTTP_11 {
+        !fields.close
+    } else {
+        fields.keep_alive
+    };
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -129,56 +200,26 @@ fn framing(
     {
         return Ok((BodyFraming::Empty, keep_alive));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if fields.transfer_encoding {
         // Transfer-Encoding overrides Content-Length; a message with both may be an attempt
         // to smuggle, so the connection is not trusted for another request.
-        if headers.contains_key(header::CONTENT_LENGTH) {
+        if fields.content_length {
             keep_alive = false;
         }
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .rfind(|c| !c.is_empty());
-        if version == Version::HTTP_11 && last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")) {
+        if version == Version::HTTP_11 && fields.chunked_last {
             return Ok((BodyFraming::Chunked, keep_alive));
         }
         return Ok((BodyFraming::Close, false));
     }
-    let mut length: Option<u64> = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.as_bytes().split(|&b| b == b',') {
-            // `ok_or_else`: the error is an allocation, made only when the value is bad.
-            let n = parse_decimal(item.trim_ascii())
-                .ok_or_else(|| invalid("invalid Content-Length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(invalid("conflicting Content-Length values"));
-            }
-            length = Some(n);
-        }
+    if let Some(what) = fields.length_error {
+        // Built here, not where the fault was noted: the error is an allocation.
+        return Err(invalid(what));
     }
-    Ok(match length {
+    Ok(match fields.length {
         Some(0) => (BodyFraming::Empty, keep_alive),
         Some(n) => (BodyFraming::Length(n), keep_alive),
         None => (BodyFraming::Close, false),
     })
-}
-
-/// HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`.
-fn connection_allows_reuse(headers: &HeaderMap, version: Version) -> bool {
-    let has = |token: &[u8]| {
-        headers.get_all(header::CONNECTION).iter().any(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-        })
-    };
-    if version == Version::HTTP_11 {
-        !has(b"close")
-    } else {
-        has(b"keep-alive")
-    }
 }
 
 /// Digits only (no sign, no spaces), at most 19 of them so the value fits.

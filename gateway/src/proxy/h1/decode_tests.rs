@@ -116,6 +116,47 @@ fn bad_lengths_fail_the_response() {
     }
 }
 
+#[test]
+fn a_transfer_coding_overrides_even_a_bad_length() {
+    // The length is not used, so it cannot fail the response; the connection is not reused.
+    for length in ["5, 6", "x"] {
+        let text = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        assert_eq!(
+            framing_of(&text),
+            (BodyFraming::Chunked, false),
+            "{length:?}"
+        );
+    }
+}
+
+#[test]
+fn values_hold_only_the_bytes_a_field_value_may_hold() {
+    // The values are made without a second check, so the parser's must match `HeaderValue`'s.
+    let head_with = |value: &[u8]| {
+        let mut wire = b"HTTP/1.1 204 No Content\r\nX-V: ".to_vec();
+        wire.extend_from_slice(value);
+        wire.extend_from_slice(b"\r\n\r\n");
+        response_head(&mut BytesMut::from(&wire[..]), &Method::GET)
+    };
+    for byte in 0..=u8::MAX {
+        let value = [b'a', byte, b'z'];
+        let parsed = head_with(&value);
+        match HeaderValue::from_bytes(&value) {
+            Ok(valid) => {
+                let head = parsed.unwrap().unwrap();
+                assert_eq!(head.parts.headers["x-v"], valid, "byte {byte:#x}");
+            }
+            // CR and LF end the line early; anything else must fail the head.
+            Err(_) if byte == b'\r' || byte == b'\n' => {}
+            Err(_) => assert!(parsed.is_err(), "byte {byte:#x} accepted"),
+        }
+    }
+    // An obsolete line fold would put CR LF inside a value: refused.
+    assert!(head_with(b"a\r\n folded").is_err());
+}
+
 /// Feeds `wire` to a chunked decoder `split` bytes at a time; returns the data and trailers.
 fn decode_chunked(wire: &[u8], split: usize) -> io::Result<(Vec<u8>, Option<HeaderMap>)> {
     let mut state = Chunked::Size;
