@@ -21,7 +21,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::FutureExt as _;
 use futures_util::future::Either;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use stream_proxy::watchdog::{Signal, Watch, Watchdog};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -34,6 +34,7 @@ use crate::server::framing::Framing;
 use crate::server::idle::{ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
+use crate::server::streams::{BatchedStreams, StreamBatch};
 use crate::service::ConnService;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
@@ -64,7 +65,7 @@ pub struct ListenerRuntime {
     /// Serves HTTP/2.
     pub http2: bool,
     /// hyper settings.
-    pub builder: auto::Builder<TokioExecutor>,
+    pub builder: auto::Builder<BatchedStreams>,
     /// The same HTTP/1 settings, for connections that may only speak HTTP/1.
     pub h1_builder: hyper::server::conn::http1::Builder,
     /// Largest HTTP/1 request head (hyper's read buffer); the framing checks hold no more.
@@ -116,8 +117,8 @@ impl ListenerRuntime {
     /// Builds the hyper connection builder from listener settings.
     pub fn hyper_builder(
         settings: &gateway_config::model::ListenerConfig,
-    ) -> auto::Builder<TokioExecutor> {
-        let mut b = auto::Builder::new(TokioExecutor::new());
+    ) -> auto::Builder<BatchedStreams> {
+        let mut b = auto::Builder::new(BatchedStreams);
         let max_head = Self::max_head(settings);
         b.http1()
             .timer(TokioTimer::new())
@@ -374,17 +375,30 @@ where
         (false, true) => {
             let builder = rt.builder.clone().http2_only();
             let conn = Box::pin(builder.serve_connection(io, service).into_owned());
-            Either::Left(drive(conn, |c| c.graceful_shutdown(), rt, client, watch))
+            let conn = StreamBatch::new(conn);
+            Either::Left(drive(
+                conn,
+                |c| c.conn.as_mut().graceful_shutdown(),
+                rt,
+                client,
+                watch,
+            ))
         }
         (true, false) => {
             let conn = Box::pin(rt.h1_builder.serve_connection(io, service).with_upgrades());
-            let served = drive(conn, |c| c.graceful_shutdown(), rt, client, watch);
+            let served = drive(conn, |c| c.as_mut().graceful_shutdown(), rt, client, watch);
             Either::Right(Either::Left(served))
         }
         _ => {
             let conn = rt.builder.serve_connection_with_upgrades(io, service);
-            let conn = Box::pin(conn.into_owned());
-            let served = drive(conn, |c| c.graceful_shutdown(), rt, client, watch);
+            let conn = StreamBatch::new(Box::pin(conn.into_owned()));
+            let served = drive(
+                conn,
+                |c| c.conn.as_mut().graceful_shutdown(),
+                rt,
+                client,
+                watch,
+            );
             Either::Right(Either::Right(served))
         }
     }
@@ -394,18 +408,20 @@ where
 /// idle connection shuts it down gracefully (in-flight requests finish); a slow request head or
 /// a client that reads nothing closes it at once.
 async fn drive<C, E>(
-    mut conn: Pin<Box<C>>,
-    graceful_shutdown: impl Fn(Pin<&mut C>),
+    mut conn: C,
+    graceful_shutdown: impl Fn(&mut C),
     rt: Arc<ListenerRuntime>,
     client: SocketAddr,
     watch: ConnWatch,
 ) where
-    C: Future<Output = Result<(), E>>,
+    C: Future<Output = Result<(), E>> + Unpin,
     E: std::fmt::Display,
 {
     let mut draining = false;
     loop {
-        let verdict = match std::future::poll_fn(|cx| watch.poll_until(conn.as_mut(), cx)).await {
+        let verdict = match std::future::poll_fn(|cx| watch.poll_until(Pin::new(&mut conn), cx))
+            .await
+        {
             Ok(res) => {
                 if let Err(e) = res {
                     tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
@@ -432,7 +448,7 @@ async fn drive<C, E>(
             Verdict::Idle | Verdict::Wait(_) => {
                 if !draining {
                     draining = true;
-                    graceful_shutdown(conn.as_mut());
+                    graceful_shutdown(&mut conn);
                 }
             }
         }

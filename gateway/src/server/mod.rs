@@ -12,6 +12,7 @@ pub mod idle;
 pub mod linger;
 pub mod listeners;
 pub mod policy;
+pub mod streams;
 pub mod tls;
 mod watch;
 
