@@ -23,9 +23,11 @@ use std::task::{Context, Poll, Waker};
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 thread_local! {
-    /// The streams accepted during the current poll of a [`StreamBatch`] on this thread;
-    /// `None` outside one.
-    static ACCEPTED: Cell<Option<Vec<StreamFuture>>> = const { Cell::new(None) };
+    /// Whether a [`StreamBatch`] is polling its connection on this thread.
+    static COLLECTING: Cell<bool> = const { Cell::new(false) };
+    /// The streams accepted during that poll. Kept per thread rather than per connection, so
+    /// that its allocation is reused and no connection's task grows by a `Vec`.
+    static ACCEPTED: Cell<Vec<StreamFuture>> = const { Cell::new(Vec::new()) };
 }
 
 /// The executor hyper hands each HTTP/2 stream to. Inside a poll of a [`StreamBatch`] it keeps
@@ -39,14 +41,12 @@ where
 {
     fn execute(&self, fut: F) {
         let fut: StreamFuture = Box::pin(fut);
-        match ACCEPTED.take() {
-            Some(mut accepted) => {
-                accepted.push(fut);
-                ACCEPTED.set(Some(accepted));
-            }
-            None => {
-                tokio::spawn(fut);
-            }
+        if COLLECTING.get() {
+            let mut accepted = ACCEPTED.take();
+            accepted.push(fut);
+            ACCEPTED.set(accepted);
+        } else {
+            tokio::spawn(fut);
         }
     }
 }
@@ -58,36 +58,51 @@ const MAX_ROUNDS: usize = 4;
 /// An HTTP/2 (or not yet known) hyper connection whose streams [`BatchedStreams`] hands back.
 pub struct StreamBatch<C> {
     pub conn: Pin<Box<C>>,
-    /// Kept between polls so that its allocation is reused.
-    accepted: Vec<StreamFuture>,
 }
 
 impl<C> StreamBatch<C> {
     pub fn new(conn: Pin<Box<C>>) -> Self {
-        Self {
-            conn,
-            accepted: Vec::new(),
-        }
+        Self { conn }
+    }
+}
+
+/// Ends the collecting on drop, so that a connection whose poll panics does not leave the
+/// thread's later streams collected by nobody.
+struct Collecting;
+
+impl Collecting {
+    fn start() -> Self {
+        COLLECTING.set(true);
+        Collecting
+    }
+}
+
+impl Drop for Collecting {
+    fn drop(&mut self) {
+        COLLECTING.set(false);
     }
 }
 
 impl<C: Future> Future for StreamBatch<C> {
     type Output = C::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
-        let this = self.get_mut();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         for _ in 0..MAX_ROUNDS {
-            // Restored whatever it held: a batch is never polled inside another one's poll
-            // (streams are started after it), but a nested one must not lose the outer's.
-            let outer = ACCEPTED.replace(Some(std::mem::take(&mut this.accepted)));
-            let res = this.conn.as_mut().poll(cx);
-            this.accepted = ACCEPTED.replace(outer).unwrap_or_default();
-            if this.accepted.is_empty() {
+            let res = {
+                let _collecting = Collecting::start();
+                self.conn.as_mut().poll(cx)
+            };
+            let mut accepted = ACCEPTED.take();
+            if accepted.is_empty() {
+                ACCEPTED.set(accepted);
                 return res;
             }
-            for stream in this.accepted.drain(..) {
+            // Started outside the collecting: a stream hands nothing to the executor, but if
+            // one did, it would be spawned rather than lost.
+            for stream in accepted.drain(..) {
                 start(stream);
             }
+            ACCEPTED.set(accepted);
             if res.is_ready() {
                 return res;
             }
