@@ -134,7 +134,17 @@ impl StaticFiles {
         let lead = match prev {
             Some(_) => None,
             None => match self.misses.join(&key) {
-                Miss::Lead(lead) => Some(lead),
+                Miss::Lead(lead) => {
+                    // A lookup may have ended between the cache read above and the join: it
+                    // puts its entry in the cache before it lets go of the lead, so the entry
+                    // is there now and this request needs no lookup of its own.
+                    if let Some(e) = self.cache.get(&key)
+                        && e.is_fresh(now, self.revalidate)
+                    {
+                        return self.serve_cached(&e, headers, head, want);
+                    }
+                    Some(lead)
+                }
                 Miss::Follow(done) => {
                     if let Some(status) = follow(done).await {
                         return error_response(status);
