@@ -1,7 +1,8 @@
 //! Concurrent cache misses for one file share one lookup. The first request to miss looks the
 //! file up on the blocking pool; the others wait for it and then read the cache, or, when the
 //! lookup ended in an error status (a missing file: 404s are not cached), answer with that
-//! status. Requests that arrive after the lookup ended look again. Without this a
+//! status. A request that missed the cache while the lookup ran but joins after it ended reads
+//! the entry it left; requests for a file the lookup did not cache look again. Without this a
 //! cold start under load sent every waiting request to the blocking pool at once: 1,000
 //! connections asking for one 1 KiB file started 180 to 220 blocking threads, which held about
 //! 5 MB more until they exited 10 s later (docs/benchmarks.md, "Then: one lookup per cold
