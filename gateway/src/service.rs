@@ -50,6 +50,34 @@ pub struct ConnService {
     pub telemetry: Arc<Telemetry>,
     /// `Alt-Svc` for every response, when the listener also serves HTTP/3.
     pub alt_svc: Option<HeaderValue>,
+    /// ACME HTTP-01 answers, on plain listeners.
+    pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
+}
+
+/// [`ConnService`] as hyper's service. Its future is the request's own ([`Served`]), not a
+/// combinator around it: hyper keeps room for that future in every HTTP/1 connection, and a
+/// mapping combinator moves its whole state out when it completes.
+pub struct HyperService(pub Arc<ConnService>);
+
+impl hyper::service::Service<Request<Incoming>> for HyperService {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Served;
+
+    fn call(&self, req: Request<Incoming>) -> Served {
+        Served(self.0.call(req))
+    }
+}
+
+/// A request's future as hyper takes it: the response, never an error.
+pub struct Served(Handled);
+
+impl Future for Served {
+    type Output = Result<Response<Body>, std::convert::Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(Ok)
+    }
 }
 
 /// What the end of a request needs, taken from it before it moves on.
@@ -80,6 +108,14 @@ impl Drop for InFlight {
 impl ConnService {
     /// Serves one hyper request (HTTP/1.1 or HTTP/2).
     pub fn call(self: &Arc<Self>, req: Request<Incoming>) -> Handled {
+        // ACME HTTP-01 answers come before any route: one atomic load while none is pending.
+        if let Some(answer) = self
+            .http01
+            .as_ref()
+            .and_then(|c| c.http_answer(req.uri().path()))
+        {
+            return Either::Left(ready(crate::certs::challenge::http01_response(answer)));
+        }
         self.activity
             .request_started(req.version() == http::Version::HTTP_2);
         let in_flight = InFlight(self.activity.clone());
@@ -96,7 +132,7 @@ impl ConnService {
         self.serve(req, None)
     }
 
-    fn serve(self: &Arc<Self>, req: Request<Body>, in_flight: Option<InFlight>) -> Handled {
+    fn serve(self: &Arc<Self>, mut req: Request<Body>, in_flight: Option<InFlight>) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
         let head = Head {
@@ -114,11 +150,12 @@ impl ConnService {
             _in_flight: in_flight,
         };
         let generation = self.generation.load_full();
-        let (index, req) = match self.route(&generation, req) {
-            Ok(routed) => routed,
+        let index = match self.route(&generation, &mut req) {
+            Ok(index) => index,
             Err(status) => {
-                let res = with_server(error_response(status), generation.server_header.as_ref());
-                let res = self.finish(head, res, &Arc::from(""), &generation.unrouted);
+                let mut res =
+                    with_server(error_response(status), generation.server_header.as_ref());
+                self.finish(head, &mut res, &Arc::from(""), &generation.unrouted);
                 return Either::Left(ready(res));
             }
         };
@@ -129,8 +166,8 @@ impl ConnService {
         // terminal that waits.
         let cx = || self.request_cx(&head, route);
         let rest = match route.chain.start(&route.terminal, req, cx, server) {
-            Started::Done(res) => {
-                let res = self.finish(head, res, &route.name, &route.metrics);
+            Started::Done(mut res) => {
+                self.finish(head, &mut res, &route.name, &route.metrics);
                 return Either::Left(ready(res));
             }
             // The terminal's future is the request's one allocation: the rest is kept beside
@@ -152,8 +189,9 @@ impl ConnService {
             let route = generation.router.route(index);
             let server = generation.server_header.as_ref();
             let run = rest.resume(&route.chain, &route.terminal, server);
-            let res = in_trace(&head, run).await;
-            svc.finish(head, res, &route.name, &route.metrics)
+            let mut res = in_trace(&head, run).await;
+            svc.finish(head, &mut res, &route.name, &route.metrics);
+            res
         })))
     }
 
@@ -168,12 +206,8 @@ impl ConnService {
 
     /// The route for a request, by index into the generation's router, or the status that
     /// refuses it (limits, no listener, no route).
-    fn route(
-        &self,
-        generation: &Generation,
-        req: Request<Body>,
-    ) -> Result<(usize, Request<Body>), StatusCode> {
-        let req = self.policy.admit(req)?;
+    fn route(&self, generation: &Generation, req: &mut Request<Body>) -> Result<usize, StatusCode> {
+        self.policy.admit(req)?;
         let listener = generation
             .listener_index(&self.conn.listener)
             .ok_or(StatusCode::NOT_FOUND)?;
@@ -183,22 +217,22 @@ impl ConnService {
         } else {
             ""
         };
-        let index = generation
+        generation
             .router
             .find_index(listener, req.method(), host, uri.path(), req.headers())
-            .ok_or(StatusCode::NOT_FOUND)?;
-        Ok((index, req))
+            .ok_or(StatusCode::NOT_FOUND)
     }
 
     /// The end of every request: listener headers, metrics, the span's head, the access log.
+    /// (The response by reference: it is a few hundred bytes, copied on every move.)
     fn finish(
         &self,
         head: Head,
-        mut res: Response<Body>,
+        res: &mut Response<Body>,
         route_name: &Arc<str>,
         metrics: &RouteMetrics,
-    ) -> Response<Body> {
-        self.policy.decorate(&mut res);
+    ) {
+        self.policy.decorate(res);
         if let Some(v) = &self.alt_svc {
             res.headers_mut().insert(header::ALT_SVC, v.clone());
         }
@@ -211,7 +245,7 @@ impl ConnService {
             let mut record = (*facts).into_record(
                 &self.conn,
                 head.version,
-                &res,
+                res,
                 head.start,
                 route_name.clone(),
             );
@@ -221,16 +255,14 @@ impl ConnService {
                 .map(|id| hex(&id));
             log.log(record);
         }
-        match open {
-            Some(open) => {
-                let status = res.status();
-                let no_body = head.head_only
-                    || status.is_informational()
-                    || status == StatusCode::NO_CONTENT
-                    || status == StatusCode::NOT_MODIFIED;
-                res.map(|body| open.attach(body, no_body))
-            }
-            None => res,
+        if let Some(open) = open {
+            let status = res.status();
+            let no_body = head.head_only
+                || status.is_informational()
+                || status == StatusCode::NO_CONTENT
+                || status == StatusCode::NOT_MODIFIED;
+            let body = std::mem::take(res.body_mut());
+            *res.body_mut() = open.attach(body, no_body);
         }
     }
 }
@@ -272,7 +304,7 @@ impl Future for Finishing {
                 .poll(cx)));
             let route = this.generation.router.route(this.index);
             let server = this.generation.server_header.as_ref();
-            let res = match std::mem::replace(&mut this.then, Then::Nothing) {
+            let mut res = match std::mem::replace(&mut this.then, Then::Nothing) {
                 Then::Server => with_server(res, server),
                 Then::Nothing => res,
                 Then::Filters(tail) => match route.chain.after_terminal(tail, res, server) {
@@ -295,7 +327,8 @@ impl Future for Finishing {
                 .head
                 .take()
                 .expect("`Finishing` polled after it finished");
-            return Poll::Ready(this.svc.finish(head, res, &route.name, &route.metrics));
+            this.svc.finish(head, &mut res, &route.name, &route.metrics);
+            return Poll::Ready(res);
         }
     }
 }

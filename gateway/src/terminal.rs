@@ -47,6 +47,26 @@ impl Terminal {
         }
     }
 
+    /// [`Terminal::respond_now`] for a route without filters, with the server's `Server`
+    /// header added: a synthetic response takes over the request's header map (see
+    /// [`Respond`]).
+    pub fn respond_alone(
+        &self,
+        req: &mut Request<Body>,
+        server: Option<&HeaderValue>,
+    ) -> Option<Response<Body>> {
+        match self {
+            Self::Respond(r) if http_body::Body::is_end_stream(req.body()) => {
+                let headers = std::mem::take(req.headers_mut());
+                Some(r.response_in(headers, req.method(), server))
+            }
+            Self::Static(s) => s
+                .serve_now(req.method(), req.uri(), req.headers())
+                .map(|res| crate::filter::with_server(res, server)),
+            _ => None,
+        }
+    }
+
     /// The response when it needs no waiting at all: a synthetic response to a bodiless
     /// request, or a static file from the cache. The service and the filter chain answer these
     /// without making a future.
@@ -107,12 +127,21 @@ const FILTER_HEADERS: usize = 5;
 /// for the connection's whole life, because hyper keeps the last response's (cleared) map of
 /// an HTTP/1 connection to parse the next request into. Reserving for filters on every route
 /// cost 10,000 keep-alive connections about 5 MB.
+///
+/// On a route without filters the response takes over the request's map when it is no larger
+/// than a fresh one would be ([`Respond::response_in`]): hyper parsed the request into the map
+/// it kept from the connection's last response, so one map serves the connection's requests
+/// and responses in turn, with no allocation, and no more memory than a fresh map held.
 pub struct Respond {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
     /// The header map's reservation: the configured headers and the ones added after them.
     capacity: usize,
+    /// What a fresh map of `capacity` holds; a request's map is reused up to this size.
+    reusable: usize,
+    /// The configured headers include `Server`, which the server's own then does not replace.
+    sets_server: bool,
 }
 
 impl Respond {
@@ -127,33 +156,54 @@ impl Respond {
             ));
         }
         let added = SERVER_HEADERS + if filtered { FILTER_HEADERS } else { 0 };
+        let capacity = headers.len() + added;
         Ok(Self {
             status,
-            capacity: headers.len() + added,
+            capacity,
+            reusable: HeaderMap::<HeaderValue>::with_capacity(capacity).capacity(),
+            sets_server: headers.iter().any(|(name, _)| name == http::header::SERVER),
             headers,
             body: Bytes::from(cfg.body.clone()),
         })
     }
 
+    /// The response, in a fresh header map; the caller adds the `Server` header.
     fn response(&self, method: &Method) -> Response<Body> {
+        self.response_in(HeaderMap::new(), method, None)
+    }
+
+    /// The response, in `headers` (a request's map, emptied here) unless it is larger than a
+    /// fresh map would be, with `server` as its `Server` header unless the configured headers
+    /// set one.
+    fn response_in(
+        &self,
+        mut headers: HeaderMap,
+        method: &Method,
+        server: Option<&HeaderValue>,
+    ) -> Response<Body> {
+        if headers.capacity() > self.reusable {
+            headers = HeaderMap::new();
+        }
+        headers.clear();
+        headers.reserve(self.capacity);
+        for (name, value) in &self.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        if let Some(server) = server.filter(|_| !self.sets_server) {
+            headers.insert(http::header::SERVER, server.clone());
+        }
         let body = if method == Method::HEAD {
+            headers.insert(
+                http::header::CONTENT_LENGTH,
+                HeaderValue::from(self.body.len()),
+            );
             Body::empty()
         } else {
             Body::full(self.body.clone())
         };
         let mut res = Response::new(body);
         *res.status_mut() = self.status;
-        let headers = res.headers_mut();
-        headers.reserve(self.capacity);
-        for (name, value) in &self.headers {
-            headers.append(name.clone(), value.clone());
-        }
-        if method == Method::HEAD {
-            res.headers_mut().insert(
-                http::header::CONTENT_LENGTH,
-                HeaderValue::from(self.body.len()),
-            );
-        }
+        *res.headers_mut() = headers;
         res
     }
 }
@@ -179,5 +229,47 @@ mod tests {
         // ...and a route without filters does not keep the filters' room (hyper holds the
         // map for the connection's life).
         assert!(plain.headers().capacity() < filtered.headers().capacity());
+    }
+
+    fn request_map(capacity: usize) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(capacity);
+        map.insert("x-request", HeaderValue::from_static("1"));
+        map.insert(http::header::HOST, HeaderValue::from_static("example.com"));
+        map
+    }
+
+    #[test]
+    fn a_request_map_no_larger_than_a_fresh_one_is_emptied_and_reused() {
+        let r = respond(false);
+        let server = HeaderValue::from_static("gw");
+        let small = request_map(r.reusable);
+        let small_indices = small.capacity();
+        let res = r.response_in(small, &Method::GET, Some(&server));
+        let headers = res.headers();
+        assert_eq!(headers.len(), 2, "{headers:?}");
+        assert_eq!(headers["content-type"], "text/plain");
+        assert_eq!(headers["server"], "gw");
+        assert_eq!(headers.capacity(), small_indices);
+        // A map grown by a request with many headers is not kept for the connection's life.
+        let large = request_map(16 * r.reusable);
+        let res = r.response_in(large, &Method::GET, Some(&server));
+        assert_eq!(res.headers().len(), 2);
+        assert_eq!(res.headers().capacity(), r.reusable);
+    }
+
+    #[test]
+    fn a_configured_server_header_stays_and_head_gets_the_length_without_the_body() {
+        let cfg: gateway_config::model::RespondConfig =
+            serde_yaml::from_str("{ body: hello, headers: { server: mine } }").unwrap();
+        let r = Respond::new(&cfg, false).unwrap();
+        let res = r.response_in(
+            request_map(4),
+            &Method::HEAD,
+            Some(&HeaderValue::from_static("gw")),
+        );
+        assert_eq!(res.headers().get_all("server").iter().count(), 1);
+        assert_eq!(res.headers()["server"], "mine");
+        assert_eq!(res.headers()["content-length"], "5");
+        assert!(http_body::Body::is_end_stream(res.body()));
     }
 }

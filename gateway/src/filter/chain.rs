@@ -307,10 +307,9 @@ impl Chain {
     ) -> Started {
         if self.factories.is_empty() {
             // Nothing to run but the terminal: no filter state, no parts taken apart.
-            if let Some(res) =
-                terminal.respond_now(req.method(), req.uri(), req.headers(), req.body())
-            {
-                return Started::Done(with_server(res, server));
+            let mut req = req;
+            if let Some(res) = terminal.respond_alone(&mut req, server) {
+                return Started::Done(res);
             }
             let cx = cx();
             return match with_current(cx.trace.as_ref(), || terminal.handle(req, &cx)) {

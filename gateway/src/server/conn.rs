@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures_util::FutureExt as _;
 use futures_util::future::Either;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -35,7 +34,7 @@ use crate::server::idle::{ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
 use crate::server::streams::{BatchedStreams, StreamBatch};
-use crate::service::ConnService;
+use crate::service::{ConnService, HyperService};
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 /// The watchdog table of one listener's HTTP connections.
@@ -332,7 +331,7 @@ where
 {
     let client = info.client;
     let activity = watch.deadlines().arm(!h2 || h1).clone();
-    let svc = Arc::new(ConnService {
+    let service = HyperService(Arc::new(ConnService {
         generation: rt.generation.clone(),
         conn: Arc::new(info),
         activity: activity.clone(),
@@ -340,21 +339,8 @@ where
         body_read_timeout: rt.body_read_timeout,
         telemetry: rt.telemetry.clone(),
         alt_svc: rt.alt_svc.clone(),
-    });
-    let http01 = rt.http01.clone();
-    let service = hyper::service::service_fn(move |req| {
-        // ACME HTTP-01 answers come before any route: one atomic load while none is pending.
-        let answer = http01
-            .as_ref()
-            .and_then(|c| c.http_answer(req.uri().path()));
-        let res = match answer {
-            Some(answer) => Either::Left(std::future::ready(
-                crate::certs::challenge::http01_response(answer),
-            )),
-            None => Either::Right(svc.call(req)),
-        };
-        res.map(Ok::<_, std::convert::Infallible>)
-    });
+        http01: rt.http01.clone(),
+    }));
     // HTTP/1 requests are checked for ambiguous framing before hyper parses them; a
     // connection that chose HTTP/2 by ALPN is not (HTTP/2 frames every message itself).
     let framing = match (h1, h2) {

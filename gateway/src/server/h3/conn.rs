@@ -62,6 +62,8 @@ pub(super) async fn serve(
         telemetry: rt.telemetry.clone(),
         // HTTP/3 responses need no pointer to HTTP/3.
         alt_svc: None,
+        // ACME validates HTTP-01 over plain HTTP/1.1 only.
+        http01: None,
     });
     let early = Arc::new(EarlyStreams::default());
     let built = h3::server::builder()
