@@ -48,8 +48,7 @@ impl Terminal {
     }
 
     /// [`Terminal::respond_now`] for a route without filters, with the server's `Server`
-    /// header added: a synthetic response takes over the request's header map (see
-    /// [`Respond`]).
+    /// header added: the response takes over the request's header map (see [`Respond`]).
     pub fn respond_alone(
         &self,
         req: &mut Request<Body>,
@@ -60,9 +59,7 @@ impl Terminal {
                 let headers = std::mem::take(req.headers_mut());
                 Some(r.response_in(headers, req.method(), server))
             }
-            Self::Static(s) => s
-                .serve_now(req.method(), req.uri(), req.headers())
-                .map(|res| crate::filter::with_server(res, server)),
+            Self::Static(s) => s.serve_now_alone(req, server),
             _ => None,
         }
     }
@@ -92,6 +89,19 @@ async fn respond_after_body(r: Arc<Respond>, req: Request<Body>) -> Response<Bod
         return crate::error::GatewayError::RequestBody(e).into_response();
     }
     r.response(&parts.method)
+}
+
+/// A request's header map emptied for its response, with room for `capacity` headers, unless
+/// it holds more than `reusable` (what a fresh map of `capacity` holds): then a fresh map, so
+/// that hyper, which keeps the last response's map of an HTTP/1 connection, keeps no more than
+/// a fresh map would have cost.
+pub(crate) fn response_map(mut map: HeaderMap, capacity: usize, reusable: usize) -> HeaderMap {
+    if map.capacity() > reusable {
+        return HeaderMap::with_capacity(capacity);
+    }
+    map.clear();
+    map.reserve(capacity);
+    map
 }
 
 /// Bodies a synthetic response reads to the end before answering.
@@ -177,15 +187,11 @@ impl Respond {
     /// set one.
     fn response_in(
         &self,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         method: &Method,
         server: Option<&HeaderValue>,
     ) -> Response<Body> {
-        if headers.capacity() > self.reusable {
-            headers = HeaderMap::new();
-        }
-        headers.clear();
-        headers.reserve(self.capacity);
+        let mut headers = response_map(headers, self.capacity, self.reusable);
         for (name, value) in &self.headers {
             headers.append(name.clone(), value.clone());
         }

@@ -49,6 +49,31 @@ pub struct StaticFiles {
     revalidate: u64,
     /// Origin of the cache's clock.
     epoch: Instant,
+    /// What a fresh response map holds; a request's map is reused up to this size.
+    reusable_map: usize,
+}
+
+/// The request's header map, as a cached file's response gets it.
+enum RequestHeaders<'a> {
+    /// Read for the preconditions; the response gets a fresh map.
+    Read(&'a HeaderMap),
+    /// Read, then emptied for the response (a route without filters), which also gets the
+    /// server's `Server` header.
+    Reuse(HeaderMap, Option<&'a HeaderValue>),
+}
+
+impl RequestHeaders<'_> {
+    fn get(&self) -> &HeaderMap {
+        match self {
+            Self::Read(map) => map,
+            Self::Reuse(map, _) => map,
+        }
+    }
+}
+
+/// A response map with room for every header a file response carries.
+fn fresh_map() -> HeaderMap {
+    HeaderMap::with_capacity(response::HEADERS)
 }
 
 impl StaticFiles {
@@ -87,6 +112,7 @@ impl StaticFiles {
             cache_control,
             revalidate: nanos(cfg.cache.revalidate_after.get()),
             epoch: Instant::now(),
+            reusable_map: fresh_map().capacity(),
         })
     }
 
@@ -110,7 +136,28 @@ impl StaticFiles {
         if !entry.is_fresh(now, self.revalidate) {
             return None;
         }
-        Some(self.serve_cached(&entry, headers, head, want))
+        Some(self.serve_cached(&entry, RequestHeaders::Read(headers), head, want))
+    }
+
+    /// [`StaticFiles::serve_now`] on a route without filters: the response takes over the
+    /// request's header map (see [`crate::terminal::Respond`]) and carries `server`.
+    pub fn serve_now_alone(
+        &self,
+        req: &mut Request<Body>,
+        server: Option<&HeaderValue>,
+    ) -> Option<Response<Body>> {
+        let (head, key, want) = match admit(req.method(), req.uri(), req.headers()) {
+            Ok(admitted) => admitted,
+            Err(refused) => return Some(crate::filter::with_server(*refused, server)),
+        };
+        let entry = self.cache.get(&key)?;
+        let now = nanos(Instant::now().saturating_duration_since(self.epoch));
+        if !entry.is_fresh(now, self.revalidate) {
+            return None;
+        }
+        let map = std::mem::take(req.headers_mut());
+        let request = RequestHeaders::Reuse(map, server);
+        Some(self.serve_cached(&entry, request, head, want))
     }
 
     /// Serves one request.
@@ -125,7 +172,7 @@ impl StaticFiles {
         if let Some(e) = &prev
             && !e.claim_revalidation(now, self.revalidate)
         {
-            return self.serve_cached(e, headers, head, want);
+            return self.serve_cached(e, RequestHeaders::Read(headers), head, want);
         }
 
         // A miss waits for a lookup of the same file already in progress; if that one left
@@ -141,7 +188,7 @@ impl StaticFiles {
                     if let Some(e) = self.cache.get(&key)
                         && e.is_fresh(now, self.revalidate)
                     {
-                        return self.serve_cached(&e, headers, head, want);
+                        return self.serve_cached(&e, RequestHeaders::Read(headers), head, want);
                     }
                     Some(lead)
                 }
@@ -150,7 +197,7 @@ impl StaticFiles {
                         return error_response(status);
                     }
                     if let Some(e) = self.cache.get(&key) {
-                        return self.serve_cached(&e, headers, head, want);
+                        return self.serve_cached(&e, RequestHeaders::Read(headers), head, want);
                     }
                     None
                 }
@@ -171,11 +218,13 @@ impl StaticFiles {
             return error_response(StatusCode::INTERNAL_SERVER_ERROR);
         };
         match (found, prev) {
-            (Ok(Found::Unchanged), Some(e)) => self.serve_cached(&e, headers, head, want),
+            (Ok(Found::Unchanged), Some(e)) => {
+                self.serve_cached(&e, RequestHeaders::Read(headers), head, want)
+            }
             (Ok(Found::Cached(e)), _) => {
                 e.set_checked(now);
                 self.cache.insert(&key, e.clone());
-                self.serve_cached(&e, headers, head, want)
+                self.serve_cached(&e, RequestHeaders::Read(headers), head, want)
             }
             (other, prev) => {
                 // The file is gone, too large now, or a directory: forget the old entry.
@@ -207,7 +256,7 @@ impl StaticFiles {
     fn serve_cached(
         &self,
         e: &Entry,
-        headers: &HeaderMap,
+        request: RequestHeaders<'_>,
         head: bool,
         want: Want,
     ) -> Response<Body> {
@@ -231,17 +280,34 @@ impl StaticFiles {
             range_len: (want.range && v.encoding.is_none()).then_some(len),
         };
         let body = |b: bytes::Bytes| if head { Body::empty() } else { Body::full(b) };
-        match conditional::plan(headers, &validators) {
-            Plan::Full => response::ok(&h, body(v.body.clone()), Some(v.content_length.clone())),
+        let plan = conditional::plan(request.get(), &validators);
+        let (map, server) = match request {
+            RequestHeaders::Read(_) => (fresh_map(), None),
+            RequestHeaders::Reuse(map, server) => (
+                crate::terminal::response_map(map, response::HEADERS, self.reusable_map),
+                server,
+            ),
+        };
+        let mut res = match plan {
+            Plan::Full => response::ok(
+                map,
+                &h,
+                body(v.body.clone()),
+                Some(v.content_length.clone()),
+            ),
             Plan::Partial { start, end } => {
                 // Ranges are clamped to the body, whose length fits in usize.
                 let slice = v.body.slice(start as usize..=end as usize);
-                response::partial(&h, body(slice), start, end, len)
+                response::partial(map, &h, body(slice), start, end, len)
             }
-            Plan::NotModified => response::not_modified(&h),
+            Plan::NotModified => response::not_modified(map, &h),
             Plan::PreconditionFailed => error_response(StatusCode::PRECONDITION_FAILED),
             Plan::Unsatisfiable => response::unsatisfiable(len),
+        };
+        if let Some(server) = server {
+            res.headers_mut().insert(header::SERVER, server.clone());
         }
+        res
     }
 
     /// A large file: headers computed now, the body streamed from the open file.
@@ -269,24 +335,24 @@ impl StaticFiles {
         match conditional::plan(headers, &validators) {
             Plan::Full if head => {
                 let len = (!s.compress).then(|| HeaderValue::from(s.len));
-                response::ok(&h, Body::empty(), len)
+                response::ok(fresh_map(), &h, Body::empty(), len)
             }
             Plan::Full => match s.encoding.filter(|_| s.compress) {
                 Some(e) => {
                     let raw = FileBody::new(s.file, 0, s.len);
                     let input = StreamReader::new(BodyDataStream::new(raw));
-                    response::ok(&h, encoding::compress_stream(e, input), None)
+                    response::ok(fresh_map(), &h, encoding::compress_stream(e, input), None)
                 }
                 None => {
                     let body = Body::new(FileBody::new(s.file, 0, s.len));
-                    response::ok(&h, body, Some(HeaderValue::from(s.len)))
+                    response::ok(fresh_map(), &h, body, Some(HeaderValue::from(s.len)))
                 }
             },
             Plan::Partial { start, end } => {
                 let body = Body::new(FileBody::new(s.file, start, end - start + 1));
-                response::partial(&h, body, start, end, s.len)
+                response::partial(fresh_map(), &h, body, start, end, s.len)
             }
-            Plan::NotModified => response::not_modified(&h),
+            Plan::NotModified => response::not_modified(fresh_map(), &h),
             Plan::PreconditionFailed => error_response(StatusCode::PRECONDITION_FAILED),
             Plan::Unsatisfiable => response::unsatisfiable(s.len),
         }
@@ -404,6 +470,51 @@ mod tests {
             now(&Method::GET).is_some(),
             "fresh again after the re-check"
         );
+    }
+
+    #[tokio::test]
+    async fn a_route_without_filters_answers_in_the_request_map_when_it_is_small() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.txt"), "hello").expect("write");
+        let cfg: gateway_config::model::StaticConfig =
+            serde_yaml::from_str(&format!("{{ root: {} }}", dir.path().display())).expect("config");
+        let files = Arc::new(StaticFiles::new(&cfg).expect("static"));
+        let get = || Request::get("/a.txt").body(Body::empty()).expect("request");
+        let server = HeaderValue::from_static("gw");
+        let mut req = get();
+        assert!(files.serve_now_alone(&mut req, Some(&server)).is_none());
+        assert_eq!(files.clone().serve(get()).await.status(), StatusCode::OK);
+
+        // A request map no larger than a fresh response map becomes the response's: the
+        // request's fields are gone, the file's and the server's are there.
+        let mut req = get();
+        *req.headers_mut() = HeaderMap::with_capacity(response::HEADERS);
+        req.headers_mut()
+            .insert("x-request", HeaderValue::from_static("1"));
+        let indices = req.headers().capacity();
+        let res = files
+            .serve_now_alone(&mut req, Some(&server))
+            .expect("cached");
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers().capacity(), indices);
+        assert!(res.headers().get("x-request").is_none());
+        assert_eq!(res.headers()[header::SERVER], "gw");
+        assert_eq!(res.headers()[header::CONTENT_LENGTH], "5");
+        assert_eq!(res.headers().get_all(header::SERVER).iter().count(), 1);
+
+        // The request's preconditions are read before its map is emptied.
+        let etag = res.headers()[header::ETAG].clone();
+        let mut req = get();
+        req.headers_mut().insert(header::IF_NONE_MATCH, etag);
+        let res = files.serve_now_alone(&mut req, None).expect("cached");
+        assert_eq!(res.status(), StatusCode::NOT_MODIFIED);
+        assert!(res.headers().get(header::SERVER).is_none());
+
+        // A large request map is not kept for the connection's life.
+        let mut req = get();
+        *req.headers_mut() = HeaderMap::with_capacity(16 * response::HEADERS);
+        let res = files.serve_now_alone(&mut req, None).expect("cached");
+        assert_eq!(res.headers().capacity(), fresh_map().capacity());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,8 +18,9 @@ pub(super) struct Head<'a> {
     pub(super) cache_control: Option<&'a HeaderValue>,
 }
 
-/// Enough room for every header a file response carries, so the map never grows.
-const HEADERS: usize = 10;
+/// Enough room for every header a file response carries (and the server's own after it), so
+/// the map never grows.
+pub(super) const HEADERS: usize = 10;
 
 impl Head<'_> {
     /// Validators and caching headers: what a 304 carries too (RFC 9110 §15.4.5).
@@ -53,11 +54,11 @@ fn with_headers(status: StatusCode, body: Body, headers: HeaderMap) -> Response<
 
 /// 200. `content_length` is `None` for bodies compressed on the fly (length unknown).
 pub(super) fn ok(
+    mut h: HeaderMap,
     head: &Head<'_>,
     body: Body,
     content_length: Option<HeaderValue>,
 ) -> Response<Body> {
-    let mut h = HeaderMap::with_capacity(HEADERS);
     head.representation(&mut h);
     if let Some(len) = content_length {
         h.insert(header::CONTENT_LENGTH, len);
@@ -67,13 +68,13 @@ pub(super) fn ok(
 
 /// 206 for bytes `start..=end` of `len`.
 pub(super) fn partial(
+    mut h: HeaderMap,
     head: &Head<'_>,
     body: Body,
     start: u64,
     end: u64,
     len: u64,
 ) -> Response<Body> {
-    let mut h = HeaderMap::with_capacity(HEADERS);
     head.representation(&mut h);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start + 1));
     let range = format!("bytes {start}-{end}/{len}");
@@ -84,8 +85,7 @@ pub(super) fn partial(
 }
 
 /// 304.
-pub(super) fn not_modified(head: &Head<'_>) -> Response<Body> {
-    let mut h = HeaderMap::with_capacity(HEADERS);
+pub(super) fn not_modified(mut h: HeaderMap, head: &Head<'_>) -> Response<Body> {
     head.validators(&mut h);
     with_headers(StatusCode::NOT_MODIFIED, Body::empty(), h)
 }
