@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::future::Either;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::RequestCx;
@@ -64,19 +64,24 @@ impl Terminal {
         }
     }
 
-    /// The response when it needs no waiting at all: a synthetic response to a bodiless
-    /// request, or a static file from the cache. The service and the filter chain answer these
-    /// without making a future.
+    /// On a route with filters, after their request hooks: the response when it needs no
+    /// waiting at all (a synthetic response to a bodiless request, or a static file from the
+    /// cache), made without a future.
+    ///
+    /// The request's parts are done with once the terminal has answered (the filters' response
+    /// hooks see only the response), so a synthetic response takes over their header map, as on
+    /// a route without filters ([`Respond`]); the `Server` header is the chain's to add.
     pub fn respond_now(
         &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
+        parts: &mut http::request::Parts,
         body: &Body,
     ) -> Option<Response<Body>> {
         match self {
-            Self::Respond(r) if http_body::Body::is_end_stream(body) => Some(r.response(method)),
-            Self::Static(s) => s.serve_now(method, uri, headers),
+            Self::Respond(r) if http_body::Body::is_end_stream(body) => {
+                let headers = std::mem::take(&mut parts.headers);
+                Some(r.response_in(headers, &parts.method, None))
+            }
+            Self::Static(s) => s.serve_now(&parts.method, &parts.uri, &parts.headers),
             _ => None,
         }
     }
@@ -138,10 +143,10 @@ const FILTER_HEADERS: usize = 5;
 /// an HTTP/1 connection to parse the next request into. Reserving for filters on every route
 /// cost 10,000 keep-alive connections about 5 MB.
 ///
-/// On a route without filters the response takes over the request's map when it is no larger
-/// than a fresh one would be ([`Respond::response_in`]): hyper parsed the request into the map
-/// it kept from the connection's last response, so one map serves the connection's requests
-/// and responses in turn, with no allocation, and no more memory than a fresh map held.
+/// The response takes over the request's map when it is no larger than a fresh one would be
+/// ([`Respond::response_in`]): hyper parsed the request into the map it kept from the
+/// connection's last response, so one map serves the connection's requests and responses in
+/// turn, with no allocation, and no more memory than a fresh map held.
 pub struct Respond {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -261,6 +266,23 @@ mod tests {
         let res = r.response_in(large, &Method::GET, Some(&server));
         assert_eq!(res.headers().len(), 2);
         assert_eq!(res.headers().capacity(), r.reusable);
+    }
+
+    #[test]
+    fn on_a_route_with_filters_the_response_takes_the_request_parts_map_without_server() {
+        let r = Arc::new(respond(true));
+        let reusable = r.reusable;
+        let terminal = Terminal::Respond(r);
+        let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
+        parts.headers = request_map(reusable);
+        let indices = parts.headers.capacity();
+        let res = terminal
+            .respond_now(&mut parts, &Body::empty())
+            .expect("a bodiless request is answered at once");
+        assert_eq!(res.headers().len(), 1, "{:?}", res.headers());
+        assert_eq!(res.headers()["content-type"], "text/plain");
+        assert_eq!(res.headers().capacity(), indices);
+        assert!(parts.headers.is_empty());
     }
 
     #[test]

@@ -350,9 +350,7 @@ impl Chain {
                 if body_needs_hooks {
                     return Started::Wait(Pending(Stage::Request { st, parts, body }));
                 }
-                if let Some(res) =
-                    terminal.respond_now(&parts.method, &parts.uri, &parts.headers, &body)
-                {
+                if let Some(res) = terminal.respond_now(&mut parts, &body) {
                     (self.factories.len(), res)
                 } else {
                     // The terminal is started here, and its future comes back with the
