@@ -127,16 +127,12 @@ impl StaticFiles {
         uri: &http::Uri,
         headers: &HeaderMap,
     ) -> Option<Response<Body>> {
-        let (head, key, want) = match admit(method, uri, headers) {
-            Ok(admitted) => admitted,
-            Err(refused) => return Some(*refused),
-        };
-        let entry = self.cache.get(&key)?;
-        let now = nanos(Instant::now().saturating_duration_since(self.epoch));
-        if !entry.is_fresh(now, self.revalidate) {
-            return None;
+        match self.fresh_now(method, uri, headers)? {
+            Ok((entry, head, want)) => {
+                Some(self.serve_cached(&entry, RequestHeaders::Read(headers), head, want))
+            }
+            Err(refused) => Some(*refused),
         }
-        Some(self.serve_cached(&entry, RequestHeaders::Read(headers), head, want))
     }
 
     /// [`StaticFiles::serve_now`] on a route without filters: the response takes over the
@@ -146,18 +142,36 @@ impl StaticFiles {
         req: &mut Request<Body>,
         server: Option<&HeaderValue>,
     ) -> Option<Response<Body>> {
-        let (head, key, want) = match admit(req.method(), req.uri(), req.headers()) {
+        match self.fresh_now(req.method(), req.uri(), req.headers())? {
+            Ok((entry, head, want)) => {
+                let request = RequestHeaders::Reuse(std::mem::take(req.headers_mut()), server);
+                Some(self.serve_cached(&entry, request, head, want))
+            }
+            Err(refused) => Some(crate::filter::with_server(*refused, server)),
+        }
+    }
+
+    /// What the two answers without a future share: the request's refusal, or the fresh cached
+    /// entry that answers it. `None`: not cached, or due for its re-check ([`StaticFiles::serve`]).
+    #[expect(
+        clippy::type_complexity,
+        reason = "one private call site pair; a named type would only restate the tuple"
+    )]
+    fn fresh_now(
+        &self,
+        method: &Method,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Option<Result<(Arc<Entry>, bool, Want), Box<Response<Body>>>> {
+        let (head, key, want) = match admit(method, uri, headers) {
             Ok(admitted) => admitted,
-            Err(refused) => return Some(crate::filter::with_server(*refused, server)),
+            Err(refused) => return Some(Err(refused)),
         };
         let entry = self.cache.get(&key)?;
         let now = nanos(Instant::now().saturating_duration_since(self.epoch));
-        if !entry.is_fresh(now, self.revalidate) {
-            return None;
-        }
-        let map = std::mem::take(req.headers_mut());
-        let request = RequestHeaders::Reuse(map, server);
-        Some(self.serve_cached(&entry, request, head, want))
+        entry
+            .is_fresh(now, self.revalidate)
+            .then_some(Ok((entry, head, want)))
     }
 
     /// Serves one request.
