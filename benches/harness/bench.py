@@ -74,6 +74,7 @@ COLUMNS = [
     "cpu_s",
     "cpu_pct",
     "cpu_us_per_req",
+    "sys_us_per_req",
     "req_per_core",
     "peak_rss_kib",
     "idle_rss_kib",
@@ -351,9 +352,10 @@ def measure(
 ) -> dict[str, object]:
     pids = t.server.pids()
     with procstat.RssSampler(pids) as rss:
-        cpu0, t0 = procstat.cpu_seconds(pids), time.monotonic()
+        (user0, sys0), t0 = procstat.cpu_split(pids), time.monotonic()
         load = run_tool(sc, t, conns, seconds, args)
-        wall, cpu = time.monotonic() - t0, procstat.cpu_seconds(pids) - cpu0
+        (user1, sys1), wall = procstat.cpu_split(pids), time.monotonic() - t0
+        cpu, system = (user1 - user0) + (sys1 - sys0), sys1 - sys0
     cpu_pct = 100.0 * cpu / wall if wall > 0 else 0.0
     if load.requests == 0:
         # wrk prints zero latencies when nothing completed: no figure rather than a wrong one.
@@ -371,6 +373,7 @@ def measure(
         "cpu_s": round(cpu, 3),
         "cpu_pct": round(cpu_pct, 1),
         "cpu_us_per_req": round(1e6 * cpu / load.requests, 2) if load.requests else None,
+        "sys_us_per_req": round(1e6 * system / load.requests, 2) if load.requests else None,
         "req_per_core": round(load.rps * 100.0 / cpu_pct, 1) if cpu_pct > 0 else None,
         "peak_rss_kib": rss.peak,
         "idle_rss_kib": t.server.idle_rss_kib,

@@ -7,6 +7,7 @@ use std::sync::{Arc, LazyLock, OnceLock};
 
 use tokio::time::Instant;
 
+use crate::proxy::ClientText;
 use crate::telemetry::trace::TraceCx;
 
 /// Facts about the connection a request arrived on, shared by its requests.
@@ -24,6 +25,8 @@ pub struct ConnInfo {
     pub sni: Option<Arc<str>>,
     /// [`client_ip_hash`] of `client`, made when first asked for.
     pub client_hash: ClientHash,
+    /// `client` as the proxy's forwarding headers write it, made when first asked for.
+    pub client_text: OnceLock<ClientText>,
 }
 
 /// A connection's [`client_ip_hash`], made at most once: per-client tables (the rate limiter's
@@ -39,6 +42,12 @@ impl ConnInfo {
             .client_hash
             .0
             .get_or_init(|| client_ip_hash(self.client.ip()))
+    }
+
+    /// The client's address as the forwarding headers write it.
+    pub fn client_text(&self) -> &ClientText {
+        self.client_text
+            .get_or_init(|| ClientText::new(self.client.ip(), self.tls))
     }
 }
 

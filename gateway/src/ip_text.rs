@@ -10,12 +10,15 @@ use std::net::IpAddr;
 pub fn push_quoted(out: &mut String, text: &str) {
     out.reserve(text.len() + 2);
     out.push('"');
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
+    // Most texts (a host, a route name) need no escape: copied whole, not a char at a time.
+    let mut rest = text;
+    while let Some(i) = memchr::memchr2(b'"', b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        out.push('\\');
+        out.push_str(&rest[i..=i]);
+        rest = &rest[i + 1..];
     }
+    out.push_str(rest);
     out.push('"');
 }
 
@@ -72,6 +75,23 @@ mod tests {
             let ip: IpAddr = ip.parse().unwrap();
             let mut buf = [0u8; 48];
             assert_eq!(ip_text(ip, &mut buf), ip.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn quoted_strings_escape_quotes_and_backslashes_only() {
+        for (text, quoted) in [
+            ("", r#""""#),
+            ("api.example.com:8080", r#""api.example.com:8080""#),
+            (r#"a";by=evil"#, r#""a\";by=evil""#),
+            (r"\", r#""\\""#),
+            (r#"""#, r#""\"""#),
+            (r#"x"y\z""#, r#""x\"y\\z\"""#),
+            ("é", "\"é\""),
+        ] {
+            let mut out = String::from("host=");
+            push_quoted(&mut out, text);
+            assert_eq!(out, format!("host={quoted}"), "{text:?}");
         }
     }
 }

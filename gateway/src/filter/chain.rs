@@ -1115,6 +1115,7 @@ mod tests {
                 tls: false,
                 sni: None,
                 client_hash: Default::default(),
+                client_text: Default::default(),
             }),
             route: Arc::from("r"),
             start: tokio::time::Instant::now(),

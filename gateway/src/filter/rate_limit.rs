@@ -846,6 +846,7 @@ mod tests {
             tls: false,
             sni: None,
             client_hash: Default::default(),
+            client_text: Default::default(),
         };
         assert_eq!(conn.client_hash(), client_ip_hash(v4));
         assert_eq!(conn.client_hash(), conn.client_hash());

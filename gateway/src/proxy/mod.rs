@@ -24,6 +24,7 @@ pub mod tls;
 mod upgrade;
 mod upstream;
 
+pub use headers::ClientText;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -168,7 +169,7 @@ impl ProxyRoute {
         parts.headers.remove(header::EXPECT);
         headers::add_forwarding(
             &mut parts.headers,
-            cx.client_ip(),
+            cx.conn.client_text(),
             cx.conn.tls,
             client_host.as_ref(),
             parts.version,

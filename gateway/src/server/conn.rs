@@ -194,6 +194,7 @@ pub async fn serve(
                 tls: false,
                 sni: None,
                 client_hash: Default::default(),
+                client_text: Default::default(),
             };
             serve_http(rt, stream, info, h1, h2, watch).await;
         }
@@ -292,6 +293,7 @@ async fn serve_tls(
         tls: true,
         sni,
         client_hash: Default::default(),
+        client_text: Default::default(),
     };
     // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
     let (h1, h2) = if alpn_h2 {

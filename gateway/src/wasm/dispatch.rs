@@ -51,6 +51,7 @@ impl Dispatch {
                 tls: false,
                 sni: None,
                 client_hash: Default::default(),
+                client_text: Default::default(),
             }),
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),

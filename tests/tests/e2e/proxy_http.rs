@@ -78,6 +78,21 @@ async fn forwarding_headers_and_host() {
     );
     assert_eq!(seen.header("via"), "1.1 gateway");
 
+    // The next request on the connection, with no forwarding headers of its own: the
+    // connection's address (made once per connection) goes in as it is.
+    let req = Request::get("/y")
+        .header("host", "api.example.com:8080")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(c.send(req).await.unwrap().status(), 200);
+    let seen = b.last().unwrap();
+    assert_eq!(seen.uri, "/y");
+    assert_eq!(seen.header("x-forwarded-for"), "127.0.0.1");
+    assert_eq!(
+        seen.header("forwarded"),
+        "for=127.0.0.1;proto=http;host=\"api.example.com:8080\""
+    );
+
     // preserve_host: false sends the target's authority instead.
     let gw = TestGateway::start(&yaml(&upstream, ", preserve_host: false")).await;
     let mut c = http1(gw.addr("main")).await;

@@ -50,6 +50,7 @@ pub(super) async fn serve(
         tls: true,
         sni,
         client_hash: Default::default(),
+        client_text: Default::default(),
     };
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
