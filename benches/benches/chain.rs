@@ -54,6 +54,7 @@ fn request_cx() -> RequestCx {
         tls: false,
         sni: None,
         client_hash: Default::default(),
+        client_text: Default::default(),
     };
     RequestCx {
         conn: Arc::new(conn),

@@ -122,6 +122,7 @@ fn bench(c: &mut Criterion) {
         tls: false,
         sni: None,
         client_hash: Default::default(),
+        client_text: Default::default(),
     };
     let route: Arc<str> = Arc::from("users");
     let upstream: Arc<str> = Arc::from("users");
