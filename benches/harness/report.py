@@ -555,10 +555,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--stdout", action="store_true", help="print the Markdown instead")
     args = p.parse_args(argv)
     res = Results(args.csv)
-    text = render(res, args.plots, args.doc.parent)
     if args.stdout:
-        sys.stdout.write(text)
+        # Only the text: the plots in the docs belong to the run the docs show.
+        sys.stdout.write(render(res, None, args.doc.parent))
         return 0
+    text = render(res, args.plots, args.doc.parent)
     doc = args.doc.read_text()
     if BEGIN not in doc or END not in doc:
         sys.exit(f"{args.doc} has no {BEGIN} ... {END} markers")

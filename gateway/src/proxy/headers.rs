@@ -193,6 +193,8 @@ pub struct ClientText {
     ip: HeaderValue,
     /// `for=ADDRESS;proto=SCHEME`: the element `Forwarded` gets, before its host.
     element: Box<str>,
+    /// `X-Forwarded-Proto`: the scheme the client connected with.
+    proto: HeaderValue,
 }
 
 impl ClientText {
@@ -216,16 +218,16 @@ impl ClientText {
             // Digits, dots, colons and hex letters: always a valid field value.
             ip: HeaderValue::try_from(ip).unwrap_or(HeaderValue::from_static("unknown")),
             element: element.into(),
+            proto: if tls { HTTPS } else { HTTP },
         }
     }
 }
 
-/// Adds the forwarding headers for a request from `client` that arrived with `version` over
-/// TLS or not, addressed to `host`.
+/// Adds the forwarding headers for a request from `client` (its address and scheme) that
+/// arrived with `version`, addressed to `host`.
 pub(crate) fn add_forwarding(
     headers: &mut HeaderMap,
     client: &ClientText,
-    tls: bool,
     host: Option<&HeaderValue>,
     version: Version,
 ) {
@@ -266,7 +268,7 @@ pub(crate) fn add_forwarding(
         }
     }
 
-    headers.insert(&X_FORWARDED_PROTO, if tls { HTTPS } else { HTTP });
+    headers.insert(&X_FORWARDED_PROTO, client.proto.clone());
     match host {
         Some(h) => headers.insert(&X_FORWARDED_HOST, h.clone()),
         None => headers.remove(&X_FORWARDED_HOST),
@@ -502,7 +504,6 @@ mod tests {
         add_forwarding(
             &mut h,
             &ClientText::new("192.0.2.7".parse().unwrap(), false),
-            false,
             Some(&host),
             Version::HTTP_11,
         );
@@ -526,7 +527,6 @@ mod tests {
         add_forwarding(
             &mut h,
             &ClientText::new("2001:db8::1".parse().unwrap(), true),
-            true,
             Some(&host),
             Version::HTTP_2,
         );
@@ -534,6 +534,7 @@ mod tests {
             h["forwarded"],
             "for=\"[2001:db8::1]\";proto=https;host=\"a\\\";by=evil\""
         );
+        assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["via"], "2 gateway");
     }
 }

@@ -170,7 +170,6 @@ impl ProxyRoute {
         headers::add_forwarding(
             &mut parts.headers,
             cx.conn.client_text(),
-            cx.conn.tls,
             client_host.as_ref(),
             parts.version,
         );
