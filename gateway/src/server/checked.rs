@@ -1,4 +1,5 @@
-//! The IO wrapper that applies [`Framing`] to an HTTP/1 connection's incoming bytes.
+//! The IO wrapper between hyper and a client connection: it applies [`Framing`] to an HTTP/1
+//! connection's incoming bytes, and gathers an HTTP/2 connection's writes ([`WriteGather`]).
 //!
 //! Bytes of a complete, well-framed request go to hyper as read (the common case costs one scan
 //! of the head and nothing per body byte beyond counting). An incomplete head is held back until
@@ -15,6 +16,7 @@ use std::task::{Context, Poll, ready};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::coalesce::WriteGather;
 use super::framing::{Framing, Scan, Violation};
 use super::policy::Rejections;
 
@@ -33,11 +35,16 @@ pub struct CheckedIo<T> {
     /// A request was refused: after `ready`, the stream ends.
     closing: bool,
     rejected: Rejections,
+    writes: WriteGather,
 }
 
 impl<T> CheckedIo<T> {
     /// Wraps `inner`; [`Framing::off`] makes this a plain pass-through.
     pub fn new(inner: T, framing: Framing, rejected: Rejections) -> Self {
+        let mut writes = WriteGather::default();
+        if framing.is_http2() {
+            writes.enable();
+        }
         Self {
             inner,
             framing,
@@ -45,6 +52,7 @@ impl<T> CheckedIo<T> {
             ready: Bytes::new(),
             closing: false,
             rejected,
+            writes,
         }
     }
 
@@ -93,7 +101,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                 }
                 let fresh = &buf.filled()[before..];
                 let keep = match this.framing.scan(fresh) {
-                    Scan::Pass => return Poll::Ready(Ok(())),
+                    Scan::Pass => {
+                        if this.framing.is_http2() {
+                            this.writes.enable();
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
                     Scan::Hold(n) => {
                         this.held.extend_from_slice(&fresh[n..]);
                         n
@@ -125,7 +138,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
             }
             this.held.extend_from_slice(more.filled());
             match this.framing.scan(&this.held) {
-                Scan::Pass => this.ready = this.held.split().freeze(),
+                Scan::Pass => {
+                    if this.framing.is_http2() {
+                        this.writes.enable();
+                    }
+                    this.ready = this.held.split().freeze();
+                }
                 Scan::Hold(n) => this.ready = this.held.split_to(n).freeze(),
                 Scan::Reject(n, v) => {
                     let pass = this.held.split_to(n).freeze();
@@ -146,7 +164,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        this.writes.poll_write(Pin::new(&mut this.inner), cx, buf)
     }
 
     fn poll_write_vectored(
@@ -154,7 +173,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = &mut *self;
+        this.writes
+            .poll_write_vectored(Pin::new(&mut this.inner), cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -162,11 +183,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        this.writes.poll_flush(Pin::new(&mut this.inner), cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        this.writes.poll_shutdown(Pin::new(&mut this.inner), cx)
     }
 }
 

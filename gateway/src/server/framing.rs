@@ -88,6 +88,8 @@ pub struct Framing {
     state: State,
     /// Longest head held back; a longer one goes to the parser, which answers 431.
     max_head: usize,
+    /// The connection speaks HTTP/2 (chosen by ALPN, or its preface came first).
+    http2: bool,
 }
 
 #[derive(Debug)]
@@ -177,7 +179,11 @@ impl Framing {
         } else {
             State::Head(Head::default())
         };
-        Self { state, max_head }
+        Self {
+            state,
+            max_head,
+            http2: false,
+        }
     }
 
     /// A connection that is not checked (HTTP/2 chosen by ALPN).
@@ -185,12 +191,18 @@ impl Framing {
         Self {
             state: State::Off,
             max_head: 0,
+            http2: true,
         }
     }
 
     /// Whether checking has stopped for good.
     pub fn is_off(&self) -> bool {
         matches!(self.state, State::Off)
+    }
+
+    /// Whether the connection speaks HTTP/2.
+    pub fn is_http2(&self) -> bool {
+        self.http2
     }
 
     /// Scans bytes in arrival order. After [`Scan::Hold`], the next call starts with the held
@@ -208,6 +220,7 @@ impl Framing {
                         return Scan::Hold(0);
                     } else {
                         self.state = State::Off;
+                        self.http2 = true;
                         return Scan::Pass;
                     }
                 }

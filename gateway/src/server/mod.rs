@@ -5,6 +5,7 @@
 //! `server.drain_timeout`) and returns.
 
 pub mod checked;
+pub mod coalesce;
 pub mod conn;
 pub mod framing;
 pub mod h3;

@@ -1,7 +1,8 @@
 //! How an HTTP/2 connection runs its streams: the streams a poll of the connection accepts are
 //! started right after that poll, inside the connection's own task, and the connection is
 //! polled once more to send what they answered. A stream becomes a task of its own only if it
-//! has to wait.
+//! has to wait. Every poll but the task's last lets the connection's flushes wait, so that what
+//! the streams answered leaves in one write (`super::coalesce`).
 //!
 //! Why: spawned at once (hyper's usual executor), every stream waited its turn in the run
 //! queue behind every other ready task, and its response waited again for the connection's
@@ -18,6 +19,8 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+
+use super::coalesce::{self, Deferring};
 
 /// A stream's future, as hyper hands it over.
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -87,14 +90,25 @@ impl<C: Future> Future for StreamBatch<C> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
-        for _ in 0..MAX_ROUNDS {
+        // Whether the next poll of the connection may leave its flush owed (see
+        // `super::coalesce`): never on the last round, nor right after a round that owed one.
+        let mut defer = true;
+        for round in 0..MAX_ROUNDS {
+            let deferring = defer && round + 1 < MAX_ROUNDS;
             let res = {
                 let _collecting = Collecting::start();
+                let _deferring = deferring.then(Deferring::start);
                 self.conn.as_mut().poll(cx)
             };
+            let flush_owed = deferring && coalesce::owed();
             let mut accepted = ACCEPTED.take();
             if accepted.is_empty() {
                 ACCEPTED.set(accepted);
+                if flush_owed && res.is_pending() {
+                    // Polled once more, only to send what this poll gathered.
+                    defer = false;
+                    continue;
+                }
                 return res;
             }
             // Started outside the collecting: a stream hands nothing to the executor, but if
@@ -106,6 +120,7 @@ impl<C: Future> Future for StreamBatch<C> {
             if res.is_ready() {
                 return res;
             }
+            defer = true;
         }
         // Streams were started in the last round: their answers go out on the next poll.
         cx.waker().wake_by_ref();
@@ -204,6 +219,60 @@ mod tests {
         );
         assert_eq!(b.conn.polls, 2, "polled again to send the answers");
         assert_eq!(waker.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn answers_started_together_leave_in_one_write_on_one_more_poll() {
+        use std::sync::Mutex;
+
+        use crate::server::coalesce::WriteGather;
+        use crate::server::coalesce::test_writer::Recorder;
+
+        let answers = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let written = Arc::new(Mutex::new(Recorder::default()));
+        let (queued, socket) = (answers.clone(), written.clone());
+        let mut gather = WriteGather::default();
+        gather.enable();
+        let mut b = batch(move |n| {
+            if n == 1 {
+                for i in 0..3 {
+                    let queued = queued.clone();
+                    BatchedStreams.execute(async move {
+                        queued
+                            .lock()
+                            .unwrap()
+                            .push(format!("answer {i};").into_bytes());
+                    });
+                }
+            }
+            // As h2 does: each answer a write and a flush of its own, and a flush to end.
+            let mut socket = socket.lock().unwrap();
+            let mut cx = Context::from_waker(Waker::noop());
+            for answer in queued.lock().unwrap().drain(..) {
+                assert!(
+                    gather
+                        .poll_write(Pin::new(&mut *socket), &mut cx, &answer)
+                        .is_ready()
+                );
+                assert!(
+                    gather
+                        .poll_flush(Pin::new(&mut *socket), &mut cx)
+                        .is_ready()
+                );
+            }
+            assert!(
+                gather
+                    .poll_flush(Pin::new(&mut *socket), &mut cx)
+                    .is_ready()
+            );
+            Poll::Pending
+        });
+        poll_once(&mut b, &Arc::default());
+        assert_eq!(
+            written.lock().unwrap().writes,
+            vec![b"answer 0;answer 1;answer 2;".to_vec()]
+        );
+        assert_eq!(b.conn.polls, 3, "accept, answer (gathered), send");
     }
 
     #[tokio::test]
