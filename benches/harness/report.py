@@ -297,7 +297,9 @@ def kernel_floor_section(res: Results) -> list[str]:
             if None in (g_cpu, g_sys, p_cpu, p_sys):
                 continue
             budget = p_cpu / goal
-            if g_sys >= budget:
+            if g_cpu <= budget:
+                verdict = f"met, with {budget - g_cpu:.2f} µs to spare"
+            elif g_sys >= budget:
                 verdict = "out of reach: the kernel time alone exceeds the budget"
             else:
                 verdict = f"user time would have to fall to {budget - g_sys:.2f} µs"
