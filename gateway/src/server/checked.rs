@@ -219,6 +219,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_http2_preface_turns_write_gathering_on_and_http1_leaves_it_off() {
+        use crate::server::coalesce::{Deferring, owed};
+
+        for (first, gathered) in [
+            (&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..], true),
+            (b"GET / HTTP/1.1\r\n\r\n", false),
+        ] {
+            let (mut client, server) = tokio::io::duplex(1024);
+            let mut io = CheckedIo::new(server, Framing::http1(8192, true), Rejections::default());
+            client.write_all(first).await.unwrap();
+            let mut buf = vec![0u8; first.len()];
+            io.read_exact(&mut buf).await.unwrap();
+            {
+                let _deferring = Deferring::start();
+                io.write_all(b"answer").await.unwrap();
+                io.flush().await.unwrap();
+                assert_eq!(owed(), gathered);
+            }
+            io.flush().await.unwrap();
+            let mut got = [0u8; 6];
+            client.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"answer");
+        }
+    }
+
+    #[tokio::test]
     async fn good_requests_pass_unchanged_however_they_arrive() {
         let input: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
         assert_eq!(through(&[input]).await, input);

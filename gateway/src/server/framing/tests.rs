@@ -147,13 +147,24 @@ fn expect_continue_releases_a_chunked_head_before_its_body() {
 fn http2_preface_turns_checking_off() {
     let mut f = Framing::http1(64 * 1024, true);
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\n\n";
+    assert!(!f.is_http2());
     assert_eq!(run(&mut f, &[&preface[..10], &preface[10..]]).1, None);
     assert!(f.is_off());
+    assert!(f.is_http2(), "the preface says HTTP/2");
     // Without sniffing (an HTTP/1-only connection) the preface is just a bad request line,
     // the parser's to refuse.
     let mut f = Framing::http1(64 * 1024, false);
     assert!(!f.is_off());
     let _ = run(&mut f, &[preface]);
+    assert!(!f.is_http2());
+    // Checking stopped for another reason (an upgrade) is not HTTP/2; ALPN's `h2` is.
+    let mut f = Framing::http1(64 * 1024, true);
+    let _ = run(
+        &mut f,
+        &[b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"],
+    );
+    assert!(f.is_off() && !f.is_http2());
+    assert!(Framing::off().is_http2());
 }
 
 #[test]
