@@ -253,6 +253,8 @@ pub(crate) fn add_forwarding(
             list.push_str(";host=");
             crate::ip_text::push_quoted(&mut list, host);
         }
+        // Visible ASCII throughout: the prior values and the host passed `to_str`, the host is
+        // quoted with its quotes and backslashes escaped, and the element is the connection's.
         HeaderValue::try_from(list).ok()
     };
     match headers.entry(header::FORWARDED) {

@@ -41,10 +41,6 @@ pub struct CheckedIo<T> {
 impl<T> CheckedIo<T> {
     /// Wraps `inner`; [`Framing::off`] makes this a plain pass-through.
     pub fn new(inner: T, framing: Framing, rejected: Rejections) -> Self {
-        let mut writes = WriteGather::default();
-        if framing.is_http2() {
-            writes.enable();
-        }
         Self {
             inner,
             framing,
@@ -52,7 +48,7 @@ impl<T> CheckedIo<T> {
             ready: Bytes::new(),
             closing: false,
             rejected,
-            writes,
+            writes: WriteGather::default(),
         }
     }
 
@@ -101,12 +97,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                 }
                 let fresh = &buf.filled()[before..];
                 let keep = match this.framing.scan(fresh) {
-                    Scan::Pass => {
-                        if this.framing.is_http2() {
-                            this.writes.enable();
-                        }
-                        return Poll::Ready(Ok(()));
-                    }
+                    Scan::Pass => return Poll::Ready(Ok(())),
                     Scan::Hold(n) => {
                         this.held.extend_from_slice(&fresh[n..]);
                         n
@@ -138,12 +129,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
             }
             this.held.extend_from_slice(more.filled());
             match this.framing.scan(&this.held) {
-                Scan::Pass => {
-                    if this.framing.is_http2() {
-                        this.writes.enable();
-                    }
-                    this.ready = this.held.split().freeze();
-                }
+                Scan::Pass => this.ready = this.held.split().freeze(),
                 Scan::Hold(n) => this.ready = this.held.split_to(n).freeze(),
                 Scan::Reject(n, v) => {
                     let pass = this.held.split_to(n).freeze();
@@ -165,7 +151,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        this.writes.poll_write(Pin::new(&mut this.inner), cx, buf)
+        let gather = this.framing.is_http2();
+        this.writes
+            .poll_write(gather, Pin::new(&mut this.inner), cx, buf)
     }
 
     fn poll_write_vectored(
@@ -174,8 +162,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
+        let gather = this.framing.is_http2();
         this.writes
-            .poll_write_vectored(Pin::new(&mut this.inner), cx, bufs)
+            .poll_write_vectored(gather, Pin::new(&mut this.inner), cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use tokio::io::AsyncWrite;
 
 /// Gathered bytes go out before they reach this: one full TLS record.
-pub const GATHER_LIMIT: usize = 16 * 1024;
+const GATHER_LIMIT: usize = 16 * 1024;
 
 /// Most slices of one vectored write passed on together with the gathered bytes (h2 writes two).
 const MAX_SLICES: usize = 8;
@@ -54,22 +54,16 @@ pub fn owed() -> bool {
     OWED.get()
 }
 
-/// The write side of one connection: passes writes through until [`WriteGather::enable`], then
-/// gathers them while flushes are deferred.
+/// The write side of one connection: gathers writes while flushes are deferred, if the caller
+/// says the connection is one to gather (it speaks HTTP/2), and passes them through otherwise.
 #[derive(Debug, Default)]
 pub struct WriteGather {
-    enabled: bool,
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     sent: usize,
 }
 
 impl WriteGather {
-    /// Gathers from now on (the connection speaks HTTP/2).
-    pub fn enable(&mut self) {
-        self.enabled = true;
-    }
-
     fn pending(&self) -> &[u8] {
         &self.buf[self.sent..]
     }
@@ -115,13 +109,16 @@ impl WriteGather {
         Poll::Ready(Ok(()))
     }
 
+    /// Writes `bufs`, gathered if `gather` (the connection speaks HTTP/2) and flushes are
+    /// deferred.
     pub fn poll_write_vectored<T: AsyncWrite>(
         &mut self,
+        gather: bool,
         mut inner: Pin<&mut T>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if !self.enabled || !DEFERRING.get() {
+        if !gather || !DEFERRING.get() {
             ready!(self.poll_drain(inner.as_mut(), cx))?;
             return inner.poll_write_vectored(cx, bufs);
         }
@@ -155,11 +152,12 @@ impl WriteGather {
 
     pub fn poll_write<T: AsyncWrite>(
         &mut self,
+        gather: bool,
         inner: Pin<&mut T>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored(inner, cx, &[IoSlice::new(buf)])
+        self.poll_write_vectored(gather, inner, cx, &[IoSlice::new(buf)])
     }
 
     pub fn poll_flush<T: AsyncWrite>(
@@ -255,23 +253,18 @@ mod tests {
         Context::from_waker(std::task::Waker::noop())
     }
 
+    /// A write of an HTTP/2 connection (one to gather).
     fn write(g: &mut WriteGather, r: &mut Recorder, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        g.poll_write(Pin::new(r), &mut cx(), bytes)
+        g.poll_write(true, Pin::new(r), &mut cx(), bytes)
     }
 
     fn flush(g: &mut WriteGather, r: &mut Recorder) -> Poll<io::Result<()>> {
         g.poll_flush(Pin::new(r), &mut cx())
     }
 
-    fn enabled() -> WriteGather {
-        let mut g = WriteGather::default();
-        g.enable();
-        g
-    }
-
     #[test]
     fn while_deferring_writes_and_flushes_wait_and_leave_together_in_order() {
-        let (mut g, mut r) = (enabled(), Recorder::default());
+        let (mut g, mut r) = (WriteGather::default(), Recorder::default());
         {
             let _d = Deferring::start();
             for part in [&b"one "[..], b"two ", b"three"] {
@@ -293,16 +286,15 @@ mod tests {
     }
 
     #[test]
-    fn not_enabled_or_not_deferring_writes_go_straight_through() {
+    fn not_gathered_or_not_deferring_writes_go_straight_through() {
         let (mut g, mut r) = (WriteGather::default(), Recorder::default());
         {
             let _d = Deferring::start();
-            let _ = write(&mut g, &mut r, b"h1 answer");
+            let _ = g.poll_write(false, Pin::new(&mut r), &mut cx(), b"h1 answer");
             let _ = flush(&mut g, &mut r);
             assert!(!owed());
         }
-        let mut g2 = enabled();
-        let _ = write(&mut g2, &mut r, b"outside a batch");
+        let _ = write(&mut g, &mut r, b"outside a batch");
         assert_eq!(
             r.writes,
             vec![b"h1 answer".to_vec(), b"outside a batch".to_vec()]
@@ -312,7 +304,7 @@ mod tests {
 
     #[test]
     fn past_the_limit_gathered_and_new_bytes_go_on_in_one_write() {
-        let (mut g, mut r) = (enabled(), Recorder::default());
+        let (mut g, mut r) = (WriteGather::default(), Recorder::default());
         let _d = Deferring::start();
         let small = vec![b'a'; 100];
         let big = vec![b'b'; GATHER_LIMIT];
@@ -327,7 +319,7 @@ mod tests {
 
     #[test]
     fn partial_and_refused_writes_lose_and_reorder_nothing() {
-        let (mut g, mut r) = (enabled(), Recorder::default());
+        let (mut g, mut r) = (WriteGather::default(), Recorder::default());
         let first = vec![b'x'; 1000];
         let second = vec![b'y'; GATHER_LIMIT];
         {
@@ -353,7 +345,7 @@ mod tests {
 
     #[test]
     fn shutdown_writes_what_was_gathered_first() {
-        let (mut g, mut r) = (enabled(), Recorder::default());
+        let (mut g, mut r) = (WriteGather::default(), Recorder::default());
         {
             let _d = Deferring::start();
             let _ = write(&mut g, &mut r, b"goaway");

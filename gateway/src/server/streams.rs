@@ -232,7 +232,6 @@ mod tests {
         let written = Arc::new(Mutex::new(Recorder::default()));
         let (queued, socket) = (answers.clone(), written.clone());
         let mut gather = WriteGather::default();
-        gather.enable();
         let mut b = batch(move |n| {
             if n == 1 {
                 for i in 0..3 {
@@ -251,7 +250,7 @@ mod tests {
             for answer in queued.lock().unwrap().drain(..) {
                 assert!(
                     gather
-                        .poll_write(Pin::new(&mut *socket), &mut cx, &answer)
+                        .poll_write(true, Pin::new(&mut *socket), &mut cx, &answer)
                         .is_ready()
                 );
                 assert!(
