@@ -1,6 +1,6 @@
 //! The in-memory cache of small files (nginx's `open_file_cache` plus the content). An entry
-//! holds the file's bytes, its compressed variants and every header value precomputed, so a hit
-//! does no file I/O and allocates nothing beyond the response's header map. Entries are trusted
+//! holds the file's bytes, its compressed variants and each one's 200 header map precomputed, so
+//! a hit does no file I/O and allocates nothing beyond its copy of that map. Entries are trusted
 //! for `revalidate_after`, then one request re-checks the file (path, inode, size, mtime) while
 //! the others keep being served. The map is sharded behind read-write locks, so readers never
 //! wait on each other; total bytes are bounded with CLOCK eviction (a "used" bit per entry).
@@ -11,13 +11,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 
 use super::encoding::{Accept, Encoding};
 use super::resolve::Stamp;
+use super::response::{self, Head};
 
 /// Bytes charged per entry on top of its content (map slot, header values, key).
 const ENTRY_OVERHEAD: usize = 512;
+/// Bytes charged per representation for its 200's header map (up to nine headers).
+const VARIANT_OVERHEAD: usize = 1024;
 const SHARDS: usize = 16;
 
 /// One representation held in memory.
@@ -25,16 +28,34 @@ pub(super) struct Variant {
     pub(super) encoding: Option<Encoding>,
     pub(super) body: Bytes,
     pub(super) etag: HeaderValue,
-    pub(super) content_length: HeaderValue,
+    /// The headers of a 200 for it, `Server` slot first (see [`response::ok_headers`]).
+    pub(super) ok_headers: HeaderMap,
+}
+
+/// What every representation of one file shares.
+struct Shared<'a> {
+    content_type: &'a HeaderValue,
+    last_modified: &'a HeaderValue,
+    vary: bool,
+    cache_control: Option<&'a HeaderValue>,
 }
 
 impl Variant {
-    fn new(encoding: Option<Encoding>, body: Bytes, etag: HeaderValue) -> Self {
+    fn new(encoding: Option<Encoding>, body: Bytes, etag: HeaderValue, file: &Shared<'_>) -> Self {
+        let head = Head {
+            content_type: file.content_type,
+            last_modified: file.last_modified,
+            etag: &etag,
+            vary: file.vary,
+            encoding,
+            cache_control: file.cache_control,
+        };
+        let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
         Self {
             encoding,
-            content_length: HeaderValue::from(body.len()),
             body,
             etag,
+            ok_headers,
         }
     }
 }
@@ -51,7 +72,7 @@ pub(super) struct Entry {
     pub(super) identity: Variant,
     /// Encoded variants, in server preference order.
     encoded: Box<[Variant]>,
-    /// When the file was last checked, in ns of the terminal's clock.
+    /// When the file was last checked, in ms of the terminal's clock.
     checked: AtomicU64,
     used: AtomicBool,
     weight: usize,
@@ -63,20 +84,32 @@ impl Entry {
         content_type: HeaderValue,
         body: Bytes,
         encoded: Vec<(Encoding, Bytes, HeaderValue)>,
+        cache_control: Option<&HeaderValue>,
     ) -> Self {
         let version = stamp.version;
+        let last_modified = version.last_modified();
+        let file = Shared {
+            content_type: &content_type,
+            last_modified: &last_modified,
+            vary: !encoded.is_empty(),
+            cache_control,
+        };
         let encoded: Box<[Variant]> = encoded
             .into_iter()
-            .map(|(e, b, t)| Variant::new(Some(e), b, t))
+            .map(|(e, b, t)| Variant::new(Some(e), b, t, &file))
             .collect();
-        let weight =
-            ENTRY_OVERHEAD + body.len() + encoded.iter().map(|v| v.body.len()).sum::<usize>();
+        let identity = Variant::new(None, body, version.etag(None), &file);
+        let weight = ENTRY_OVERHEAD
+            + VARIANT_OVERHEAD * (1 + encoded.len())
+            + identity.body.len()
+            + encoded.iter().map(|v| v.body.len()).sum::<usize>();
+        let vary = file.vary;
         Self {
             content_type,
-            last_modified: version.last_modified(),
+            last_modified,
             modified: version.http_secs(),
-            vary: !encoded.is_empty(),
-            identity: Variant::new(None, body, version.etag(None)),
+            vary,
+            identity,
             encoded,
             stamp,
             checked: AtomicU64::new(0),
@@ -130,7 +163,7 @@ impl Entry {
 }
 
 /// Whether an entry last checked at `checked` is due for a re-check at `now` (all in
-/// nanoseconds since the cache's epoch).
+/// milliseconds of the terminal's clock).
 fn recheck_due(checked: u64, now: u64, ttl: u64) -> bool {
     now.saturating_sub(checked) >= ttl
 }
@@ -252,6 +285,7 @@ mod tests {
                 Bytes::from_static(b"gz"),
                 HeaderValue::from_static("\"g\""),
             )],
+            None,
         ))
     }
 
@@ -262,7 +296,7 @@ mod tests {
         assert_eq!(c.get("/a").unwrap().identity.body.len(), 100);
         assert!(c.get("/b").is_none());
         c.insert("/a", entry(200));
-        assert_eq!(c.total(), ENTRY_OVERHEAD + 202);
+        assert_eq!(c.total(), ENTRY_OVERHEAD + 2 * VARIANT_OVERHEAD + 202);
         c.remove("/a");
         assert_eq!(c.total(), 0);
         assert!(c.get("/a").is_none());
@@ -270,7 +304,7 @@ mod tests {
 
     #[test]
     fn bounded_with_clock_eviction() {
-        let budget = 10 * (ENTRY_OVERHEAD + 1002);
+        let budget = 10 * (ENTRY_OVERHEAD + 2 * VARIANT_OVERHEAD + 1002);
         let c = Cache::new(budget);
         for i in 0..100 {
             c.insert(&format!("/f{i}"), entry(1000));

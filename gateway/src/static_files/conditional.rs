@@ -69,8 +69,46 @@ pub(super) struct Validators<'a> {
     pub(super) range_len: Option<u64>,
 }
 
-/// Evaluates the conditional headers in RFC 9110 order, then `Range`.
-pub(super) fn plan(headers: &HeaderMap, v: &Validators<'_>) -> Plan {
+/// Which of the headers that shape a file's answer a request carries, found in one pass over
+/// its names. Most requests carry none of them, and looking each one up in the map (hashing
+/// its name and probing) cost a cached file's request about 680 instructions, where the pass
+/// over two or three names costs a tenth of that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Asked {
+    pub(super) accept_encoding: bool,
+    pub(super) range: bool,
+    /// `If-Match`, `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since` or `If-Range`.
+    pub(super) preconditions: bool,
+}
+
+impl Asked {
+    pub(super) fn of(headers: &HeaderMap) -> Self {
+        let mut asked = Self::default();
+        for name in headers.keys() {
+            if name == header::ACCEPT_ENCODING {
+                asked.accept_encoding = true;
+            } else if name == header::RANGE {
+                asked.range = true;
+            } else if name == header::IF_MATCH
+                || name == header::IF_NONE_MATCH
+                || name == header::IF_MODIFIED_SINCE
+                || name == header::IF_UNMODIFIED_SINCE
+                || name == header::IF_RANGE
+            {
+                asked.preconditions = true;
+            }
+        }
+        asked
+    }
+}
+
+/// Evaluates the conditional headers in RFC 9110 order, then `Range`. `preconditions`: whether
+/// the request carries any ([`Asked`]); without them and without a range to serve the answer is
+/// the whole representation, known without a lookup.
+pub(super) fn plan(headers: &HeaderMap, preconditions: bool, v: &Validators<'_>) -> Plan {
+    if !preconditions && v.range_len.is_none() {
+        return Plan::Full;
+    }
     let etag = v.etag.as_bytes();
     if headers.contains_key(header::IF_MATCH) {
         if !any_tag_matches(headers, header::IF_MATCH, etag, false) {
@@ -262,12 +300,45 @@ mod tests {
         let etag = HeaderValue::from_static(ETAG);
         plan(
             &h,
+            Asked::of(&h).preconditions,
             &Validators {
                 etag: &etag,
                 modified: T,
                 range_len,
             },
         )
+    }
+
+    #[test]
+    fn one_pass_finds_every_header_that_shapes_the_answer() {
+        let of = |names: &[&str]| {
+            let mut h = HeaderMap::new();
+            for n in names {
+                h.append(
+                    header::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_static("x"),
+                );
+            }
+            Asked::of(&h)
+        };
+        assert_eq!(of(&[]), Asked::default());
+        assert_eq!(
+            of(&["host", "user-agent", "x-if-match", "ranges"]),
+            Asked::default()
+        );
+        for name in [
+            "if-match",
+            "If-None-Match",
+            "if-modified-since",
+            "if-unmodified-since",
+            "if-range",
+        ] {
+            let asked = of(&["host", name]);
+            assert!(asked.preconditions, "{name}");
+            assert!(!asked.range && !asked.accept_encoding, "{name}");
+        }
+        let asked = of(&["accept-encoding", "accept-encoding", "range", "accept"]);
+        assert!(asked.accept_encoding && asked.range && !asked.preconditions);
     }
 
     #[test]

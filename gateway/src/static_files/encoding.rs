@@ -277,6 +277,8 @@ mod tests {
         assert_eq!(accept("identity").choose(ALL), None);
         assert_eq!(accept("").choose(ALL), None);
         assert_eq!(Accept::from_headers(&HeaderMap::new()).choose(ALL), None);
+        // A request without the header is given the default without reading the map.
+        assert_eq!(Accept::from_headers(&HeaderMap::new()), Accept::default());
     }
 
     #[test]

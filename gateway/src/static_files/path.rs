@@ -73,21 +73,57 @@ fn rebuild(raw: &str) -> Result<String, PathError> {
 /// The fast path: a plain ASCII path that decoding and normalising would leave unchanged. One
 /// pass over the bytes (splitting into segments cost a cached file's request about 200
 /// instructions): every segment after the leading `/` is non-empty (no `//`) and does not start
-/// with a dot; the last may be empty (a trailing slash).
+/// with a dot; the last may be empty (a trailing slash). Each byte is classed by a table and
+/// judged by the class of the byte before it, without a branch (testing each byte's range cost
+/// about 20 instructions a byte, a branch on the classes still 10).
 fn is_clean(raw: &str) -> bool {
-    let mut after_slash = false;
+    let mut prev = PLAIN;
+    let mut refused = 0;
     for &c in raw.as_bytes() {
-        if !c.is_ascii_graphic()
-            || c == b'%'
-            || c == b'\\'
-            || (after_slash && matches!(c, b'/' | b'.'))
-        {
-            return false;
-        }
-        after_slash = c == b'/';
+        let class = CLASS[usize::from(c)];
+        refused |= REFUSED_PAIRS.wrapping_shr(u32::from(prev << 2 | class)) & 1;
+        prev = class;
     }
-    true
+    refused == 0
 }
+
+/// Byte classes of [`is_clean`].
+const REFUSED: u8 = 0;
+const PLAIN: u8 = 1;
+const SLASH: u8 = 2;
+/// `.`: plain, except first in a segment.
+const DOT: u8 = 3;
+
+/// Bit `prev << 2 | class` is set when a byte of `class` after one of `prev` is refused: a
+/// refused byte anywhere, and after a `/` also a `/` (an empty segment) or a `.` (a dot
+/// segment or a hidden name). A mask rather than a table: no bounds check in the loop.
+const REFUSED_PAIRS: u16 = {
+    let mut pairs = 0;
+    let mut prev = 0;
+    while prev < 4 {
+        pairs |= 1 << (prev << 2 | REFUSED);
+        prev += 1;
+    }
+    pairs | 1 << (SLASH << 2 | SLASH) | 1 << (SLASH << 2 | DOT)
+};
+
+const CLASS: [u8; 256] = {
+    let mut class = [REFUSED; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        // Visible ASCII; `%` (to decode) and `\` (a separator elsewhere) take the slow path.
+        if b.is_ascii_graphic() && b != b'%' && b != b'\\' {
+            class[c] = match b {
+                b'/' => SLASH,
+                b'.' => DOT,
+                _ => PLAIN,
+            };
+        }
+        c += 1;
+    }
+    class
+};
 
 /// Percent-decodes one segment into `out`. An encoded `/` would let one segment become two
 /// after decoding (the classic `..%2f..` escape), so it is refused rather than decoded.
@@ -200,6 +236,26 @@ mod tests {
     /// every plain path the full one leaves unchanged (but `.well-known`, too long to appear
     /// here): all paths of up to six bytes over the bytes that matter (slash, dot, percent,
     /// backslash, space, a letter, a digit).
+    /// Every byte, at the start of a segment and inside one, against the rule the table encodes.
+    #[test]
+    fn the_byte_table_classes_every_byte() {
+        for c in 0..=255u8 {
+            let plain = c.is_ascii_graphic() && c != b'%' && c != b'\\';
+            let mut raw = *b"/x/a?";
+            raw[4] = c;
+            let inside = std::str::from_utf8(&raw).is_ok_and(is_clean);
+            assert_eq!(inside, plain, "byte {c:#04x} inside a segment");
+            let mut raw = *b"/x/?";
+            raw[3] = c;
+            let first = std::str::from_utf8(&raw).is_ok_and(is_clean);
+            assert_eq!(
+                first,
+                plain && c != b'/' && c != b'.',
+                "byte {c:#04x} first"
+            );
+        }
+    }
+
     #[test]
     fn the_fast_path_agrees_with_the_full_one() {
         const BYTES: &[u8] = b"/.%\\ a1";

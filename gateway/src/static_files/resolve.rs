@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 
 use super::cache::Entry;
 use super::conditional::Version;
@@ -29,6 +29,7 @@ pub(super) struct Settings {
     pub(super) compress_min_size: u64,
     /// Largest file kept in memory; `None` when the cache is off.
     pub(super) cache_max_file: Option<u64>,
+    pub(super) cache_control: Option<HeaderValue>,
 }
 
 /// What a request wants, as far as choosing a representation goes.
@@ -37,6 +38,8 @@ pub(super) struct Want {
     pub(super) accept: Accept,
     /// A GET with `Range`: served in identity coding, since ranges address those bytes.
     pub(super) range: bool,
+    /// Whether the request carries any precondition (`If-...`), see [`super::conditional::plan`].
+    pub(super) preconditions: bool,
 }
 
 /// What identifies one version of a file and its siblings; equal stamps mean a cached entry
@@ -257,7 +260,13 @@ fn fill(
             }
         }
     }
-    Ok(Entry::new(stamp, ty.content_type, body, variants))
+    Ok(Entry::new(
+        stamp,
+        ty.content_type,
+        body,
+        variants,
+        s.cache_control.as_ref(),
+    ))
 }
 
 fn read_all(mut file: File, len: u64) -> io::Result<Bytes> {
