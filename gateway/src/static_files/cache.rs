@@ -32,27 +32,16 @@ pub(super) struct Variant {
     pub(super) ok_headers: HeaderMap,
 }
 
-/// What every representation of one file shares.
-struct Shared<'a> {
-    content_type: &'a HeaderValue,
-    last_modified: &'a HeaderValue,
-    vary: bool,
-    cache_control: Option<&'a HeaderValue>,
-}
-
 impl Variant {
-    fn new(encoding: Option<Encoding>, body: Bytes, etag: HeaderValue, file: &Shared<'_>) -> Self {
+    /// `file`: the file's headers with this representation's coding; `etag` replaces its ETag.
+    fn new(body: Bytes, etag: HeaderValue, file: Head<'_>) -> Self {
         let head = Head {
-            content_type: file.content_type,
-            last_modified: file.last_modified,
             etag: &etag,
-            vary: file.vary,
-            encoding,
-            cache_control: file.cache_control,
+            ..file
         };
         let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
         Self {
-            encoding,
+            encoding: file.encoding,
             body,
             etag,
             ok_headers,
@@ -88,17 +77,26 @@ impl Entry {
     ) -> Self {
         let version = stamp.version;
         let last_modified = version.last_modified();
-        let file = Shared {
+        let identity_etag = version.etag(None);
+        let file = Head {
             content_type: &content_type,
             last_modified: &last_modified,
+            etag: &identity_etag,
             vary: !encoded.is_empty(),
+            encoding: None,
             cache_control,
         };
         let encoded: Box<[Variant]> = encoded
             .into_iter()
-            .map(|(e, b, t)| Variant::new(Some(e), b, t, &file))
+            .map(|(e, b, t)| {
+                let head = Head {
+                    encoding: Some(e),
+                    ..file
+                };
+                Variant::new(b, t, head)
+            })
             .collect();
-        let identity = Variant::new(None, body, version.etag(None), &file);
+        let identity = Variant::new(body, identity_etag.clone(), file);
         let weight = ENTRY_OVERHEAD
             + VARIANT_OVERHEAD * (1 + encoded.len())
             + identity.body.len()

@@ -9,6 +9,7 @@ use crate::body::Body;
 use crate::error::error_response;
 
 /// The header values of one chosen representation.
+#[derive(Clone, Copy)]
 pub(super) struct Head<'a> {
     pub(super) content_type: &'a HeaderValue,
     pub(super) last_modified: &'a HeaderValue,
