@@ -272,6 +272,11 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
+    /// Plain HTTP/1.1 `GET`/`HEAD` requests for a fixed response or a cached static file are
+    /// answered without the general HTTP/1 machinery (see docs/architecture.md); `false`
+    /// sends every request through it.
+    #[serde(default = "yes")]
+    pub http1_fast_path: bool,
     /// HTTP/2 settings.
     #[serde(default)]
     pub http2: Http2Settings,

@@ -89,6 +89,8 @@ pub struct Router<T> {
     by_listener: Vec<Vec<usize>>,
     /// Some route has a `host` condition.
     matches_hosts: bool,
+    /// Some route has a `headers` condition.
+    matches_headers: bool,
 }
 
 impl<T> Router<T> {
@@ -107,10 +109,12 @@ impl<T> Router<T> {
         let matches_hosts = compiled
             .iter()
             .any(|(m, _)| !matches!(m.host, HostMatch::Any));
+        let matches_headers = compiled.iter().any(|(m, _)| !m.headers.is_empty());
         Self {
             routes: compiled,
             by_listener,
             matches_hosts,
+            matches_headers,
         }
     }
 
@@ -118,6 +122,12 @@ impl<T> Router<T> {
     /// finding the host (a header lookup and a scan for the port) on every request.
     pub fn matches_hosts(&self) -> bool {
         self.matches_hosts
+    }
+
+    /// Whether any route looks at request headers other than the host. When none does, a
+    /// request can be routed without a header map (the HTTP/1.1 fast path).
+    pub fn matches_headers(&self) -> bool {
+        self.matches_headers
     }
 
     /// The first route of `listener` that matches.
@@ -168,7 +178,8 @@ pub fn request_host<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
     strip_port(raw)
 }
 
-fn strip_port(authority: &str) -> &str {
+/// `authority` without its port (an IPv6 literal keeps its brackets).
+pub fn strip_port(authority: &str) -> &str {
     if authority.starts_with('[') {
         // IPv6 literal: keep the brackets' content.
         return authority

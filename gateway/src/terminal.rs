@@ -157,6 +157,62 @@ pub struct Respond {
     reusable: usize,
     /// The configured headers include `Server`, which the server's own then does not replace.
     sets_server: bool,
+    /// The response as the HTTP/1.1 fast path writes it, on a route without filters whose
+    /// response hyper would frame by its length.
+    canned: Option<Canned>,
+}
+
+/// A synthetic response as wire text, made at config load for the HTTP/1.1 fast path
+/// (`server::express`), in the order hyper writes the same response: the status line and the
+/// configured headers, then the server's own (`Server` unless configured, the listener's), then
+/// `Content-Length` and `Date`.
+pub struct Canned {
+    /// Status line and configured header lines.
+    pub head: Bytes,
+    /// The configured headers carry `Server`: the server's own is not added.
+    pub sets_server: bool,
+    /// `content-length: N` CRLF.
+    pub length: Bytes,
+    /// The body (not sent for `HEAD`).
+    pub body: Bytes,
+}
+
+impl Canned {
+    /// `None` when hyper would treat the response specially: no body allowed by its status, or
+    /// a configured header hyper reads (framing, connection, its own `Date`).
+    fn new(
+        status: StatusCode,
+        headers: &[(HeaderName, HeaderValue)],
+        body: &Bytes,
+    ) -> Option<Self> {
+        use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+        let bodiless = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let special = [CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION, DATE];
+        if bodiless || headers.iter().any(|(n, _)| special.contains(n)) {
+            return None;
+        }
+        let mut head = Vec::with_capacity(64 + headers.len() * 40);
+        head.extend_from_slice(b"HTTP/1.1 ");
+        head.extend_from_slice(status.as_str().as_bytes());
+        head.push(b' ');
+        // hyper's reason phrase, unknown codes included.
+        head.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        Some(Self {
+            head: head.into(),
+            sets_server: headers.iter().any(|(n, _)| n == http::header::SERVER),
+            length: format!("content-length: {}\r\n", body.len()).into(),
+            body: body.clone(),
+        })
+    }
 }
 
 impl Respond {
@@ -172,14 +228,28 @@ impl Respond {
         }
         let added = SERVER_HEADERS + if filtered { FILTER_HEADERS } else { 0 };
         let capacity = headers.len() + added;
+        let body = Bytes::from(cfg.body.clone());
         Ok(Self {
+            canned: (!filtered)
+                .then(|| Canned::new(status, &headers, &body))
+                .flatten(),
             status,
             capacity,
             reusable: HeaderMap::<HeaderValue>::with_capacity(capacity).capacity(),
             sets_server: headers.iter().any(|(name, _)| name == http::header::SERVER),
             headers,
-            body: Bytes::from(cfg.body.clone()),
+            body,
         })
+    }
+
+    /// The configured status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The response as wire text for the HTTP/1.1 fast path, if it has one.
+    pub fn canned(&self) -> Option<&Canned> {
+        self.canned.as_ref()
     }
 
     /// The response, in a fresh header map; the caller adds the `Server` header.

@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 use crate::context::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
+use crate::server::express;
 use crate::server::framing::Framing;
 use crate::server::idle::{ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
@@ -91,6 +92,25 @@ pub struct ListenerRuntime {
     pub metrics: ListenerMetrics,
     /// ACME HTTP-01 answers, on plain listeners.
     pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
+    /// Plain HTTP/1.1 requests for fixed responses and cached files skip hyper
+    /// ([`express`]).
+    pub http1_fast_path: bool,
+    /// Requests answered on that fast path.
+    pub fast_path_requests: crate::telemetry::Counter,
+}
+
+impl ListenerRuntime {
+    /// The counter of requests the listener answered on the HTTP/1.1 fast path.
+    pub fn fast_path_counter(
+        registry: &crate::telemetry::Registry,
+        listener: &str,
+    ) -> crate::telemetry::Counter {
+        registry.counter(
+            "gateway_http1_fast_path_requests_total",
+            "HTTP/1.1 requests answered on the fast path (fixed responses and cached files, without hyper), per listener.",
+            &[("listener", listener)],
+        )
+    }
 }
 
 impl ListenerRuntime {
@@ -373,8 +393,28 @@ where
             ))
         }
         (true, false) => {
-            let conn = Box::pin(rt.h1_builder.serve_connection(io, service).with_upgrades());
-            let served = drive(conn, |c| c.as_mut().graceful_shutdown(), rt, client, watch);
+            // The fast path takes the connection's first requests (all of them, usually); a
+            // request it does not answer hands the connection to hyper. Boxed, like hyper's
+            // connection: its state would otherwise enlarge every connection's task.
+            let checked = io.into_inner();
+            // Everything the hyper connection needs goes through `first`, so that this future
+            // keeps only the box (what it captures, it keeps for its whole life).
+            let first = Box::pin(first_requests(rt, checked, service, watch, client));
+            let served = async move {
+                let Some(HandedOff {
+                    io,
+                    service,
+                    rt,
+                    client,
+                    watch,
+                }) = first.await
+                else {
+                    return;
+                };
+                let conn = rt.h1_builder.serve_connection(TokioIo::new(io), service);
+                let conn = Box::pin(conn.with_upgrades());
+                drive(conn, |c| c.as_mut().graceful_shutdown(), rt, client, watch).await;
+            };
             Either::Right(Either::Left(served))
         }
         _ => {
@@ -390,6 +430,45 @@ where
             Either::Right(Either::Right(served))
         }
     }
+}
+
+/// An HTTP/1 connection handed to hyper after the fast path, with what serving it takes.
+struct HandedOff<IO> {
+    /// The connection, with the bytes read and not answered in front of it.
+    io: stream_proxy::Rewind<IO>,
+    service: HyperService,
+    rt: Arc<ListenerRuntime>,
+    client: SocketAddr,
+    watch: ConnWatch,
+}
+
+/// The HTTP/1.1 fast path ([`express`]) on a connection's first requests, when the listener
+/// has it on; then the connection for hyper, or `None` when it ended.
+async fn first_requests<IO>(
+    rt: Arc<ListenerRuntime>,
+    mut io: IO,
+    service: HyperService,
+    watch: ConnWatch,
+    client: SocketAddr,
+) -> Option<HandedOff<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut rest = bytes::BytesMut::new();
+    if rt.http1_fast_path {
+        let lane = express::Lane::new(&service.0, &rt.fast_path_requests);
+        match express::serve(&lane, &rt, &mut io, &mut rest, &watch).await {
+            express::Ended::Closed => return None,
+            express::Ended::HandOff => {}
+        }
+    }
+    Some(HandedOff {
+        io: stream_proxy::Rewind::new(rest.freeze(), io),
+        service,
+        rt,
+        client,
+        watch,
+    })
 }
 
 /// Drives one hyper connection until it ends or the watchdog ends it: a draining gateway or an

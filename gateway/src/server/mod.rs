@@ -7,8 +7,10 @@
 pub mod checked;
 pub mod coalesce;
 pub mod conn;
+pub mod express;
 pub mod framing;
 pub mod h3;
+mod http_date;
 pub mod idle;
 pub mod linger;
 pub mod listeners;

@@ -19,8 +19,9 @@ use super::response::{self, Head};
 
 /// Bytes charged per entry on top of its content (map slot, header values, key).
 const ENTRY_OVERHEAD: usize = 512;
-/// Bytes charged per representation for its 200's header map (up to nine headers).
-const VARIANT_OVERHEAD: usize = 1024;
+/// Bytes charged per representation for its 200's header map (up to nine headers) and the
+/// same headers as wire text for the HTTP/1.1 fast path.
+const VARIANT_OVERHEAD: usize = 1536;
 const SHARDS: usize = 16;
 
 /// One representation held in memory.
@@ -30,6 +31,8 @@ pub(super) struct Variant {
     pub(super) etag: HeaderValue,
     /// The headers of a 200 for it, `Server` slot first (see [`response::ok_headers`]).
     pub(super) ok_headers: HeaderMap,
+    /// The same headers as the HTTP/1.1 fast path writes them ([`response::wire_lines`]).
+    pub(super) wire: Bytes,
 }
 
 impl Variant {
@@ -40,11 +43,13 @@ impl Variant {
             ..file
         };
         let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
+        let wire = response::wire_lines(&ok_headers);
         Self {
             encoding: file.encoding,
             body,
             etag,
             ok_headers,
+            wire,
         }
     }
 }

@@ -76,11 +76,31 @@ impl Accept {
     /// Reads every `Accept-Encoding` header. Absent means identity only: RFC 9110 lets a
     /// server pick any coding then, but old clients that send nothing rarely decode anything.
     pub(super) fn from_headers(headers: &HeaderMap) -> Self {
+        Self::from_values(
+            headers
+                .get_all(ACCEPT_ENCODING)
+                .iter()
+                .map(|v| v.as_bytes()),
+        )
+    }
+
+    /// [`Accept::from_headers`] over the raw values of every `Accept-Encoding` header (the
+    /// HTTP/1.1 fast path reads them from the request's bytes).
+    pub(super) fn from_values<'a>(values: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut explicit: [Option<u16>; 3] = [None; 3];
         let mut star = None;
-        for value in headers.get_all(ACCEPT_ENCODING) {
-            // Non-UTF-8 bytes cannot name a coding we know; such a header is skipped whole.
-            let Ok(value) = value.to_str() else { continue };
+        for value in values {
+            // Only visible ASCII can name a coding we know (what `HeaderValue::to_str` takes);
+            // any other header is skipped whole.
+            if !value
+                .iter()
+                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+            {
+                continue;
+            }
+            let Ok(value) = std::str::from_utf8(value) else {
+                continue;
+            };
             for item in value.split(',') {
                 let mut parts = item.split(';');
                 let name = parts.next().unwrap_or("").trim();

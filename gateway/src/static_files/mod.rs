@@ -49,6 +49,15 @@ pub struct StaticFiles {
     reusable_map: usize,
 }
 
+/// A cached file's 200 for the HTTP/1.1 fast path: its header lines after `Server`
+/// (`name: value` CRLF each, `Content-Length` included) and its body.
+pub struct ExpressFile {
+    /// Header lines, without `Server`, `Date` or the status line.
+    pub lines: bytes::Bytes,
+    /// The representation's bytes (not sent for `HEAD`).
+    pub body: bytes::Bytes,
+}
+
 /// The request's header map, as a cached file's response gets it.
 enum RequestHeaders<'a> {
     /// Read for the preconditions; the response gets a fresh map.
@@ -144,6 +153,27 @@ impl StaticFiles {
             }
             Err(refused) => Some(crate::filter::with_server(*refused, server)),
         }
+    }
+
+    /// The HTTP/1.1 fast path's answer (`server::express`) for a plain `GET` or `HEAD` of
+    /// `path` (the request target's path, without its query) on a route without filters: the
+    /// 200 of a cached file that needs no re-check, chosen by `accept_encoding` (the request's
+    /// one `Accept-Encoding` value, if any). `None` for anything else (not cached, due for a
+    /// re-check, a path the normalisation refuses): the general path answers it. The caller
+    /// hands on requests with preconditions or ranges.
+    pub fn express(&self, path: &str, accept_encoding: Option<&[u8]>) -> Option<ExpressFile> {
+        let key = path::normalize(path).ok()?.key;
+        let entry = self.cache.get(&key)?;
+        if !entry.is_fresh(now_ms(), self.revalidate) {
+            return None;
+        }
+        let accept = accept_encoding
+            .map_or_else(Accept::default, |v| Accept::from_values(std::iter::once(v)));
+        let v = entry.choose(&accept);
+        Some(ExpressFile {
+            lines: v.wire.clone(),
+            body: v.body.clone(),
+        })
     }
 
     /// What the two answers without a future share: the request's refusal, or the fresh cached

@@ -82,6 +82,23 @@ pub(super) fn ok_headers(head: &Head<'_>, content_length: HeaderValue) -> Header
     h.clone()
 }
 
+/// The header lines of a cached representation's 200 as hyper writes them (`name: value`, CRLF,
+/// in the map's order), without the `Server` slot: what the HTTP/1.1 fast path sends after its
+/// status line and `Server`.
+pub(super) fn wire_lines(ok_headers: &HeaderMap) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(ok_headers.len() * 40);
+    for (name, value) in ok_headers {
+        if name == header::SERVER {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.into()
+}
+
 /// 200 for a cached representation, from its [`ok_headers`], with the server's `Server` header
 /// or none.
 pub(super) fn ok_cached(

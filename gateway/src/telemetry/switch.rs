@@ -38,6 +38,11 @@ impl<T> Switch<T> {
         old
     }
 
+    /// Whether the component is on (one atomic load).
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
     /// The component, when on.
     pub fn load_full(&self) -> Option<Arc<T>> {
         if !self.on.load(Ordering::Acquire) {

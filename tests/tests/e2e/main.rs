@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod conformance;
 mod core;
+mod fast_path;
 mod faults;
 mod h3;
 mod limits;

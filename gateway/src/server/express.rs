@@ -1,0 +1,576 @@
+//! The HTTP/1.1 fast path: plain `GET` and `HEAD` requests for a route's fixed response or a
+//! cached static file, answered from bytes made ahead of time, before hyper is involved.
+//!
+//! A keep-alive connection that asks only for such responses is served here from start to
+//! end: the request is parsed with the same parser hyper uses (httparse), routed, and answered
+//! with the response's wire text (made at config load, or when the file was cached), the
+//! server's headers and the `Date` line. hyper's parse into a header map, its response encoding
+//! and its dispatch cost a cached 1 KiB file more than half of the gateway's own instructions.
+//!
+//! Anything else hands the connection over to hyper for the rest of its life, with the bytes
+//! not yet answered (the request that did not qualify and whatever follows it): a request with
+//! a body or framing headers, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a
+//! target outside a conservative subset of what hyper takes, preconditions or ranges on a
+//! static file, a route with filters, a proxy route, no matching route, an access log or traces
+//! switched on, an ACME challenge pending, a parse error (hyper answers it) or more headers
+//! than [`MAX_HEADERS`]. The bytes arrive through the framing checks ([`super::checked`]) and
+//! the activity tracking ([`super::idle`]) as they would for hyper, so refusals, timeouts and
+//! the drain behave the same. The listener setting `http1_fast_path: false` turns this off.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use http::{HeaderMap, Method, StatusCode, Version};
+use stream_proxy::watchdog::Signal;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::conn::{ConnWatch, ListenerRuntime};
+use super::http_date;
+use super::idle::Verdict;
+use crate::router::strip_port;
+use crate::service::ConnService;
+use crate::telemetry::Counter;
+use crate::terminal::Terminal;
+
+/// Most header lines a request on the fast path may have; one with more is hyper's (which
+/// allows 128).
+const MAX_HEADERS: usize = 32;
+
+/// The read buffer's first size: a request head of a browser is 0.5–2 KiB.
+const READ_CHUNK: usize = 4096;
+
+/// Answers gathered from pipelined requests before they are written.
+const OUT_LIMIT: usize = 64 * 1024;
+
+/// The largest request target hyper's URI parser takes.
+const MAX_TARGET: usize = u16::MAX as usize - 1;
+
+/// How the fast path left a connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Closed: the client ended it, an error, a deadline or the drain.
+    Closed,
+    /// hyper serves the rest, starting with the bytes left in the read buffer.
+    HandOff,
+}
+
+/// A request the fast path may answer, as read from its head.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Plain<'b> {
+    head: bool,
+    /// The request target (path and query).
+    target: &'b str,
+    /// The target's path, without the query.
+    path: &'b str,
+    host: Option<&'b [u8]>,
+    accept_encoding: Option<&'b [u8]>,
+    /// `Range` or a precondition: a static file's answer depends on them.
+    conditional: bool,
+}
+
+/// Request-target bytes the fast path takes: visible ASCII except the characters hyper's URI
+/// parser refuses or treats specially (`#` starts a fragment) and a few it takes that no
+/// well-behaved client sends unencoded. A target with any other byte goes to hyper.
+const fn target_byte_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0x21;
+    while b < 0x7f {
+        t[b] = !matches!(
+            b as u8,
+            b'"' | b'#' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'
+        );
+        b += 1;
+    }
+    t
+}
+
+static TARGET_BYTES: [bool; 256] = target_byte_table();
+
+/// Whether every byte of `target` is one the fast path takes.
+fn plain_target(target: &str) -> bool {
+    target.starts_with('/')
+        && target.len() <= MAX_TARGET
+        && target.bytes().all(|b| TARGET_BYTES[b as usize])
+}
+
+/// Reads a parsed request's line and headers; `None` when hyper should have it.
+fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
+    if req.version != Some(1) {
+        return None;
+    }
+    let head = match req.method? {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return None,
+    };
+    let target = req.path?;
+    if !plain_target(target) {
+        return None;
+    }
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let mut plain = Plain {
+        head,
+        target,
+        path,
+        ..Plain::default()
+    };
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        // By length first: one comparison for most headers a client sends.
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            // A second `Host` or `Accept-Encoding` is hyper's, as is any `Connection` but
+            // `keep-alive`.
+            4 if is(b"host") && plain.host.replace(h.value).is_some() => return None,
+            15 if is(b"accept-encoding") && plain.accept_encoding.replace(h.value).is_some() => {
+                return None;
+            }
+            10 if is(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive") => {
+                return None;
+            }
+            // A body, or a request hyper treats specially.
+            14 if is(b"content-length") => return None,
+            17 if is(b"transfer-encoding") => return None,
+            6 if is(b"expect") => return None,
+            7 if is(b"upgrade") => return None,
+            5 if is(b"range") => plain.conditional = true,
+            8 if is(b"if-match") || is(b"if-range") => plain.conditional = true,
+            13 if is(b"if-none-match") => plain.conditional = true,
+            17 if is(b"if-modified-since") => plain.conditional = true,
+            19 if is(b"if-unmodified-since") => plain.conditional = true,
+            _ => {}
+        }
+    }
+    Some(plain)
+}
+
+/// The host a route's `host` condition sees: the `Host` header without its port, `""` when
+/// absent or not visible ASCII (as `router::request_host` reads it from a header map).
+fn host_of(value: Option<&[u8]>) -> &str {
+    let Some(value) = value else { return "" };
+    if !value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return "";
+    }
+    std::str::from_utf8(value).map_or("", strip_port)
+}
+
+/// The per-connection side of the fast path: what every answer on the connection shares.
+pub struct Lane<'a> {
+    svc: &'a ConnService,
+    /// The listener's count of requests answered here.
+    answered: &'a Counter,
+    /// The listener's own header lines (HSTS, `Alt-Svc`), added to every response as the
+    /// general path adds them.
+    listener_lines: Vec<u8>,
+    /// What routing gets for the header conditions it never has here.
+    no_headers: HeaderMap,
+}
+
+impl<'a> Lane<'a> {
+    /// The fast path of one connection served by `svc`.
+    pub fn new(svc: &'a ConnService, answered: &'a Counter) -> Self {
+        let mut listener_lines = Vec::new();
+        let lines = [
+            ("strict-transport-security", svc.policy.hsts.as_ref()),
+            ("alt-svc", svc.alt_svc.as_ref()),
+        ];
+        for (name, value) in lines {
+            if let Some(value) = value {
+                push_line(&mut listener_lines, name.as_bytes(), value.as_bytes());
+            }
+        }
+        Self {
+            svc,
+            answered,
+            listener_lines,
+            no_headers: HeaderMap::new(),
+        }
+    }
+
+    /// Appends the answer to `req` to `out`; `false` (nothing appended) when hyper should
+    /// answer it.
+    fn answer(&self, req: &Plain<'_>, out: &mut Vec<u8>) -> bool {
+        let svc = self.svc;
+        let telemetry = &svc.telemetry;
+        if telemetry.access_log.is_on() || telemetry.tracer.is_on() {
+            return false;
+        }
+        if req.target.len() > svc.policy.max_uri {
+            return false;
+        }
+        if let Some(c) = &svc.http01
+            && c.http_answer(req.path).is_some()
+        {
+            return false;
+        }
+        let start = Instant::now();
+        let generation = svc.generation.load();
+        let router = &generation.router;
+        if router.matches_headers() {
+            return false;
+        }
+        let Some(listener) = generation.listener_index(&svc.conn.listener) else {
+            return false;
+        };
+        let host = if router.matches_hosts() {
+            host_of(req.host)
+        } else {
+            ""
+        };
+        let method = if req.head { Method::HEAD } else { Method::GET };
+        let Some(index) = router.find_index(listener, &method, host, req.path, &self.no_headers)
+        else {
+            return false;
+        };
+        let route = router.route(index);
+        let server = generation.server_header.as_ref();
+        match &route.terminal {
+            Terminal::Respond(r) => {
+                let Some(canned) = r.canned() else {
+                    return false;
+                };
+                svc.activity.request_started(false);
+                out.extend_from_slice(&canned.head);
+                if !canned.sets_server
+                    && let Some(server) = server
+                {
+                    push_line(out, b"server", server.as_bytes());
+                }
+                out.extend_from_slice(&self.listener_lines);
+                out.extend_from_slice(&canned.length);
+                http_date::push_line(out);
+                out.extend_from_slice(b"\r\n");
+                if !req.head {
+                    out.extend_from_slice(&canned.body);
+                }
+                route
+                    .metrics
+                    .record(Version::HTTP_11, r.status(), start.elapsed());
+            }
+            Terminal::Static(files) => {
+                if req.conditional || !route.chain.is_empty() {
+                    return false;
+                }
+                let Some(file) = files.express(req.path, req.accept_encoding) else {
+                    return false;
+                };
+                svc.activity.request_started(false);
+                out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+                if let Some(server) = server {
+                    push_line(out, b"server", server.as_bytes());
+                }
+                out.extend_from_slice(&file.lines);
+                out.extend_from_slice(&self.listener_lines);
+                http_date::push_line(out);
+                out.extend_from_slice(b"\r\n");
+                if !req.head {
+                    out.extend_from_slice(&file.body);
+                }
+                route
+                    .metrics
+                    .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
+            }
+            Terminal::Proxy(_) => return false,
+        }
+        svc.activity.request_done();
+        self.answered.inc();
+        true
+    }
+}
+
+fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What answering the requests at the front of the buffer came to.
+enum Front {
+    /// Every complete request was answered; more bytes are needed for the next one.
+    NeedMore,
+    /// The answers reached [`OUT_LIMIT`]: write them, then go on with the buffer.
+    Full,
+    /// The request at the front of the buffer is hyper's.
+    HandOff,
+}
+
+/// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
+/// until one is hyper's, the buffer holds no complete request, or `out` is full.
+fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Vec<u8>) -> Front {
+    while !buf.is_empty() {
+        if out.len() >= OUT_LIMIT {
+            return Front::Full;
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        let len = match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Front::NeedMore,
+            // hyper answers a malformed head (400) or one with more headers (up to its own
+            // limit) itself.
+            Err(_) => return Front::HandOff,
+        };
+        match classify(&req) {
+            Some(plain) if lane.answer(&plain, out) => {}
+            _ => return Front::HandOff,
+        }
+        buf.advance(len);
+    }
+    Front::NeedMore
+}
+
+/// Serves `io` on the fast path until the connection ends or hyper has to take over
+/// ([`Ended::HandOff`]: `buf` then holds the bytes read and not answered).
+pub async fn serve<IO>(
+    lane: &Lane<'_>,
+    rt: &ListenerRuntime,
+    io: &mut IO,
+    buf: &mut BytesMut,
+    watch: &ConnWatch,
+) -> Ended
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut out = Vec::new();
+    loop {
+        let front = answer_front(lane, buf, &mut out);
+        // Answers already made go out before hyper takes over: they come first on the wire.
+        if !out.is_empty() {
+            let mut write = WriteAll {
+                io: &mut *io,
+                out: &out,
+                written: 0,
+            };
+            if let Err(end) = until_done(&mut write, watch, rt, true).await {
+                return end;
+            }
+            out.clear();
+        }
+        match front {
+            Front::HandOff => return Ended::HandOff,
+            Front::Full => continue,
+            Front::NeedMore => {}
+        }
+        if buf.len() >= rt.max_head {
+            // A head larger than the limit: hyper answers 431.
+            return Ended::HandOff;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let mut read = ReadMore {
+            io: &mut *io,
+            buf: &mut *buf,
+        };
+        match until_done(&mut read, watch, rt, false).await {
+            Ok(0) if buf.is_empty() => return Ended::Closed,
+            // The client ended mid-head: hyper reports it as it would have.
+            Ok(0) => return Ended::HandOff,
+            Ok(_) => {}
+            Err(end) => return end,
+        }
+    }
+}
+
+/// Runs an IO step until it is done or the watchdog ends the connection. While writing
+/// (`writing`), a drain or idle signal lets the answers already made go out first and then
+/// closes, as hyper's graceful shutdown does; while waiting for a request, it closes at once.
+async fn until_done<F>(
+    step: &mut F,
+    watch: &ConnWatch,
+    rt: &ListenerRuntime,
+    writing: bool,
+) -> Result<usize, Ended>
+where
+    F: Future<Output = std::io::Result<usize>> + Unpin,
+{
+    let mut draining = false;
+    loop {
+        let signal = match std::future::poll_fn(|cx| watch.poll_until(Pin::new(&mut *step), cx))
+            .await
+        {
+            Ok(Ok(_)) if draining => return Err(Ended::Closed),
+            Ok(Ok(n)) => return Ok(n),
+            Ok(Err(e)) => {
+                tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+                return Err(Ended::Closed);
+            }
+            Err(signal) => signal,
+        };
+        let verdict = match signal {
+            Signal::Stop => Verdict::Idle,
+            Signal::Expired(code) => Verdict::from_code(code),
+        };
+        match verdict {
+            Verdict::SlowHead => {
+                tracing::debug!(listener = %rt.name, "request head not received in time; closing");
+                return Err(Ended::Closed);
+            }
+            Verdict::WriteStalled => {
+                // Dropping the connection drops what it buffered (see `conn::drive`).
+                rt.metrics.write_timeouts.inc();
+                tracing::debug!(listener = %rt.name, "client read nothing for write_timeout; closing");
+                return Err(Ended::Closed);
+            }
+            Verdict::Idle | Verdict::Wait(_) if writing => draining = true,
+            Verdict::Idle | Verdict::Wait(_) => return Err(Ended::Closed),
+        }
+    }
+}
+
+/// Reads what the client sent into the buffer's free space.
+struct ReadMore<'a, IO> {
+    io: &'a mut IO,
+    buf: &'a mut BytesMut,
+}
+
+impl<IO: AsyncRead + Unpin> Future for ReadMore<'_, IO> {
+    type Output = std::io::Result<usize>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        tokio_util::io::poll_read_buf(Pin::new(&mut *this.io), cx, this.buf)
+    }
+}
+
+/// Writes and flushes the answers.
+struct WriteAll<'a, IO> {
+    io: &'a mut IO,
+    out: &'a [u8],
+    written: usize,
+}
+
+impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
+    type Output = std::io::Result<usize>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        while this.written < this.out.len() {
+            let n = std::task::ready!(
+                Pin::new(&mut *this.io).poll_write(cx, &this.out[this.written..])
+            )?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            this.written += n;
+        }
+        std::task::ready!(Pin::new(&mut *this.io).poll_flush(cx))?;
+        Poll::Ready(Ok(this.written))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &[u8], f: impl FnOnce(Option<Plain<'_>>)) {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        assert!(matches!(
+            req.parse(head),
+            Ok(httparse::Status::Complete(n)) if n == head.len()
+        ));
+        f(classify(&req));
+    }
+
+    #[test]
+    fn plain_requests_are_read_and_the_rest_left_to_hyper() {
+        parse(
+            b"GET /a/b?x=1 HTTP/1.1\r\nhOsT: example.com:8080\r\nAccept-Encoding: gzip\r\nConnection: Keep-Alive\r\nIf-None-Match: \"x\"\r\n\r\n",
+            |p| {
+                let p = p.expect("plain");
+                assert_eq!((p.head, p.target, p.path), (false, "/a/b?x=1", "/a/b"));
+                assert_eq!(p.host, Some(&b"example.com:8080"[..]));
+                assert_eq!(p.accept_encoding, Some(&b"gzip"[..]));
+                assert!(p.conditional);
+            },
+        );
+        parse(b"HEAD / HTTP/1.1\r\n\r\n", |p| {
+            let p = p.expect("plain");
+            assert!(p.head && !p.conditional && p.host.is_none());
+        });
+        for head in [
+            &b"POST / HTTP/1.1\r\n\r\n"[..],
+            b"GET / HTTP/1.0\r\n\r\n",
+            b"GET http://a/ HTTP/1.1\r\n\r\n",
+            b"GET * HTTP/1.1\r\n\r\n",
+            b"GET /a{b} HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"GET / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nAccept-Encoding: br\r\n\r\n",
+        ] {
+            parse(head, |p| {
+                assert!(p.is_none(), "{:?}", String::from_utf8_lossy(head));
+            });
+        }
+        for conditional in [
+            "Range: bytes=0-1",
+            "If-Match: *",
+            "if-range: x",
+            "If-Modified-Since: x",
+            "If-Unmodified-Since: x",
+        ] {
+            let head = format!("GET / HTTP/1.1\r\n{conditional}\r\n\r\n");
+            parse(head.as_bytes(), |p| assert!(p.expect("plain").conditional));
+        }
+    }
+
+    #[test]
+    fn every_target_taken_is_one_hyper_takes_with_the_same_path() {
+        // Each byte alone and between others, in the path and in the query.
+        for b in 0..=255u8 {
+            let byte = [b];
+            let Ok(text) = std::str::from_utf8(&byte) else {
+                continue;
+            };
+            for target in [format!("/{text}"), format!("/a{text}b?c{text}d")] {
+                if !plain_target(&target) {
+                    continue;
+                }
+                let uri: http::Uri = target
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{target:?} taken here, refused by http: {e}"));
+                let path = target.split_once('?').map_or(&target[..], |(p, _)| p);
+                assert_eq!(uri.path(), path, "{target:?}");
+                assert_eq!(uri.path_and_query().map(|p| p.as_str()), Some(&target[..]));
+            }
+        }
+        // What a client sends every day is taken.
+        assert!(plain_target("/static/app.3f9a.js?v=1&x=%20y"));
+        assert!(plain_target("/a/b;c=d/e~f!g$h'i(j)k*l+m,n:o@p"));
+        assert!(!plain_target("/a b"));
+        assert!(!plain_target("/a#frag"));
+    }
+
+    #[test]
+    fn the_host_is_read_as_the_router_reads_it() {
+        assert_eq!(host_of(None), "");
+        assert_eq!(host_of(Some(b"Example.com:8080")), "Example.com");
+        assert_eq!(host_of(Some(b"[::1]:443")), "[::1]");
+        assert_eq!(host_of(Some(b"a\xffb")), "");
+        // The same as `router::request_host` over a header map with that value.
+        for value in [&b"h.example:1"[..], b"h.example", b"[::1]", b"h:x"] {
+            let mut map = HeaderMap::new();
+            map.insert(
+                http::header::HOST,
+                http::HeaderValue::from_bytes(value).expect("value"),
+            );
+            let uri: http::Uri = "/".parse().expect("uri");
+            assert_eq!(
+                host_of(Some(value)),
+                crate::router::request_host(&uri, &map)
+            );
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The HTTP/1.1 fast path end to end: a listener with it answers exactly what a listener
+//! without it answers (status, every header but `Date`, body) for fixed responses and cached
+//! files, over keep-alive and pipelined requests; a request it does not take hands the
+//! connection to hyper with every byte in order; and its answers are counted.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use gateway_tests::{TestGateway, raw_with_timeout, temp_dir, write_file};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Two listeners with the same routes, one with the fast path (the default) and one without.
+const YAML: &str = r#"
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+listeners:
+  - name: fast
+    bind: 127.0.0.1:0
+  - name: general
+    bind: 127.0.0.1:0
+    http1_fast_path: false
+routes:
+  - name: hello
+    match: { path: /hello }
+    respond: { status: 200, body: "Hello, world!\n", headers: { content-type: text/plain, x-one: "1" } }
+  - name: teapot
+    match: { path: /teapot }
+    respond: { status: 418, body: "short and stout", headers: { server: kettle } }
+  - name: odd
+    match: { path: /odd }
+    respond: { status: 599 }
+  - name: filtered
+    match: { path: /filtered }
+    filters:
+      - headers: { response_set: { x-filtered: "yes" } }
+    respond: { body: "through the chain" }
+  - name: files
+    match: { path_prefix: /files }
+    static: { root: public, compress: [gzip], compress_min_size: 16 }
+"#;
+
+/// One response read off a connection.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    reason: String,
+    /// Every header but `date`, lower-case names, sorted.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// Splits `bytes` into the responses to `heads` (one per request: `true` for `HEAD`); `None`
+/// while they are incomplete.
+fn try_answers(mut bytes: &[u8], heads: &[bool]) -> Option<Vec<Answer>> {
+    let mut out = Vec::new();
+    for &head in heads {
+        let mut h = [httparse::EMPTY_HEADER; 32];
+        let mut res = httparse::Response::new(&mut h);
+        let len = match res.parse(bytes) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return None,
+            Err(e) => panic!("response {} malformed: {e:?}", out.len()),
+        };
+        let mut headers: Vec<(String, String)> = res
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8(h.value.to_vec()).expect("text header");
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .collect();
+        let dates = headers.iter().filter(|(n, _)| n == "date").count();
+        assert_eq!(dates, 1, "one Date header: {headers:?}");
+        headers.retain(|(n, _)| n != "date");
+        headers.sort();
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map_or(0, |(_, v)| v.parse().expect("length"));
+        let body_len = if head { 0 } else { length };
+        let body = bytes.get(len..len + body_len)?.to_vec();
+        out.push(Answer {
+            status: res.code.expect("status"),
+            reason: res.reason.expect("reason").to_owned(),
+            headers,
+            body,
+        });
+        bytes = &bytes[len + body_len..];
+    }
+    assert!(bytes.is_empty(), "bytes after the last response: {bytes:?}");
+    Some(out)
+}
+
+/// [`try_answers`] on a whole exchange.
+fn answers(bytes: &[u8], heads: &[bool]) -> Vec<Answer> {
+    try_answers(bytes, heads).unwrap_or_else(|| panic!("incomplete answers: {bytes:?}"))
+}
+
+/// Writes `requests` in one write on a new connection and reads until it has been quiet for a
+/// moment (or the gateway closed it).
+async fn exchange(addr: SocketAddr, requests: &[u8]) -> String {
+    raw_with_timeout(addr, requests, Duration::from_millis(500)).await
+}
+
+/// [`exchange`] for binary-safe responses.
+async fn exchange_bytes(addr: SocketAddr, requests: &[u8]) -> Vec<u8> {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(requests).await.expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+async fn start() -> TestGateway {
+    let dir = temp_dir();
+    write_file(
+        dir.path(),
+        "public/files/a.txt",
+        "the quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog\n",
+    );
+    write_file(dir.path(), "public/files/b.json", "{\"k\": 1}");
+    TestGateway::start_in(dir, YAML).await
+}
+
+async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let text = raw_with_timeout(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("count"))
+}
+
+/// Requests the fast path takes, each with whether it is `HEAD`.
+const PLAIN: &[(&str, bool)] = &[
+    ("GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", false),
+    ("HEAD /hello HTTP/1.1\r\nHost: a\r\n\r\n", true),
+    (
+        "GET /hello?x=1&y=%20 HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+        false,
+    ),
+    ("GET /teapot HTTP/1.1\r\nHost: a\r\n\r\n", false),
+    ("GET /odd HTTP/1.1\r\nHost: a\r\n\r\n", false),
+    ("GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n", false),
+    ("HEAD /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n", true),
+    (
+        "GET /files/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
+        false,
+    ),
+    (
+        "GET /files/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br;q=1, gzip;q=0\r\n\r\n",
+        false,
+    ),
+    (
+        "GET /files/b.json HTTP/1.1\r\nHost: a\r\nUser-Agent: t\r\nAccept: */*\r\n\r\n",
+        false,
+    ),
+];
+
+#[tokio::test]
+async fn answers_match_the_general_path_header_for_header() {
+    let gw = start().await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    // The files are cached by a first request on the general path.
+    let warm = b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
+    answers(&exchange_bytes(general, warm).await, &[false, false]);
+    let before = fast_path_count(&gw, "fast").await;
+    let requests: Vec<u8> = PLAIN.iter().flat_map(|(r, _)| r.bytes()).collect();
+    let heads: Vec<bool> = PLAIN.iter().map(|(_, h)| *h).collect();
+    let from_fast = answers(&exchange_bytes(fast, &requests).await, &heads);
+    let from_general = answers(&exchange_bytes(general, &requests).await, &heads);
+    for (i, (f, g)) in from_fast.iter().zip(&from_general).enumerate() {
+        assert_eq!(f, g, "request {i}: {:?}", PLAIN[i].0);
+    }
+    // What the answers say, so that the comparison is not of two wrong answers.
+    assert_eq!(from_fast[0].body, b"Hello, world!\n");
+    assert!(from_fast[0].headers.contains(&("x-one".into(), "1".into())));
+    assert!(
+        from_fast[0]
+            .headers
+            .contains(&("server".into(), "gateway".into()))
+    );
+    assert_eq!(from_fast[1].body, b"");
+    assert!(
+        from_fast[1]
+            .headers
+            .contains(&("content-length".into(), "14".into()))
+    );
+    assert_eq!(
+        (from_fast[3].status, from_fast[3].reason.as_str()),
+        (418, "I'm a teapot")
+    );
+    let servers: Vec<_> = from_fast[3]
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "server")
+        .collect();
+    assert_eq!(servers, [&("server".to_owned(), "kettle".to_owned())]);
+    assert_eq!(from_fast[4].status, 599);
+    assert!(from_fast[5].body.starts_with(b"the quick brown fox"));
+    assert!(
+        from_fast[7]
+            .headers
+            .contains(&("content-encoding".into(), "gzip".into()))
+    );
+    assert!(
+        !from_fast[8]
+            .headers
+            .iter()
+            .any(|(n, _)| n == "content-encoding")
+    );
+    assert_eq!(from_fast[9].body, b"{\"k\": 1}");
+    // Every one of them came off the fast path, and none of the general listener's did.
+    let after = fast_path_count(&gw, "fast").await;
+    assert_eq!(after - before, PLAIN.len() as u64);
+    assert_eq!(fast_path_count(&gw, "general").await, 0);
+}
+
+#[tokio::test]
+async fn a_request_it_does_not_take_hands_the_rest_to_hyper_in_order() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    // Cache the file first.
+    answers(
+        &exchange_bytes(fast, b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n").await,
+        &[false],
+    );
+    let before = fast_path_count(&gw, "fast").await;
+    let requests = concat!(
+        "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+        // A body: hyper's from here on.
+        "POST /hello HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+        "GET /filtered HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /files/a.txt HTTP/1.1\r\nHost: a\r\nRange: bytes=0-2\r\n\r\n",
+        "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    let out = exchange_bytes(fast, requests.as_bytes()).await;
+    let got = answers(&out, &[false; 6]);
+    let statuses: Vec<u16> = got.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 206, 200]);
+    assert_eq!(got[0].body, b"Hello, world!\n");
+    assert!(got[1].body.starts_with(b"the quick"));
+    assert_eq!(got[2].body, b"Hello, world!\n");
+    assert!(
+        got[3]
+            .headers
+            .contains(&("x-filtered".into(), "yes".into()))
+    );
+    assert_eq!(got[4].body, b"the");
+    assert_eq!(got[5].body, b"Hello, world!\n");
+    // The two before the POST were the fast path's; everything after it was hyper's.
+    assert_eq!(fast_path_count(&gw, "fast").await - before, 2);
+}
+
+#[tokio::test]
+async fn requests_with_framing_or_connection_headers_go_to_hyper() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    let before = fast_path_count(&gw, "fast").await;
+    // Each on its own connection, after one request the fast path takes.
+    let cases: &[(&str, u16, bool)] = &[
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            200,
+            true,
+        ),
+        ("GET /hello HTTP/1.0\r\nHost: a\r\n\r\n", 200, false),
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            200,
+            false,
+        ),
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+            200,
+            false,
+        ),
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            200,
+            false,
+        ),
+        ("GET /hello\"x HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
+        ("GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
+        (
+            "GET /files/missing.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+            404,
+            false,
+        ),
+        ("DELETE /hello HTTP/1.1\r\nHost: a\r\n\r\n", 200, false),
+        ("GET /hello HTTP/1.1\r\nHost a\r\n\r\n", 400, true),
+    ];
+    for (request, status, closes) in cases {
+        let both = format!("GET /hello HTTP/1.1\r\nHost: a\r\n\r\n{request}");
+        let out = exchange(fast, both.as_bytes()).await;
+        let second = out
+            .match_indices("HTTP/1.")
+            .nth(1)
+            .map(|(i, _)| &out[i..])
+            .unwrap_or_else(|| panic!("two answers to {request:?}: {out:?}"));
+        assert_eq!(
+            second.get(9..12),
+            Some(status.to_string().as_str()),
+            "{request:?}: {out:?}"
+        );
+        if *closes {
+            assert!(
+                second.to_ascii_lowercase().contains("connection: close"),
+                "{request:?}: {second:?}"
+            );
+        }
+    }
+    assert_eq!(
+        fast_path_count(&gw, "fast").await - before,
+        cases.len() as u64,
+        "only the first request of each connection"
+    );
+}
+
+#[tokio::test]
+async fn many_pipelined_requests_are_answered_in_order_across_writes() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    answers(
+        &exchange_bytes(fast, b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n").await,
+        &[false],
+    );
+    // More answers than the fast path gathers into one write (64 KiB).
+    let n = 1500;
+    let mut requests = Vec::new();
+    for i in 0..n {
+        let path = if i % 2 == 0 { "/files/a.txt" } else { "/hello" };
+        requests
+            .extend_from_slice(format!("GET {path}?i={i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    }
+    let mut tcp = TcpStream::connect(fast).await.expect("connect");
+    let (mut rd, mut wr) = tcp.split();
+    let write = async {
+        wr.write_all(&requests).await.expect("write");
+    };
+    let read = async {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        let heads = vec![false; n];
+        loop {
+            if let Some(got) = try_answers(&out, &heads) {
+                return got;
+            }
+            match tokio::time::timeout(Duration::from_secs(5), rd.read(&mut buf)).await {
+                Ok(Ok(k)) if k > 0 => out.extend_from_slice(&buf[..k]),
+                other => panic!("connection ended after {} bytes: {other:?}", out.len()),
+            }
+        }
+    };
+    let ((), got) = tokio::join!(write, read);
+    for (i, a) in got.iter().enumerate() {
+        assert_eq!(a.status, 200);
+        if i % 2 == 0 {
+            assert!(a.body.starts_with(b"the quick"), "answer {i}");
+        } else {
+            assert_eq!(a.body, b"Hello, world!\n", "answer {i}");
+        }
+    }
+}
