@@ -18,6 +18,7 @@
 //! the drain behave the same. The listener setting `http1_fast_path: false` turns this off.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -29,8 +30,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::conn::{ConnWatch, ListenerRuntime};
 use super::http_date;
 use super::idle::Verdict;
+use crate::generation::Generation;
 use crate::router::strip_port;
 use crate::service::ConnService;
+use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
 use crate::telemetry::Counter;
 use crate::terminal::Terminal;
 
@@ -192,30 +195,29 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Appends the answer to `req` to `out`; `false` (nothing appended) when hyper should
-    /// answer it.
-    fn answer(&self, req: &Plain<'_>, out: &mut Vec<u8>) -> bool {
+    /// Appends the answer to `req` to `out`, or says why not.
+    fn answer(&self, req: &Plain<'_>, out: &mut Vec<u8>) -> Outcome {
         let svc = self.svc;
         let telemetry = &svc.telemetry;
         if telemetry.access_log.is_on() || telemetry.tracer.is_on() {
-            return false;
+            return Outcome::HandOff;
         }
         if req.target.len() > svc.policy.max_uri {
-            return false;
+            return Outcome::HandOff;
         }
         if let Some(c) = &svc.http01
             && c.http_answer(req.path).is_some()
         {
-            return false;
+            return Outcome::HandOff;
         }
         let start = Instant::now();
         let generation = svc.generation.load();
         let router = &generation.router;
         if router.matches_headers() {
-            return false;
+            return Outcome::HandOff;
         }
         let Some(listener) = generation.listener_index(&svc.conn.listener) else {
-            return false;
+            return Outcome::HandOff;
         };
         let host = if router.matches_hosts() {
             host_of(req.host)
@@ -225,14 +227,14 @@ impl<'a> Lane<'a> {
         let method = if req.head { Method::HEAD } else { Method::GET };
         let Some(index) = router.find_index(listener, &method, host, req.path, &self.no_headers)
         else {
-            return false;
+            return Outcome::HandOff;
         };
         let route = router.route(index);
         let server = generation.server_header.as_ref();
         match &route.terminal {
             Terminal::Respond(r) => {
                 let Some(canned) = r.canned() else {
-                    return false;
+                    return Outcome::HandOff;
                 };
                 svc.activity.request_started(false);
                 out.extend_from_slice(&canned.head);
@@ -254,33 +256,99 @@ impl<'a> Lane<'a> {
             }
             Terminal::Static(files) => {
                 if req.conditional || !route.chain.is_empty() {
-                    return false;
+                    return Outcome::HandOff;
                 }
-                let Some(file) = files.express(req.path, req.accept_encoding) else {
-                    return false;
-                };
                 svc.activity.request_started(false);
-                out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-                if let Some(server) = server {
-                    push_line(out, b"server", server.as_bytes());
-                }
-                out.extend_from_slice(&file.lines);
-                out.extend_from_slice(&self.listener_lines);
-                http_date::push_line(out);
-                out.extend_from_slice(b"\r\n");
-                if !req.head {
-                    out.extend_from_slice(&file.body);
+                match files.express(req.path, req.accept_encoding) {
+                    None => {
+                        svc.activity.request_done();
+                        return Outcome::HandOff;
+                    }
+                    Some(Express::Ready(file)) => self.push_file(&file, req.head, server, out),
+                    Some(Express::Recheck(recheck)) => {
+                        return Outcome::Recheck(Box::new(Pending {
+                            files: files.clone(),
+                            recheck,
+                            head: req.head,
+                            generation: arc_swap::Guard::into_inner(generation),
+                            index,
+                            start,
+                        }));
+                    }
                 }
                 route
                     .metrics
                     .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
             }
-            Terminal::Proxy(_) => return false,
+            Terminal::Proxy(_) => return Outcome::HandOff,
         }
         svc.activity.request_done();
         self.answered.inc();
-        true
+        Outcome::Answered
     }
+
+    /// Appends a cached file's 200.
+    fn push_file(
+        &self,
+        file: &ExpressFile,
+        head: bool,
+        server: Option<&http::HeaderValue>,
+        out: &mut Vec<u8>,
+    ) {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        if let Some(server) = server {
+            push_line(out, b"server", server.as_bytes());
+        }
+        out.extend_from_slice(&file.lines);
+        out.extend_from_slice(&self.listener_lines);
+        http_date::push_line(out);
+        out.extend_from_slice(b"\r\n");
+        if !head {
+            out.extend_from_slice(&file.body);
+        }
+    }
+
+    /// Finishes a request whose file needed its re-check: its answer appended to `out`, or
+    /// `false` when the general path has to answer it.
+    async fn finish_recheck(&self, pending: Pending, out: &mut Vec<u8>) -> bool {
+        let file = pending.files.recheck(pending.recheck).await;
+        let answered = match file {
+            Some(file) => {
+                let server = pending.generation.server_header.as_ref();
+                self.push_file(&file, pending.head, server, out);
+                let route = pending.generation.router.route(pending.index);
+                let elapsed = pending.start.elapsed();
+                route
+                    .metrics
+                    .record(Version::HTTP_11, StatusCode::OK, elapsed);
+                self.answered.inc();
+                true
+            }
+            None => false,
+        };
+        self.svc.activity.request_done();
+        answered
+    }
+}
+
+/// What became of a request.
+enum Outcome {
+    /// Its answer is in the output.
+    Answered,
+    /// hyper answers it.
+    HandOff,
+    /// Its cached file is due for a re-check, which this request does before it is answered.
+    Recheck(Box<Pending>),
+}
+
+/// A request waiting for its file's re-check.
+struct Pending {
+    files: Arc<StaticFiles>,
+    recheck: Recheck,
+    head: bool,
+    generation: Arc<Generation>,
+    index: usize,
+    start: Instant,
 }
 
 fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -298,10 +366,12 @@ enum Front {
     Full,
     /// The request at the front of the buffer is hyper's.
     HandOff,
+    /// The request at the front, `len` bytes, waits for its file's re-check.
+    Recheck(Box<Pending>, usize),
 }
 
 /// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
-/// until one is hyper's, the buffer holds no complete request, or `out` is full.
+/// until one is hyper's or waits, the buffer holds no complete request, or `out` is full.
 fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Vec<u8>) -> Front {
     while !buf.is_empty() {
         if out.len() >= OUT_LIMIT {
@@ -316,9 +386,13 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Vec<u8>) -> Front
             // limit) itself.
             Err(_) => return Front::HandOff,
         };
-        match classify(&req) {
-            Some(plain) if lane.answer(&plain, out) => {}
-            _ => return Front::HandOff,
+        let Some(plain) = classify(&req) else {
+            return Front::HandOff;
+        };
+        match lane.answer(&plain, out) {
+            Outcome::Answered => {}
+            Outcome::HandOff => return Front::HandOff,
+            Outcome::Recheck(pending) => return Front::Recheck(pending, len),
         }
         buf.advance(len);
     }
@@ -339,7 +413,19 @@ where
 {
     let mut out = Vec::new();
     loop {
-        let front = answer_front(lane, buf, &mut out);
+        let front = match answer_front(lane, buf, &mut out) {
+            // The re-check goes to the blocking pool; the answer joins the others after it,
+            // in order.
+            Front::Recheck(pending, len) => {
+                if !lane.finish_recheck(*pending, &mut out).await {
+                    Front::HandOff
+                } else {
+                    buf.advance(len);
+                    Front::Full
+                }
+            }
+            front => front,
+        };
         // Answers already made go out before hyper takes over: they come first on the wire.
         if !out.is_empty() {
             let mut write = WriteAll {
@@ -354,7 +440,7 @@ where
         }
         match front {
             Front::HandOff => return Ended::HandOff,
-            Front::Full => continue,
+            Front::Full | Front::Recheck(..) => continue,
             Front::NeedMore => {}
         }
         if buf.len() >= rt.max_head {

@@ -49,6 +49,23 @@ pub struct StaticFiles {
     reusable_map: usize,
 }
 
+/// What the HTTP/1.1 fast path gets for a cached file ([`StaticFiles::express`]).
+pub enum Express {
+    /// The answer.
+    Ready(ExpressFile),
+    /// The file is due for its re-check and this request does it ([`StaticFiles::recheck`]).
+    Recheck(Recheck),
+}
+
+/// A re-check claimed by a fast-path request.
+pub struct Recheck {
+    key: String,
+    prev: Arc<Entry>,
+    accept: Accept,
+    /// When it was claimed, in ms of the cache's clock.
+    now: u64,
+}
+
 /// A cached file's 200 for the HTTP/1.1 fast path: its header lines after `Server`
 /// (`name: value` CRLF each, `Content-Length` included) and its body.
 pub struct ExpressFile {
@@ -56,6 +73,16 @@ pub struct ExpressFile {
     pub lines: bytes::Bytes,
     /// The representation's bytes (not sent for `HEAD`).
     pub body: bytes::Bytes,
+}
+
+impl ExpressFile {
+    fn of(entry: &Entry, accept: &Accept) -> Self {
+        let v = entry.choose(accept);
+        Self {
+            lines: v.wire.clone(),
+            body: v.body.clone(),
+        }
+    }
 }
 
 /// The request's header map, as a cached file's response gets it.
@@ -157,23 +184,65 @@ impl StaticFiles {
 
     /// The HTTP/1.1 fast path's answer (`server::express`) for a plain `GET` or `HEAD` of
     /// `path` (the request target's path, without its query) on a route without filters: the
-    /// 200 of a cached file that needs no re-check, chosen by `accept_encoding` (the request's
-    /// one `Accept-Encoding` value, if any). `None` for anything else (not cached, due for a
-    /// re-check, a path the normalisation refuses): the general path answers it. The caller
-    /// hands on requests with preconditions or ranges.
-    pub fn express(&self, path: &str, accept_encoding: Option<&[u8]>) -> Option<ExpressFile> {
+    /// 200 of a cached file, chosen by `accept_encoding` (the request's one `Accept-Encoding`
+    /// value, if any), or the file's re-check when it is due and this request claimed it (as
+    /// [`StaticFiles::serve`] does: other requests meanwhile get the entry as it is). `None`
+    /// when the file is not cached or the path is refused: the general path answers it. The
+    /// caller hands on requests with preconditions or ranges.
+    pub fn express(&self, path: &str, accept_encoding: Option<&[u8]>) -> Option<Express> {
         let key = path::normalize(path).ok()?.key;
         let entry = self.cache.get(&key)?;
-        if !entry.is_fresh(now_ms(), self.revalidate) {
-            return None;
-        }
         let accept = accept_encoding
             .map_or_else(Accept::default, |v| Accept::from_values(std::iter::once(v)));
-        let v = entry.choose(&accept);
-        Some(ExpressFile {
-            lines: v.wire.clone(),
-            body: v.body.clone(),
-        })
+        let now = now_ms();
+        if entry.claim_revalidation(now, self.revalidate) {
+            return Some(Express::Recheck(Recheck {
+                key: key.into_owned(),
+                prev: entry,
+                accept,
+                now,
+            }));
+        }
+        Some(Express::Ready(ExpressFile::of(&entry, &accept)))
+    }
+
+    /// Re-checks a cached file for the fast path, on the blocking pool as the general path
+    /// does: the answer from the entry as it is or as it is now, or `None` (the entry dropped)
+    /// when the file is gone or no longer one the cache holds, for the general path to answer.
+    pub async fn recheck(&self, recheck: Recheck) -> Option<ExpressFile> {
+        #[cfg(test)]
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Recheck {
+            key,
+            prev,
+            accept,
+            now,
+        } = recheck;
+        let settings = self.settings.clone();
+        let old = prev.clone();
+        let want = Want {
+            accept,
+            range: false,
+            preconditions: false,
+        };
+        let job = tokio::task::spawn_blocking(move || {
+            let found = resolve::lookup(&settings, &key, want, Some(&old));
+            (key, found)
+        });
+        let (key, found) = job.await.ok()?;
+        match found {
+            Ok(Found::Unchanged) => Some(ExpressFile::of(&prev, &accept)),
+            Ok(Found::Cached(e)) => {
+                e.set_checked(now);
+                self.cache.insert(&key, e.clone());
+                Some(ExpressFile::of(&e, &accept))
+            }
+            _ => {
+                self.cache.remove(&key);
+                None
+            }
+        }
     }
 
     /// What the two answers without a future share: the request's refusal, or the fresh cached

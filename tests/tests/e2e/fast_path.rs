@@ -375,3 +375,48 @@ async fn many_pipelined_requests_are_answered_in_order_across_writes() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_file_due_for_its_recheck_is_rechecked_on_the_fast_path() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    // Cached by a first request (a miss is the general path's).
+    answers(
+        &exchange_bytes(fast, b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n").await,
+        &[false],
+    );
+    let mut tcp = TcpStream::connect(fast).await.expect("connect");
+    let get = b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
+    async fn one(tcp: &mut TcpStream, request: &[u8]) -> Answer {
+        tcp.write_all(request).await.expect("write");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(mut got) = try_answers(&out, &[false]) {
+                return got.remove(0);
+            }
+            let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+                .await
+                .expect("answer in time")
+                .expect("read");
+            assert!(n > 0, "connection closed");
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+    let before = fast_path_count(&gw, "fast").await;
+    assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 1}");
+    // A new version of the file, noticed once `revalidate_after` (1 s) has passed.
+    write_file(
+        gw.dir(),
+        "public/files/b.json",
+        "{\"k\": 2, \"more\": true}",
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 2, \"more\": true}");
+    assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 2, \"more\": true}");
+    // Removed: the general path answers 404, on the same connection.
+    std::fs::remove_file(gw.dir().join("public/files/b.json")).expect("remove");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(one(&mut tcp, get).await.status, 404);
+    assert_eq!(fast_path_count(&gw, "fast").await - before, 3);
+}
