@@ -34,7 +34,7 @@ class Scenario:
     name: str
     title: str
     tool: str  # wrk | h2load | h3load
-    port: str  # http | tls | l4 | h3 (which port of each server)
+    port: str  # http | tls | l4 | h3 | general (which port of each server)
     path: str
     needs: str  # a capability from servers.CAPABILITIES (or an optional gateway section)
     conns: list[int]
@@ -83,14 +83,14 @@ SCENARIOS = [
     Scenario("l4-tcp-close", "L4 TCP proxy, new connection (and upstream connection) per request",
              "wrk", "l4", "/hello", "l4", [200], [200], close=True, body_size=14),
     Scenario("wasm", "Wasm add-header plugin vs the native headers filter, on respond", "wrk",
-             "http", "", "native", [200], [200], peers=["gateway"],
+             "general", "", "native", [200], [200], peers=["gateway"],
              variants=[Variant("native", "/native", "native"), Variant("wasm", "/wasm", "wasm")]),
     Scenario("waf", "WAF (every built-in detector, 50 custom rules) on vs off, on respond", "wrk",
-             "http", "", "native", [200], [200], headers=BROWSER_HEADERS, peers=["gateway"],
+             "general", "", "native", [200], [200], headers=BROWSER_HEADERS, peers=["gateway"],
              variants=[Variant("waf off", "/nowaf" + WAF_PATH, "native"),
                        Variant("waf on", "/waf" + WAF_PATH, "waf")]),
     Scenario("rate-limit", "Rate limit (by client IP, nothing refused) on vs off, on respond",
-             "wrk", "http", "", "native", [200], [200], peers=["gateway"],
+             "wrk", "general", "", "native", [200], [200], peers=["gateway"],
              variants=[Variant("rate limit off", "/nolimit", "native"),
                        Variant("rate limit on", "/limited", "rate-limit")]),
 ]  # fmt: skip

@@ -4,7 +4,8 @@ placeholders filled in, its own ports, and a CPU: the server under test on the s
 backend on the load CPU.
 
 Ports of an instance, from its base: HTTP (base), HTTPS (base + 1), L4 TCP (base + 2), HTTP/3
-(base + 3, UDP; Caddy serves HTTP/3 on its HTTPS port instead).
+(base + 3, UDP; Caddy serves HTTP/3 on its HTTPS port instead), and for the gateway a second
+HTTP listener without the HTTP/1.1 fast path (base + 4), where the filter comparisons run.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ CAPABILITIES = {
 }
 
 # Optional sections of configs/gateway.yaml and the capability each one brings.
-GATEWAY_SECTIONS = {"h3": "h3", "wasm": "wasm", "waf": "waf", "rate-limit": "rate-limit"}
+GATEWAY_SECTIONS = {
+    "h3": "h3",
+    "wasm": "wasm",
+    "waf": "waf",
+    "rate-limit": "rate-limit",
+    "general": "general",
+}
 
 
 @dataclass
@@ -131,10 +138,14 @@ class Server:
     def ports(self) -> dict[str, int]:
         b = self.base
         h3 = b + 1 if self.kind == "caddy" else b + 3
-        return {"http": b, "tls": b + 1, "l4": b + 2, "h3": h3}
+        return {"http": b, "tls": b + 1, "l4": b + 2, "h3": h3, "general": b + 4}
 
     def url(self, scheme_port: str, path: str) -> str:
-        scheme = "http" if scheme_port in ("http", "l4") else "https"
+        # A gateway without the fast path's setting (an older build compared) serves the
+        # general path on its one HTTP port.
+        if scheme_port == "general" and "general" not in self.capabilities:
+            scheme_port = "http"
+        scheme = "http" if scheme_port in ("http", "l4", "general") else "https"
         return f"{scheme}://127.0.0.1:{self.ports[scheme_port]}{path}"
 
     @property
@@ -155,6 +166,7 @@ class Server:
             "TLS": str(self.ports["tls"]),
             "L4": str(self.ports["l4"]),
             "H3": str(self.ports["h3"]),
+            "GENERAL": str(self.ports["general"]),
         }
 
     # === configuration ===
