@@ -300,6 +300,11 @@ pub async fn tls_connect(
 /// Sends raw bytes, half-closes nothing, and returns everything read until the server closes
 /// or `timeout` passes without data.
 pub async fn raw_with_timeout(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> String {
+    String::from_utf8_lossy(&raw_bytes_with_timeout(addr, bytes, timeout).await).into_owned()
+}
+
+/// [`raw_with_timeout`] for binary answers.
+pub async fn raw_bytes_with_timeout(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> Vec<u8> {
     let mut tcp = TcpStream::connect(addr).await.expect("connect");
     tcp.write_all(bytes).await.expect("write");
     let mut out = Vec::new();
@@ -310,7 +315,7 @@ pub async fn raw_with_timeout(addr: SocketAddr, bytes: &[u8], timeout: Duration)
             Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// [`raw_with_timeout`] with a 2 s quiet timeout.

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gateway_tests::{TestGateway, raw_with_timeout, temp_dir, write_file};
+use gateway_tests::{TestGateway, raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -105,17 +105,14 @@ async fn exchange(addr: SocketAddr, requests: &[u8]) -> String {
 
 /// [`exchange`] for binary-safe responses.
 async fn exchange_bytes(addr: SocketAddr, requests: &[u8]) -> Vec<u8> {
-    let mut tcp = TcpStream::connect(addr).await.expect("connect");
-    tcp.write_all(requests).await.expect("write");
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    out
+    raw_bytes_with_timeout(addr, requests, Duration::from_millis(500)).await
+}
+
+/// Puts a file in the cache: its first request (a miss) is the general path's.
+async fn cache(addr: SocketAddr, path: &str) {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let got = answers(&exchange_bytes(addr, request.as_bytes()).await, &[false]);
+    assert_eq!(got[0].status, 200, "{path}");
 }
 
 async fn start() -> TestGateway {
@@ -173,9 +170,8 @@ const PLAIN: &[(&str, bool)] = &[
 async fn answers_match_the_general_path_header_for_header() {
     let gw = start().await;
     let (fast, general) = (gw.addr("fast"), gw.addr("general"));
-    // The files are cached by a first request on the general path.
-    let warm = b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\nGET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
-    answers(&exchange_bytes(general, warm).await, &[false, false]);
+    cache(general, "/files/a.txt").await;
+    cache(general, "/files/b.json").await;
     let before = fast_path_count(&gw, "fast").await;
     let requests: Vec<u8> = PLAIN.iter().flat_map(|(r, _)| r.bytes()).collect();
     let heads: Vec<bool> = PLAIN.iter().map(|(_, h)| *h).collect();
@@ -232,11 +228,7 @@ async fn answers_match_the_general_path_header_for_header() {
 async fn a_request_it_does_not_take_hands_the_rest_to_hyper_in_order() {
     let gw = start().await;
     let fast = gw.addr("fast");
-    // Cache the file first.
-    answers(
-        &exchange_bytes(fast, b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n").await,
-        &[false],
-    );
+    cache(fast, "/files/a.txt").await;
     let before = fast_path_count(&gw, "fast").await;
     let requests = concat!(
         "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -334,10 +326,7 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
 async fn many_pipelined_requests_are_answered_in_order_across_writes() {
     let gw = start().await;
     let fast = gw.addr("fast");
-    answers(
-        &exchange_bytes(fast, b"GET /files/a.txt HTTP/1.1\r\nHost: a\r\n\r\n").await,
-        &[false],
-    );
+    cache(fast, "/files/a.txt").await;
     // More answers than the fast path gathers into one write (64 KiB).
     let n = 1500;
     let mut requests = Vec::new();
@@ -380,11 +369,7 @@ async fn many_pipelined_requests_are_answered_in_order_across_writes() {
 async fn a_file_due_for_its_recheck_is_rechecked_on_the_fast_path() {
     let gw = start().await;
     let fast = gw.addr("fast");
-    // Cached by a first request (a miss is the general path's).
-    answers(
-        &exchange_bytes(fast, b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n").await,
-        &[false],
-    );
+    cache(fast, "/files/b.json").await;
     let mut tcp = TcpStream::connect(fast).await.expect("connect");
     let get = b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
     async fn one(tcp: &mut TcpStream, request: &[u8]) -> Answer {
