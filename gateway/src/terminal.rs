@@ -15,6 +15,7 @@ use http::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::RequestCx;
+use crate::server::express::push_line;
 
 /// A terminal's answer: ready at once, or one boxed future.
 pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
@@ -201,10 +202,7 @@ impl Canned {
         head.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
         head.extend_from_slice(b"\r\n");
         for (name, value) in headers {
-            head.extend_from_slice(name.as_str().as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
+            push_line(&mut head, name.as_str().as_bytes(), value.as_bytes());
         }
         Some(Self {
             head: head.into(),

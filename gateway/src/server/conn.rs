@@ -111,9 +111,7 @@ impl ListenerRuntime {
             &[("listener", listener)],
         )
     }
-}
 
-impl ListenerRuntime {
     /// The largest HTTP/1 request head accepted (hyper needs at least 8 KiB of read buffer).
     pub fn max_head(settings: &gateway_config::model::ListenerConfig) -> usize {
         settings.max_header_size.as_usize().max(8192)

@@ -361,7 +361,8 @@ struct Pending {
     start: Instant,
 }
 
-fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+/// Appends one header line as hyper writes it: `name: value` and CRLF.
+pub(crate) fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

@@ -7,6 +7,7 @@ use http::{Response, StatusCode};
 use super::encoding::Encoding;
 use crate::body::Body;
 use crate::error::error_response;
+use crate::server::express::push_line;
 
 /// The header values of one chosen representation.
 #[derive(Clone, Copy)]
@@ -88,13 +89,9 @@ pub(super) fn ok_headers(head: &Head<'_>, content_length: HeaderValue) -> Header
 pub(super) fn wire_lines(ok_headers: &HeaderMap) -> bytes::Bytes {
     let mut out = Vec::with_capacity(ok_headers.len() * 40);
     for (name, value) in ok_headers {
-        if name == header::SERVER {
-            continue;
+        if name != header::SERVER {
+            push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
     }
     out.into()
 }
