@@ -162,14 +162,20 @@ fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
 /// The host a route's `host` condition sees: the `Host` header without its port, `""` when
 /// absent or not visible ASCII (as `router::request_host` reads it from a header map).
 fn host_of(value: Option<&[u8]>) -> &str {
-    let Some(value) = value else { return "" };
+    value.and_then(header_text).map_or("", strip_port)
+}
+
+/// A raw header value as text when `http::HeaderValue::to_str` would take it (visible ASCII and
+/// tab), without making a `HeaderValue`: the one place the fast path's readers of raw values
+/// (the host here, `Accept-Encoding` in the static files) apply that rule.
+pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
     if !value
         .iter()
         .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
     {
-        return "";
+        return None;
     }
-    std::str::from_utf8(value).map_or("", strip_port)
+    std::str::from_utf8(value).ok()
 }
 
 /// The per-connection side of the fast path: what every answer on the connection shares.

@@ -90,15 +90,8 @@ impl Accept {
         let mut explicit: [Option<u16>; 3] = [None; 3];
         let mut star = None;
         for value in values {
-            // Only visible ASCII can name a coding we know (what `HeaderValue::to_str` takes);
-            // any other header is skipped whole.
-            if !value
-                .iter()
-                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-            {
-                continue;
-            }
-            let Ok(value) = std::str::from_utf8(value) else {
+            // Only visible ASCII can name a coding we know; any other header is skipped whole.
+            let Some(value) = crate::server::express::header_text(value) else {
                 continue;
             };
             for item in value.split(',') {
