@@ -245,8 +245,9 @@ impl ConnService {
             let mut record = (*facts).into_record(
                 &self.conn,
                 head.version,
-                res,
-                head.start,
+                res.status(),
+                body_bytes(res),
+                head.start.elapsed(),
                 route_name.clone(),
             );
             record.trace_id = open
@@ -340,14 +341,15 @@ fn in_trace<F: Future>(head: &Head, fut: F) -> impl Future<Output = F::Output> {
     trace::scope_some(head.span.as_ref().map(|s| s.context().clone()), fut)
 }
 
-/// What the access log needs from the request, copied before the request moves on.
-struct RequestFacts {
-    time: std::time::SystemTime,
-    method: http::Method,
-    target: String,
-    host: String,
-    user_agent: String,
-    referer: String,
+/// What the access log needs from the request, copied before the request moves on (here from
+/// hyper's request; the HTTP/1.1 fast path makes them from the raw head).
+pub(crate) struct RequestFacts {
+    pub(crate) time: std::time::SystemTime,
+    pub(crate) method: http::Method,
+    pub(crate) target: String,
+    pub(crate) host: String,
+    pub(crate) user_agent: String,
+    pub(crate) referer: String,
 }
 
 impl RequestFacts {
@@ -371,30 +373,25 @@ impl RequestFacts {
         }
     }
 
-    fn into_record(
+    /// The record of the request, answered with `status` and `bytes` of body.
+    pub(crate) fn into_record(
         self,
         conn: &ConnInfo,
         version: http::Version,
-        res: &Response<Body>,
-        start: Instant,
+        status: StatusCode,
+        bytes: u64,
+        duration: std::time::Duration,
         route: Arc<str>,
     ) -> AccessRecord {
-        let bytes = res
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .or_else(|| http_body::Body::size_hint(res.body()).exact())
-            .unwrap_or(0);
         AccessRecord {
             time: self.time,
             client: conn.client.ip(),
             method: self.method,
             target: self.target,
             protocol: protocol_text(version),
-            status: res.status().as_u16(),
+            status: status.as_u16(),
             bytes,
-            duration: start.elapsed(),
+            duration,
             route,
             host: self.host,
             user_agent: self.user_agent,
@@ -402,6 +399,17 @@ impl RequestFacts {
             trace_id: None,
         }
     }
+}
+
+/// A response's body length for the access log: its `Content-Length` (also on `HEAD`), else
+/// the body's exact size, else 0 (streamed).
+fn body_bytes(res: &Response<Body>) -> u64 {
+    res.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .or_else(|| http_body::Body::size_hint(res.body()).exact())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

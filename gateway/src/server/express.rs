@@ -11,11 +11,12 @@
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a
 //! target outside a conservative subset of what hyper takes, preconditions or ranges on a
-//! static file, a route with filters, a proxy route, no matching route, an access log or traces
-//! switched on, an ACME challenge pending, a parse error (hyper answers it) or more headers
-//! than [`MAX_HEADERS`]. The bytes arrive through the framing checks ([`super::checked`]) and
-//! the activity tracking ([`super::idle`]) as they would for hyper, so refusals, timeouts and
-//! the drain behave the same. The listener setting `http1_fast_path: false` turns this off.
+//! static file, a route with filters, a proxy route, no matching route, traces switched on, an
+//! ACME challenge pending, a parse error (hyper answers it) or more headers than
+//! [`MAX_HEADERS`]. The bytes arrive through the framing checks ([`super::checked`]) and the
+//! activity tracking ([`super::idle`]) as they would for hyper, so refusals, timeouts and the
+//! drain behave the same; route metrics and the access log record each answer as the general
+//! path does. The listener setting `http1_fast_path: false` turns this off.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -32,9 +33,9 @@ use super::http_date;
 use super::idle::Verdict;
 use crate::generation::Generation;
 use crate::router::strip_port;
-use crate::service::ConnService;
+use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
-use crate::telemetry::Counter;
+use crate::telemetry::{AccessLog, Counter};
 use crate::terminal::Terminal;
 
 /// Most header lines a request on the fast path may have; one with more is hyper's (which
@@ -69,6 +70,9 @@ struct Plain<'b> {
     path: &'b str,
     host: Option<&'b [u8]>,
     accept_encoding: Option<&'b [u8]>,
+    /// The first `User-Agent` and `Referer`, for the access log.
+    user_agent: Option<&'b [u8]>,
+    referer: Option<&'b [u8]>,
     /// `Range` or a precondition: a static file's answer depends on them.
     conditional: bool,
 }
@@ -144,6 +148,8 @@ fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
                 return None;
             }
             // A body, or a request hyper treats specially.
+            10 if is(b"user-agent") => _ = plain.user_agent.get_or_insert(h.value),
+            7 if is(b"referer") => _ = plain.referer.get_or_insert(h.value),
             14 if is(b"content-length") => return None,
             17 if is(b"transfer-encoding") => return None,
             6 if is(b"expect") => return None,
@@ -215,7 +221,7 @@ impl<'a> Lane<'a> {
     fn answer(&self, req: &Plain<'_>, out: &mut Vec<u8>) -> Outcome {
         let svc = self.svc;
         let telemetry = &svc.telemetry;
-        if telemetry.access_log.is_on() || telemetry.tracer.is_on() {
+        if telemetry.tracer.is_on() {
             return Outcome::HandOff;
         }
         if req.target.len() > svc.policy.max_uri {
@@ -227,6 +233,7 @@ impl<'a> Lane<'a> {
             return Outcome::HandOff;
         }
         let start = Instant::now();
+        let log = telemetry.access_log.load_full();
         let generation = svc.generation.load();
         let router = &generation.router;
         if router.matches_headers() {
@@ -269,6 +276,10 @@ impl<'a> Lane<'a> {
                 route
                     .metrics
                     .record(Version::HTTP_11, r.status(), start.elapsed());
+                if let Some(log) = log {
+                    let bytes = canned.body.len();
+                    self.log(&log, facts(req), r.status(), bytes, start, &route.name);
+                }
             }
             Terminal::Static(files) => {
                 if req.conditional || !route.chain.is_empty() {
@@ -280,21 +291,28 @@ impl<'a> Lane<'a> {
                         svc.activity.request_done();
                         return Outcome::HandOff;
                     }
-                    Some(Express::Ready(file)) => self.push_file(&file, req.head, server, out),
+                    Some(Express::Ready(file)) => {
+                        self.push_file(&file, req.head, server, out);
+                        route
+                            .metrics
+                            .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
+                        if let Some(log) = log {
+                            let bytes = file.body.len();
+                            self.log(&log, facts(req), StatusCode::OK, bytes, start, &route.name);
+                        }
+                    }
                     Some(Express::Recheck(recheck)) => {
                         return Outcome::Recheck(Box::new(Pending {
                             files: files.clone(),
                             recheck,
                             head: req.head,
+                            log: log.map(|log| (log, facts(req))),
                             generation: arc_swap::Guard::into_inner(generation),
                             index,
                             start,
                         }));
                     }
                 }
-                route
-                    .metrics
-                    .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
             }
             Terminal::Proxy(_) => return Outcome::HandOff,
         }
@@ -324,6 +342,28 @@ impl<'a> Lane<'a> {
         }
     }
 
+    /// Queues the access log's record of a request answered here, as the general path makes it.
+    fn log(
+        &self,
+        log: &AccessLog,
+        facts: RequestFacts,
+        status: StatusCode,
+        bytes: usize,
+        start: Instant,
+        route: &Arc<str>,
+    ) {
+        let conn = &self.svc.conn;
+        let (bytes, elapsed) = (bytes as u64, start.elapsed());
+        log.log(facts.into_record(
+            conn,
+            Version::HTTP_11,
+            status,
+            bytes,
+            elapsed,
+            route.clone(),
+        ));
+    }
+
     /// Finishes a request whose file needed its re-check: its answer appended to `out`, or
     /// `false` when the general path has to answer it.
     async fn finish_recheck(&self, pending: Pending, out: &mut Vec<u8>) -> bool {
@@ -337,6 +377,17 @@ impl<'a> Lane<'a> {
                 route
                     .metrics
                     .record(Version::HTTP_11, StatusCode::OK, elapsed);
+                if let Some((log, facts)) = pending.log {
+                    let bytes = file.body.len();
+                    self.log(
+                        &log,
+                        facts,
+                        StatusCode::OK,
+                        bytes,
+                        pending.start,
+                        &route.name,
+                    );
+                }
                 self.answered.inc();
                 true
             }
@@ -362,9 +413,26 @@ struct Pending {
     files: Arc<StaticFiles>,
     recheck: Recheck,
     head: bool,
+    /// The access log and the request's facts for it, when it is on.
+    log: Option<(Arc<AccessLog>, RequestFacts)>,
     generation: Arc<Generation>,
     index: usize,
     start: Instant,
+}
+
+/// What the access log records of a request answered here: what the general path copies from
+/// hyper's request (`service::RequestFacts::of`), read from the raw head.
+fn facts(req: &Plain<'_>) -> RequestFacts {
+    let text =
+        |v: Option<&[u8]>| v.map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned());
+    RequestFacts {
+        time: std::time::SystemTime::now(),
+        method: if req.head { Method::HEAD } else { Method::GET },
+        target: req.target.to_owned(),
+        host: host_of(req.host).to_owned(),
+        user_agent: text(req.user_agent),
+        referer: text(req.referer),
+    }
 }
 
 /// Appends one header line as hyper writes it: `name: value` and CRLF.

@@ -1,8 +1,8 @@
 //! Access log: one line per request, and per L4 connection or UDP session, in JSON or the
 //! combined format, to stdout, stderr or a file. The request path only builds a small record and
-//! `try_send`s it; a dedicated thread formats
-//! and writes, so a slow disk never blocks requests (records are dropped and counted when the
-//! queue is full). SIGUSR1 makes the writer reopen its file, for logrotate.
+//! `try_send`s it; a dedicated thread formats (`format`) and writes, so a slow disk never blocks
+//! requests (records are dropped and counted when the queue is full). SIGUSR1 makes the writer
+//! reopen its file, for logrotate.
 
 use std::fs::OpenOptions;
 use std::io::{BufWriter, Write};
@@ -16,6 +16,9 @@ use std::time::{Duration, SystemTime};
 use gateway_config::model::{AccessLogConfig, AccessLogFormat};
 
 use super::metrics::{Counter, Registry};
+use format::Formatter;
+
+mod format;
 
 /// One finished request.
 #[derive(Debug)]
@@ -160,13 +163,15 @@ fn writer(
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(512);
+    let mut formatter = Formatter::default();
     let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: Entry| {
         line.clear();
+        let f = &mut formatter;
         match (format, e) {
-            (AccessLogFormat::Json, Entry::Http(r)) => format_json(&r, &mut line),
-            (AccessLogFormat::Combined, Entry::Http(r)) => format_combined(&r, &mut line),
-            (AccessLogFormat::Json, Entry::Stream(r)) => format_stream_json(&r, &mut line),
-            (AccessLogFormat::Combined, Entry::Stream(r)) => format_stream_basic(&r, &mut line),
+            (AccessLogFormat::Json, Entry::Http(r)) => f.http_json(&r, &mut line),
+            (AccessLogFormat::Combined, Entry::Http(r)) => f.http_combined(&r, &mut line),
+            (AccessLogFormat::Json, Entry::Stream(r)) => f.stream_json(&r, &mut line),
+            (AccessLogFormat::Combined, Entry::Stream(r)) => f.stream_basic(&r, &mut line),
         }
         let _ = out.write_all(line.as_bytes());
     };
@@ -193,196 +198,6 @@ fn writer(
                 write(&mut out, r);
             }
             let _ = out.flush();
-        }
-    }
-}
-
-fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    httpdate_like::rfc3339(t)
-}
-
-fn format_json(r: &AccessRecord, out: &mut String) {
-    use std::fmt::Write as _;
-    out.push_str("{\"time\":");
-    json_str(out, &rfc3339(r.time));
-    out.push_str(",\"client\":");
-    json_str(out, &r.client.to_string());
-    out.push_str(",\"method\":");
-    json_str(out, r.method.as_str());
-    out.push_str(",\"target\":");
-    json_str(out, &r.target);
-    out.push_str(",\"protocol\":");
-    json_str(out, r.protocol);
-    let _ = write!(
-        out,
-        ",\"status\":{},\"bytes\":{},\"duration_ms\":{:.3}",
-        r.status,
-        r.bytes,
-        r.duration.as_secs_f64() * 1000.0
-    );
-    out.push_str(",\"route\":");
-    json_str(out, &r.route);
-    out.push_str(",\"host\":");
-    json_str(out, &r.host);
-    out.push_str(",\"user_agent\":");
-    json_str(out, &r.user_agent);
-    out.push_str(",\"referer\":");
-    json_str(out, &r.referer);
-    if let Some(t) = &r.trace_id {
-        out.push_str(",\"trace_id\":");
-        json_str(out, t);
-    }
-    out.push_str("}\n");
-}
-
-fn format_combined(r: &AccessRecord, out: &mut String) {
-    use std::fmt::Write as _;
-    let quote = |s: &str| s.replace('"', "\\\"");
-    let _ = writeln!(
-        out,
-        "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"",
-        r.client,
-        httpdate_like::clf(r.time),
-        r.method,
-        quote(&r.target),
-        r.protocol,
-        r.status,
-        r.bytes,
-        if r.referer.is_empty() {
-            "-".to_owned()
-        } else {
-            quote(&r.referer)
-        },
-        if r.user_agent.is_empty() {
-            "-".to_owned()
-        } else {
-            quote(&r.user_agent)
-        },
-    );
-}
-
-fn format_stream_json(r: &StreamRecord, out: &mut String) {
-    use std::fmt::Write as _;
-    out.push_str("{\"time\":");
-    json_str(out, &rfc3339(r.time));
-    out.push_str(",\"stream\":");
-    json_str(out, &r.stream);
-    out.push_str(",\"protocol\":");
-    json_str(out, r.protocol);
-    out.push_str(",\"client\":");
-    json_str(out, &r.client.to_string());
-    if let Some(t) = r.target {
-        out.push_str(",\"target\":");
-        json_str(out, &t.to_string());
-    }
-    if let Some(sni) = &r.sni {
-        out.push_str(",\"sni\":");
-        json_str(out, sni);
-    }
-    let _ = write!(
-        out,
-        ",\"bytes_in\":{},\"bytes_out\":{},\"duration_ms\":{:.3}",
-        r.bytes_in,
-        r.bytes_out,
-        r.duration.as_secs_f64() * 1000.0
-    );
-    if let Some(e) = &r.error {
-        out.push_str(",\"error\":");
-        json_str(out, e);
-    }
-    out.push_str("}\n");
-}
-
-/// nginx's `stream` "basic" layout: client, time, protocol, status (200 when both sides closed
-/// cleanly, 500 otherwise; the JSON format carries the error), bytes sent to the client, bytes
-/// received from it, seconds; then the stream and the target.
-fn format_stream_basic(r: &StreamRecord, out: &mut String) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        out,
-        "{} [{}] {} {} {} {} {:.3} {} {}",
-        r.client.ip(),
-        httpdate_like::clf(r.time),
-        r.protocol,
-        if r.error.is_none() { 200 } else { 500 },
-        r.bytes_out,
-        r.bytes_in,
-        r.duration.as_secs_f64(),
-        r.stream,
-        r.target.map_or_else(|| "-".to_owned(), |t| t.to_string()),
-    );
-}
-
-/// Timestamp formats without a date-time dependency: civil-from-days (Howard Hinnant).
-mod httpdate_like {
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    fn parts(t: SystemTime) -> (i64, u32, u32, u64, u64, u64, u32) {
-        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = d.as_secs();
-        let days = (secs / 86_400) as i64;
-        let rem = secs % 86_400;
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        (
-            year,
-            month,
-            day,
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60,
-            d.subsec_millis(),
-        )
-    }
-
-    pub(super) fn rfc3339(t: SystemTime) -> String {
-        let (y, mo, d, h, mi, s, ms) = parts(t);
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
-    }
-
-    pub(super) fn clf(t: SystemTime) -> String {
-        const MONTHS: [&str; 12] = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
-        let (y, mo, d, h, mi, s, _) = parts(t);
-        format!(
-            "{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000",
-            MONTHS[(mo - 1) as usize]
-        )
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use std::time::{Duration, UNIX_EPOCH};
-
-        #[test]
-        fn formats_known_instants() {
-            let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-            assert_eq!(super::rfc3339(t), "2023-11-14T22:13:20.123Z");
-            assert_eq!(super::clf(t), "14/Nov/2023:22:13:20 +0000");
         }
     }
 }

@@ -116,6 +116,11 @@ async fn cache(addr: SocketAddr, path: &str) {
 }
 
 async fn start() -> TestGateway {
+    start_with("").await
+}
+
+/// [`start`] with more top-level configuration (`telemetry`).
+async fn start_with(more: &str) -> TestGateway {
     let dir = temp_dir();
     write_file(
         dir.path(),
@@ -123,7 +128,7 @@ async fn start() -> TestGateway {
         "the quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog\n",
     );
     write_file(dir.path(), "public/files/b.json", "{\"k\": 1}");
-    TestGateway::start_in(dir, YAML).await
+    TestGateway::start_in(dir, &format!("{YAML}{more}")).await
 }
 
 async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
@@ -404,4 +409,104 @@ async fn a_file_due_for_its_recheck_is_rechecked_on_the_fast_path() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(one(&mut tcp, get).await.status, 404);
     assert_eq!(fast_path_count(&gw, "fast").await - before, 3);
+}
+
+/// The access log's records, without what differs between two requests made one after the
+/// other (`time`, `duration_ms`), once `n` have been written.
+async fn access_records(gw: &TestGateway, n: usize) -> Vec<serde_json::Value> {
+    let path = gw.dir().join("access.log");
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text
+                .lines()
+                .map(|line| {
+                    let mut v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+                    let record = v.as_object_mut().expect("object");
+                    assert!(
+                        record.remove("time").is_some() && record.remove("duration_ms").is_some()
+                    );
+                    v
+                })
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} access log lines");
+}
+
+#[tokio::test]
+async fn the_access_log_records_fast_answers_as_it_records_the_general_paths() {
+    let gw = start_with("telemetry:\n  access_log: { path: access.log, format: json }\n").await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    cache(general, "/files/a.txt").await;
+    cache(general, "/files/b.json").await;
+    // What the log copies from a request: the target with its query, the host without its
+    // port, the first `User-Agent` and `Referer` (a non-ASCII one as the general path reads it).
+    let mut requests: Vec<u8> = PLAIN.iter().flat_map(|(r, _)| r.bytes()).collect();
+    requests.extend_from_slice(
+        b"GET /hello?q=%C3%A9 HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: caf\xc3\xa9/1\r\n\
+          User-Agent: second\r\nReferer: http://a/from?x=1\r\n\r\n",
+    );
+    let mut heads: Vec<bool> = PLAIN.iter().map(|(_, h)| *h).collect();
+    heads.push(false);
+    let before = fast_path_count(&gw, "fast").await;
+    answers(&exchange_bytes(fast, &requests).await, &heads);
+    assert_eq!(
+        fast_path_count(&gw, "fast").await - before,
+        heads.len() as u64
+    );
+    answers(&exchange_bytes(general, &requests).await, &heads);
+    // The two cache fills come first.
+    let records = access_records(&gw, 2 + 2 * heads.len()).await;
+    let (from_fast, from_general) = records[2..].split_at(heads.len());
+    for (i, (f, g)) in from_fast.iter().zip(from_general).enumerate() {
+        assert_eq!(f, g, "request {i}");
+    }
+    // What the records say, so that the comparison is not of two wrong records.
+    let hello = &from_fast[0];
+    assert_eq!(
+        (
+            &hello["method"],
+            &hello["target"],
+            &hello["status"],
+            &hello["bytes"]
+        ),
+        (&"GET".into(), &"/hello".into(), &200.into(), &14.into())
+    );
+    assert_eq!(
+        (&hello["route"], &hello["protocol"]),
+        (&"hello".into(), &"HTTP/1.1".into())
+    );
+    assert_eq!(from_fast[1]["method"], "HEAD");
+    assert_eq!(from_fast[1]["bytes"], 14);
+    assert_eq!(from_fast[3]["status"], 418);
+    assert_eq!(from_fast[5]["route"], "files");
+    assert_eq!(from_fast[5]["bytes"], 96);
+    assert!(
+        from_fast[7]["bytes"].as_u64().unwrap() < 95,
+        "gzip: {}",
+        from_fast[7]
+    );
+    assert_eq!(from_fast[9]["user_agent"], "t");
+    let last = &from_fast[heads.len() - 1];
+    assert_eq!(last["target"], "/hello?q=%C3%A9");
+    assert_eq!(last["host"], "example.com");
+    assert_eq!(last["user_agent"], "café/1");
+    assert_eq!(last["referer"], "http://a/from?x=1");
+    assert_eq!(last["client"], "127.0.0.1");
+
+    // A file due for its re-check is recorded too, once.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let get = b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
+    let before = fast_path_count(&gw, "fast").await;
+    answers(&exchange_bytes(fast, get).await, &[false]);
+    assert_eq!(fast_path_count(&gw, "fast").await - before, 1);
+    let records = access_records(&gw, records.len() + 1).await;
+    assert_eq!(records.len(), 3 + 2 * heads.len());
+    let recheck = records.last().unwrap();
+    assert_eq!(
+        (&recheck["target"], &recheck["status"], &recheck["bytes"]),
+        (&"/files/b.json".into(), &200.into(), &8.into())
+    );
 }

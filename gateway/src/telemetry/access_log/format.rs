@@ -1,0 +1,447 @@
+//! The access log's line formats, written by hand into one reused buffer: the writer thread
+//! formats every record, so its cost is paid once per request on a core the gateway shares.
+//! `format!` and `Display` (a timestamp in pieces, an IPv4 address, an `f64`, JSON strings a
+//! character at a time) cost several times the request they describe; here a timestamp's text
+//! is made once a second, numbers and addresses are written digit by digit, and strings are
+//! copied whole between the bytes that need an escape.
+
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{AccessRecord, StreamRecord};
+use crate::ip_text::ip_text;
+
+/// Formats records into lines; keeps the text of the last second it saw.
+#[derive(Default)]
+pub(super) struct Formatter {
+    /// The second `rfc3339` and `clf` are for.
+    second: Option<u64>,
+    /// `YYYY-MM-DDTHH:MM:SS.` (the milliseconds and `Z` follow).
+    rfc3339: String,
+    /// `DD/Mon/YYYY:HH:MM:SS +0000`.
+    clf: String,
+}
+
+impl Formatter {
+    /// The JSON line of a request.
+    pub(super) fn http_json(&mut self, r: &AccessRecord, out: &mut String) {
+        out.push_str("{\"time\":\"");
+        self.push_rfc3339(r.time, out);
+        out.push_str("\",\"client\":\"");
+        push_ip(out, r.client);
+        out.push_str("\",\"method\":");
+        push_json_str(out, r.method.as_str());
+        out.push_str(",\"target\":");
+        push_json_str(out, &r.target);
+        out.push_str(",\"protocol\":");
+        push_json_str(out, r.protocol);
+        out.push_str(",\"status\":");
+        push_u64(out, u64::from(r.status));
+        out.push_str(",\"bytes\":");
+        push_u64(out, r.bytes);
+        out.push_str(",\"duration_ms\":");
+        push_ms(out, r.duration);
+        out.push_str(",\"route\":");
+        push_json_str(out, &r.route);
+        out.push_str(",\"host\":");
+        push_json_str(out, &r.host);
+        out.push_str(",\"user_agent\":");
+        push_json_str(out, &r.user_agent);
+        out.push_str(",\"referer\":");
+        push_json_str(out, &r.referer);
+        if let Some(t) = &r.trace_id {
+            out.push_str(",\"trace_id\":");
+            push_json_str(out, t);
+        }
+        out.push_str("}\n");
+    }
+
+    /// The combined-format line of a request (Apache's and nginx's `combined`).
+    pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut String) {
+        push_ip(out, r.client);
+        out.push_str(" - - [");
+        self.push_clf(r.time, out);
+        out.push_str("] \"");
+        out.push_str(r.method.as_str());
+        out.push(' ');
+        push_clf_str(out, &r.target);
+        out.push(' ');
+        out.push_str(r.protocol);
+        out.push_str("\" ");
+        push_u64(out, u64::from(r.status));
+        out.push(' ');
+        push_u64(out, r.bytes);
+        out.push_str(" \"");
+        push_clf_str_or_dash(out, &r.referer);
+        out.push_str("\" \"");
+        push_clf_str_or_dash(out, &r.user_agent);
+        out.push_str("\"\n");
+    }
+
+    /// The JSON line of an L4 connection or UDP session.
+    pub(super) fn stream_json(&mut self, r: &StreamRecord, out: &mut String) {
+        out.push_str("{\"time\":\"");
+        self.push_rfc3339(r.time, out);
+        out.push_str("\",\"stream\":");
+        push_json_str(out, &r.stream);
+        out.push_str(",\"protocol\":");
+        push_json_str(out, r.protocol);
+        out.push_str(",\"client\":");
+        push_json_str(out, &r.client.to_string());
+        if let Some(t) = r.target {
+            out.push_str(",\"target\":");
+            push_json_str(out, &t.to_string());
+        }
+        if let Some(sni) = &r.sni {
+            out.push_str(",\"sni\":");
+            push_json_str(out, sni);
+        }
+        out.push_str(",\"bytes_in\":");
+        push_u64(out, r.bytes_in);
+        out.push_str(",\"bytes_out\":");
+        push_u64(out, r.bytes_out);
+        out.push_str(",\"duration_ms\":");
+        push_ms(out, r.duration);
+        if let Some(e) = &r.error {
+            out.push_str(",\"error\":");
+            push_json_str(out, e);
+        }
+        out.push_str("}\n");
+    }
+
+    /// nginx's `stream` "basic" layout: client, time, protocol, status (200 when both sides
+    /// closed cleanly, 500 otherwise; the JSON format carries the error), bytes sent to the
+    /// client, bytes received from it, seconds; then the stream and the target.
+    pub(super) fn stream_basic(&mut self, r: &StreamRecord, out: &mut String) {
+        push_ip(out, r.client.ip());
+        out.push_str(" [");
+        self.push_clf(r.time, out);
+        out.push_str("] ");
+        out.push_str(r.protocol);
+        out.push_str(if r.error.is_none() { " 200 " } else { " 500 " });
+        push_u64(out, r.bytes_out);
+        out.push(' ');
+        push_u64(out, r.bytes_in);
+        out.push(' ');
+        let ms = millis(r.duration);
+        push_u64(out, ms / 1000);
+        out.push('.');
+        push_padded(out, ms % 1000, 3);
+        out.push(' ');
+        out.push_str(&r.stream);
+        out.push(' ');
+        match r.target {
+            Some(t) => out.push_str(&t.to_string()),
+            None => out.push('-'),
+        }
+        out.push('\n');
+    }
+
+    /// Makes the second's texts when `t` is in another second than the last record's.
+    fn at(&mut self, t: SystemTime) -> Duration {
+        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = since.as_secs();
+        if self.second != Some(secs) {
+            let c = Civil::of(secs);
+            self.rfc3339.clear();
+            push_padded(&mut self.rfc3339, c.year, 4);
+            self.rfc3339.push('-');
+            push_padded(&mut self.rfc3339, c.month, 2);
+            self.rfc3339.push('-');
+            push_padded(&mut self.rfc3339, c.day, 2);
+            self.rfc3339.push('T');
+            c.push_clock(&mut self.rfc3339);
+            self.rfc3339.push('.');
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            self.clf.clear();
+            push_padded(&mut self.clf, c.day, 2);
+            self.clf.push('/');
+            self.clf.push_str(MONTHS[(c.month - 1) as usize]);
+            self.clf.push('/');
+            push_padded(&mut self.clf, c.year, 4);
+            self.clf.push(':');
+            c.push_clock(&mut self.clf);
+            self.clf.push_str(" +0000");
+            self.second = Some(secs);
+        }
+        since
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    fn push_rfc3339(&mut self, t: SystemTime, out: &mut String) {
+        let since = self.at(t);
+        out.push_str(&self.rfc3339);
+        push_padded(out, u64::from(since.subsec_millis()), 3);
+        out.push('Z');
+    }
+
+    /// `DD/Mon/YYYY:HH:MM:SS +0000`.
+    fn push_clf(&mut self, t: SystemTime, out: &mut String) {
+        self.at(t);
+        out.push_str(&self.clf);
+    }
+}
+
+/// A UTC calendar date and time of day (civil-from-days, Howard Hinnant's algorithm).
+struct Civil {
+    year: u64,
+    month: u64,
+    day: u64,
+    seconds_of_day: u64,
+}
+
+impl Civil {
+    fn of(secs: u64) -> Self {
+        let days = (secs / 86_400) as i64;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u64;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u64;
+        let year = (yoe + era * 400 + i64::from(month <= 2)).max(0) as u64;
+        Self {
+            year,
+            month,
+            day,
+            seconds_of_day: secs % 86_400,
+        }
+    }
+
+    /// `HH:MM:SS`.
+    fn push_clock(&self, out: &mut String) {
+        let s = self.seconds_of_day;
+        push_padded(out, s / 3600, 2);
+        out.push(':');
+        push_padded(out, s % 3600 / 60, 2);
+        out.push(':');
+        push_padded(out, s % 60, 2);
+    }
+}
+
+/// `n` in decimal.
+fn push_u64(out: &mut String, n: u64) {
+    push_padded(out, n, 1);
+}
+
+/// `n` in decimal, with leading zeros to at least `width` digits.
+fn push_padded(out: &mut String, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    while n > 0 || start == digits.len() {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let start = start.min(digits.len() - width.min(digits.len()));
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or("0"));
+}
+
+/// Milliseconds, rounded to the nearest microsecond, as `M.mmm` (the microseconds are the
+/// fraction). An integer's digits: the same text `{:.3}` of the `f64` gives, without it.
+fn push_ms(out: &mut String, d: Duration) {
+    let micros = (d.as_nanos() + 500) / 1000;
+    let micros = u64::try_from(micros).unwrap_or(u64::MAX);
+    push_u64(out, micros / 1000);
+    out.push('.');
+    push_padded(out, micros % 1000, 3);
+}
+
+/// Whole milliseconds, rounded to the nearest.
+fn millis(d: Duration) -> u64 {
+    u64::try_from((d.as_nanos() + 500_000) / 1_000_000).unwrap_or(u64::MAX)
+}
+
+fn push_ip(out: &mut String, ip: IpAddr) {
+    let mut buf = [0u8; 48];
+    // An address's text is ASCII.
+    out.push_str(std::str::from_utf8(ip_text(ip, &mut buf)).unwrap_or("-"));
+}
+
+/// Bytes a JSON string cannot hold as they are: `"`, `\` and the control characters.
+fn json_escaped(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// `s` as a JSON string, copied whole between the bytes that need an escape.
+fn push_json_str(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut rest = s;
+    while let Some(i) = rest.bytes().position(json_escaped) {
+        out.push_str(&rest[..i]);
+        match rest.as_bytes()[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            c => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(c >> 4)]));
+                out.push(char::from(HEX[usize::from(c & 0xf)]));
+            }
+        }
+        rest = &rest[i + 1..];
+    }
+    out.push_str(rest);
+    out.push('"');
+}
+
+/// `s` inside a combined-format quoted field: `"` escaped as `\"`.
+fn push_clf_str(out: &mut String, s: &str) {
+    let mut rest = s;
+    while let Some(i) = memchr::memchr(b'"', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        out.push_str("\\\"");
+        rest = &rest[i + 1..];
+    }
+    out.push_str(rest);
+}
+
+/// [`push_clf_str`], or `-` for an empty field.
+fn push_clf_str_or_dash(out: &mut String, s: &str) {
+    if s.is_empty() {
+        out.push('-');
+    } else {
+        push_clf_str(out, s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn at(millis: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(millis)
+    }
+
+    fn record() -> AccessRecord {
+        AccessRecord {
+            time: at(1_700_000_000_123),
+            client: "10.0.200.7".parse().unwrap(),
+            method: http::Method::GET,
+            target: "/a?b=\"c\"".into(),
+            protocol: "HTTP/1.1",
+            status: 200,
+            bytes: 1024,
+            duration: Duration::from_nanos(1_234_567),
+            route: Arc::from("files"),
+            host: "example.com".into(),
+            user_agent: "agent\\1\t\u{1}é".into(),
+            referer: String::new(),
+            trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        }
+    }
+
+    #[test]
+    fn timestamps_of_known_instants_and_a_second_change() {
+        let mut f = Formatter::default();
+        let mut out = String::new();
+        f.push_rfc3339(at(1_700_000_000_123), &mut out);
+        f.push_rfc3339(at(1_700_000_000_999), &mut out);
+        f.push_rfc3339(at(1_700_000_001_007), &mut out);
+        f.push_clf(at(1_700_000_001_007), &mut out);
+        f.push_rfc3339(at(951_782_400_000), &mut out);
+        assert_eq!(
+            out,
+            "2023-11-14T22:13:20.123Z2023-11-14T22:13:20.999Z2023-11-14T22:13:21.007Z\
+             14/Nov/2023:22:13:21 +00002000-02-29T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn numbers_with_and_without_padding() {
+        let mut out = String::new();
+        for (n, width) in [(0, 1), (7, 3), (1234, 2), (u64::MAX, 1), (5, 4)] {
+            push_padded(&mut out, n, width);
+            out.push(',');
+        }
+        assert_eq!(out, "0,007,1234,18446744073709551615,0005,");
+        let mut ms = String::new();
+        for nanos in [0, 499, 500, 1_234_567, 12_345_678_999] {
+            push_ms(&mut ms, Duration::from_nanos(nanos));
+            ms.push(',');
+        }
+        assert_eq!(ms, "0.000,0.000,0.001,1.235,12345.679,");
+    }
+
+    #[test]
+    fn json_lines_parse_back_to_the_record() {
+        let mut out = String::new();
+        Formatter::default().http_json(&record(), &mut out);
+        assert!(out.ends_with("}\n"), "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["client"], "10.0.200.7");
+        assert_eq!(v["method"], "GET");
+        assert_eq!(v["target"], "/a?b=\"c\"");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["bytes"], 1024);
+        assert_eq!(v["duration_ms"], 1.235);
+        assert_eq!(v["route"], "files");
+        assert_eq!(v["host"], "example.com");
+        assert_eq!(v["user_agent"], "agent\\1\t\u{1}é");
+        assert_eq!(v["referer"], "");
+        assert_eq!(v["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+        assert!(
+            out.contains(r#""user_agent":"agent\\1\u0009\u0001é""#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn combined_lines_escape_quotes_and_mark_empty_fields() {
+        let mut out = String::new();
+        Formatter::default().http_combined(&record(), &mut out);
+        assert_eq!(
+            out,
+            "10.0.200.7 - - [14/Nov/2023:22:13:20 +0000] \"GET /a?b=\\\"c\\\" HTTP/1.1\" 200 1024 \
+             \"-\" \"agent\\1\t\u{1}é\"\n"
+        );
+    }
+
+    #[test]
+    fn stream_lines() {
+        let client: SocketAddr = "[2001:db8::1]:5353".parse().unwrap();
+        let mut r = StreamRecord {
+            time: at(1_700_000_000_123),
+            stream: Arc::from("dns"),
+            protocol: "UDP",
+            client,
+            target: Some("127.0.0.1:53".parse().unwrap()),
+            sni: Some("a.example".into()),
+            bytes_in: 40,
+            bytes_out: 120,
+            duration: Duration::from_millis(2_500),
+            error: None,
+        };
+        let mut f = Formatter::default();
+        let mut out = String::new();
+        f.stream_basic(&r, &mut out);
+        assert_eq!(
+            out,
+            "2001:db8::1 [14/Nov/2023:22:13:20 +0000] UDP 200 120 40 2.500 dns 127.0.0.1:53\n"
+        );
+        r.error = Some("reset \"by peer\"".into());
+        r.target = None;
+        out.clear();
+        f.stream_json(&r, &mut out);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+        assert_eq!(v["client"], "[2001:db8::1]:5353");
+        assert_eq!(v["sni"], "a.example");
+        assert_eq!((&v["bytes_in"], &v["bytes_out"]), (&40.into(), &120.into()));
+        assert_eq!(v["duration_ms"], 2500.0);
+        assert_eq!(v["error"], "reset \"by peer\"");
+        assert!(v.get("target").is_none());
+        out.clear();
+        f.stream_basic(&r, &mut out);
+        assert!(out.starts_with("2001:db8::1 [") && out.ends_with(" 500 120 40 2.500 dns -\n"));
+    }
+}
