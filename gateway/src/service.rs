@@ -23,7 +23,9 @@ use crate::server::idle::Activity;
 use crate::server::policy::ListenerPolicy;
 use crate::telemetry::trace::context::hex;
 use crate::telemetry::trace::{self, OpenSpan, ServerSpan, with_current};
-use crate::telemetry::{AccessLog, AccessRecord, RouteMetrics, Telemetry, protocol_text};
+use crate::telemetry::{
+    AccessLog, AccessRecord, RequestText, RouteMetrics, Telemetry, protocol_text,
+};
 use crate::terminal::BoxedResponse;
 
 /// A request's future: the response, when it was ready at once (a synthetic response on a
@@ -346,30 +348,23 @@ fn in_trace<F: Future>(head: &Head, fut: F) -> impl Future<Output = F::Output> {
 pub(crate) struct RequestFacts {
     pub(crate) time: std::time::SystemTime,
     pub(crate) method: http::Method,
-    pub(crate) target: String,
-    pub(crate) host: String,
-    pub(crate) user_agent: String,
-    pub(crate) referer: String,
+    pub(crate) text: RequestText,
 }
 
 impl RequestFacts {
     fn of(req: &Request<Body>) -> Self {
-        let header = |name| {
-            req.headers()
-                .get(name)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                .unwrap_or_default()
-        };
+        let header = |name| req.headers().get(name).map_or(&[][..], |v| v.as_bytes());
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let host = request_host(req.uri(), req.headers());
         Self {
             time: std::time::SystemTime::now(),
             method: req.method().clone(),
-            target: req
-                .uri()
-                .path_and_query()
-                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-            host: request_host(req.uri(), req.headers()).to_owned(),
-            user_agent: header(header::USER_AGENT),
-            referer: header(header::REFERER),
+            text: RequestText::new(
+                target,
+                host,
+                header(header::USER_AGENT),
+                header(header::REFERER),
+            ),
         }
     }
 
@@ -387,15 +382,12 @@ impl RequestFacts {
             time: self.time,
             client: conn.client.ip(),
             method: self.method,
-            target: self.target,
+            request: self.text,
             protocol: protocol_text(version),
             status: status.as_u16(),
             bytes,
             duration,
             route,
-            host: self.host,
-            user_agent: self.user_agent,
-            referer: self.referer,
             trace_id: None,
         }
     }

@@ -35,7 +35,7 @@ use crate::generation::Generation;
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
-use crate::telemetry::{AccessLog, Counter};
+use crate::telemetry::{AccessLog, Counter, RequestText};
 use crate::terminal::Terminal;
 
 /// Most header lines a request on the fast path may have; one with more is hyper's (which
@@ -423,15 +423,15 @@ struct Pending {
 /// What the access log records of a request answered here: what the general path copies from
 /// hyper's request (`service::RequestFacts::of`), read from the raw head.
 fn facts(req: &Plain<'_>) -> RequestFacts {
-    let text =
-        |v: Option<&[u8]>| v.map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned());
     RequestFacts {
         time: std::time::SystemTime::now(),
         method: if req.head { Method::HEAD } else { Method::GET },
-        target: req.target.to_owned(),
-        host: host_of(req.host).to_owned(),
-        user_agent: text(req.user_agent),
-        referer: text(req.referer),
+        text: RequestText::new(
+            req.target,
+            host_of(req.host),
+            req.user_agent.unwrap_or_default(),
+            req.referer.unwrap_or_default(),
+        ),
     }
 }
 

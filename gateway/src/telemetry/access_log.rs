@@ -29,8 +29,8 @@ pub struct AccessRecord {
     pub client: IpAddr,
     /// Method.
     pub method: http::Method,
-    /// Path and query as received.
-    pub target: String,
+    /// Target (path and query as received), host, user agent and referer.
+    pub request: RequestText,
     /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`.
     pub protocol: &'static str,
     /// Response status.
@@ -41,14 +41,65 @@ pub struct AccessRecord {
     pub duration: Duration,
     /// Route name ("" when none matched).
     pub route: Arc<str>,
-    /// Host requested.
-    pub host: String,
-    /// User-Agent.
-    pub user_agent: String,
-    /// Referer.
-    pub referer: String,
     /// Trace id, when the request is traced.
     pub trace_id: Option<String>,
+}
+
+/// A request's texts for its record in one allocation (a record is made per request): the
+/// target, the host, the `User-Agent` and the `Referer`, the header values read lossily when
+/// they are not UTF-8.
+#[derive(Debug, Default)]
+pub struct RequestText {
+    text: String,
+    /// Where the target, the host and the user agent end.
+    ends: [usize; 3],
+}
+
+impl RequestText {
+    /// The texts of a request; an absent header is empty.
+    pub fn new(target: &str, host: &str, user_agent: &[u8], referer: &[u8]) -> Self {
+        let len = target.len() + host.len() + user_agent.len() + referer.len();
+        let mut text = String::with_capacity(len);
+        text.push_str(target);
+        let target_end = text.len();
+        text.push_str(host);
+        let host_end = text.len();
+        push_lossy(&mut text, user_agent);
+        let user_agent_end = text.len();
+        push_lossy(&mut text, referer);
+        Self {
+            text,
+            ends: [target_end, host_end, user_agent_end],
+        }
+    }
+
+    /// Path and query as received.
+    pub fn target(&self) -> &str {
+        &self.text[..self.ends[0]]
+    }
+
+    /// Host requested, without its port.
+    pub fn host(&self) -> &str {
+        &self.text[self.ends[0]..self.ends[1]]
+    }
+
+    /// `User-Agent`.
+    pub fn user_agent(&self) -> &str {
+        &self.text[self.ends[1]..self.ends[2]]
+    }
+
+    /// `Referer`.
+    pub fn referer(&self) -> &str {
+        &self.text[self.ends[2]..]
+    }
+}
+
+/// `bytes` as text, invalid UTF-8 replaced (as `String::from_utf8_lossy` reads it).
+fn push_lossy(out: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => out.push_str(text),
+        Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
+    }
 }
 
 /// One ended L4 connection (TCP) or session (UDP).
@@ -162,7 +213,7 @@ fn writer(
     reopen: Arc<AtomicBool>,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);
-    let mut line = String::with_capacity(512);
+    let mut line = Vec::with_capacity(512);
     let mut formatter = Formatter::default();
     let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: Entry| {
         line.clear();
@@ -173,7 +224,7 @@ fn writer(
             (AccessLogFormat::Json, Entry::Stream(r)) => f.stream_json(&r, &mut line),
             (AccessLogFormat::Combined, Entry::Stream(r)) => f.stream_basic(&r, &mut line),
         }
-        let _ = out.write_all(line.as_bytes());
+        let _ = out.write_all(&line);
     };
     loop {
         let first = match rx.recv_timeout(Duration::from_millis(200)) {

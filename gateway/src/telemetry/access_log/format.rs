@@ -17,124 +17,124 @@ pub(super) struct Formatter {
     /// The second `rfc3339` and `clf` are for.
     second: Option<u64>,
     /// `YYYY-MM-DDTHH:MM:SS.` (the milliseconds and `Z` follow).
-    rfc3339: String,
+    rfc3339: Vec<u8>,
     /// `DD/Mon/YYYY:HH:MM:SS +0000`.
-    clf: String,
+    clf: Vec<u8>,
 }
 
 impl Formatter {
     /// The JSON line of a request.
-    pub(super) fn http_json(&mut self, r: &AccessRecord, out: &mut String) {
-        out.push_str("{\"time\":\"");
+    pub(super) fn http_json(&mut self, r: &AccessRecord, out: &mut Vec<u8>) {
+        push(out, "{\"time\":\"");
         self.push_rfc3339(r.time, out);
-        out.push_str("\",\"client\":\"");
+        push(out, "\",\"client\":\"");
         push_ip(out, r.client);
-        out.push_str("\",\"method\":");
+        push(out, "\",\"method\":");
         push_json_str(out, r.method.as_str());
-        out.push_str(",\"target\":");
-        push_json_str(out, &r.target);
-        out.push_str(",\"protocol\":");
+        push(out, ",\"target\":");
+        push_json_str(out, r.request.target());
+        push(out, ",\"protocol\":");
         push_json_str(out, r.protocol);
-        out.push_str(",\"status\":");
+        push(out, ",\"status\":");
         push_u64(out, u64::from(r.status));
-        out.push_str(",\"bytes\":");
+        push(out, ",\"bytes\":");
         push_u64(out, r.bytes);
-        out.push_str(",\"duration_ms\":");
+        push(out, ",\"duration_ms\":");
         push_ms(out, r.duration);
-        out.push_str(",\"route\":");
+        push(out, ",\"route\":");
         push_json_str(out, &r.route);
-        out.push_str(",\"host\":");
-        push_json_str(out, &r.host);
-        out.push_str(",\"user_agent\":");
-        push_json_str(out, &r.user_agent);
-        out.push_str(",\"referer\":");
-        push_json_str(out, &r.referer);
+        push(out, ",\"host\":");
+        push_json_str(out, r.request.host());
+        push(out, ",\"user_agent\":");
+        push_json_str(out, r.request.user_agent());
+        push(out, ",\"referer\":");
+        push_json_str(out, r.request.referer());
         if let Some(t) = &r.trace_id {
-            out.push_str(",\"trace_id\":");
+            push(out, ",\"trace_id\":");
             push_json_str(out, t);
         }
-        out.push_str("}\n");
+        push(out, "}\n");
     }
 
     /// The combined-format line of a request (Apache's and nginx's `combined`).
-    pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut String) {
+    pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut Vec<u8>) {
         push_ip(out, r.client);
-        out.push_str(" - - [");
+        push(out, " - - [");
         self.push_clf(r.time, out);
-        out.push_str("] \"");
-        out.push_str(r.method.as_str());
-        out.push(' ');
-        push_clf_str(out, &r.target);
-        out.push(' ');
-        out.push_str(r.protocol);
-        out.push_str("\" ");
+        push(out, "] \"");
+        push(out, r.method.as_str());
+        out.push(b' ');
+        push_clf_str(out, r.request.target());
+        out.push(b' ');
+        push(out, r.protocol);
+        push(out, "\" ");
         push_u64(out, u64::from(r.status));
-        out.push(' ');
+        out.push(b' ');
         push_u64(out, r.bytes);
-        out.push_str(" \"");
-        push_clf_str_or_dash(out, &r.referer);
-        out.push_str("\" \"");
-        push_clf_str_or_dash(out, &r.user_agent);
-        out.push_str("\"\n");
+        push(out, " \"");
+        push_clf_str_or_dash(out, r.request.referer());
+        push(out, "\" \"");
+        push_clf_str_or_dash(out, r.request.user_agent());
+        push(out, "\"\n");
     }
 
     /// The JSON line of an L4 connection or UDP session.
-    pub(super) fn stream_json(&mut self, r: &StreamRecord, out: &mut String) {
-        out.push_str("{\"time\":\"");
+    pub(super) fn stream_json(&mut self, r: &StreamRecord, out: &mut Vec<u8>) {
+        push(out, "{\"time\":\"");
         self.push_rfc3339(r.time, out);
-        out.push_str("\",\"stream\":");
+        push(out, "\",\"stream\":");
         push_json_str(out, &r.stream);
-        out.push_str(",\"protocol\":");
+        push(out, ",\"protocol\":");
         push_json_str(out, r.protocol);
-        out.push_str(",\"client\":");
+        push(out, ",\"client\":");
         push_json_str(out, &r.client.to_string());
         if let Some(t) = r.target {
-            out.push_str(",\"target\":");
+            push(out, ",\"target\":");
             push_json_str(out, &t.to_string());
         }
         if let Some(sni) = &r.sni {
-            out.push_str(",\"sni\":");
+            push(out, ",\"sni\":");
             push_json_str(out, sni);
         }
-        out.push_str(",\"bytes_in\":");
+        push(out, ",\"bytes_in\":");
         push_u64(out, r.bytes_in);
-        out.push_str(",\"bytes_out\":");
+        push(out, ",\"bytes_out\":");
         push_u64(out, r.bytes_out);
-        out.push_str(",\"duration_ms\":");
+        push(out, ",\"duration_ms\":");
         push_ms(out, r.duration);
         if let Some(e) = &r.error {
-            out.push_str(",\"error\":");
+            push(out, ",\"error\":");
             push_json_str(out, e);
         }
-        out.push_str("}\n");
+        push(out, "}\n");
     }
 
     /// nginx's `stream` "basic" layout: client, time, protocol, status (200 when both sides
     /// closed cleanly, 500 otherwise; the JSON format carries the error), bytes sent to the
     /// client, bytes received from it, seconds; then the stream and the target.
-    pub(super) fn stream_basic(&mut self, r: &StreamRecord, out: &mut String) {
+    pub(super) fn stream_basic(&mut self, r: &StreamRecord, out: &mut Vec<u8>) {
         push_ip(out, r.client.ip());
-        out.push_str(" [");
+        push(out, " [");
         self.push_clf(r.time, out);
-        out.push_str("] ");
-        out.push_str(r.protocol);
-        out.push_str(if r.error.is_none() { " 200 " } else { " 500 " });
+        push(out, "] ");
+        push(out, r.protocol);
+        push(out, if r.error.is_none() { " 200 " } else { " 500 " });
         push_u64(out, r.bytes_out);
-        out.push(' ');
+        out.push(b' ');
         push_u64(out, r.bytes_in);
-        out.push(' ');
+        out.push(b' ');
         let ms = millis(r.duration);
         push_u64(out, ms / 1000);
-        out.push('.');
+        out.push(b'.');
         push_padded(out, ms % 1000, 3);
-        out.push(' ');
-        out.push_str(&r.stream);
-        out.push(' ');
+        out.push(b' ');
+        push(out, &r.stream);
+        out.push(b' ');
         match r.target {
-            Some(t) => out.push_str(&t.to_string()),
-            None => out.push('-'),
+            Some(t) => push(out, &t.to_string()),
+            None => out.push(b'-'),
         }
-        out.push('\n');
+        out.push(b'\n');
     }
 
     /// Makes the second's texts when `t` is in another second than the last record's.
@@ -145,42 +145,42 @@ impl Formatter {
             let c = Civil::of(secs);
             self.rfc3339.clear();
             push_padded(&mut self.rfc3339, c.year, 4);
-            self.rfc3339.push('-');
+            self.rfc3339.push(b'-');
             push_padded(&mut self.rfc3339, c.month, 2);
-            self.rfc3339.push('-');
+            self.rfc3339.push(b'-');
             push_padded(&mut self.rfc3339, c.day, 2);
-            self.rfc3339.push('T');
+            self.rfc3339.push(b'T');
             c.push_clock(&mut self.rfc3339);
-            self.rfc3339.push('.');
+            self.rfc3339.push(b'.');
             const MONTHS: [&str; 12] = [
                 "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
             ];
             self.clf.clear();
             push_padded(&mut self.clf, c.day, 2);
-            self.clf.push('/');
-            self.clf.push_str(MONTHS[(c.month - 1) as usize]);
-            self.clf.push('/');
+            self.clf.push(b'/');
+            push(&mut self.clf, MONTHS[(c.month - 1) as usize]);
+            self.clf.push(b'/');
             push_padded(&mut self.clf, c.year, 4);
-            self.clf.push(':');
+            self.clf.push(b':');
             c.push_clock(&mut self.clf);
-            self.clf.push_str(" +0000");
+            push(&mut self.clf, " +0000");
             self.second = Some(secs);
         }
         since
     }
 
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-    fn push_rfc3339(&mut self, t: SystemTime, out: &mut String) {
+    fn push_rfc3339(&mut self, t: SystemTime, out: &mut Vec<u8>) {
         let since = self.at(t);
-        out.push_str(&self.rfc3339);
+        out.extend_from_slice(&self.rfc3339);
         push_padded(out, u64::from(since.subsec_millis()), 3);
-        out.push('Z');
+        out.push(b'Z');
     }
 
     /// `DD/Mon/YYYY:HH:MM:SS +0000`.
-    fn push_clf(&mut self, t: SystemTime, out: &mut String) {
+    fn push_clf(&mut self, t: SystemTime, out: &mut Vec<u8>) {
         self.at(t);
-        out.push_str(&self.clf);
+        out.extend_from_slice(&self.clf);
     }
 }
 
@@ -213,23 +213,27 @@ impl Civil {
     }
 
     /// `HH:MM:SS`.
-    fn push_clock(&self, out: &mut String) {
+    fn push_clock(&self, out: &mut Vec<u8>) {
         let s = self.seconds_of_day;
         push_padded(out, s / 3600, 2);
-        out.push(':');
+        out.push(b':');
         push_padded(out, s % 3600 / 60, 2);
-        out.push(':');
+        out.push(b':');
         push_padded(out, s % 60, 2);
     }
 }
 
+fn push(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+}
+
 /// `n` in decimal.
-fn push_u64(out: &mut String, n: u64) {
+fn push_u64(out: &mut Vec<u8>, n: u64) {
     push_padded(out, n, 1);
 }
 
 /// `n` in decimal, with leading zeros to at least `width` digits.
-fn push_padded(out: &mut String, mut n: u64, width: usize) {
+fn push_padded(out: &mut Vec<u8>, mut n: u64, width: usize) {
     let mut digits = [b'0'; 20];
     let mut start = digits.len();
     while n > 0 || start == digits.len() {
@@ -238,17 +242,16 @@ fn push_padded(out: &mut String, mut n: u64, width: usize) {
         n /= 10;
     }
     let start = start.min(digits.len() - width.min(digits.len()));
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or("0"));
+    out.extend_from_slice(&digits[start..]);
 }
 
 /// Milliseconds, rounded to the nearest microsecond, as `M.mmm` (the microseconds are the
 /// fraction). An integer's digits: the same text `{:.3}` of the `f64` gives, without it.
-fn push_ms(out: &mut String, d: Duration) {
+fn push_ms(out: &mut Vec<u8>, d: Duration) {
     let micros = (d.as_nanos() + 500) / 1000;
     let micros = u64::try_from(micros).unwrap_or(u64::MAX);
     push_u64(out, micros / 1000);
-    out.push('.');
+    out.push(b'.');
     push_padded(out, micros % 1000, 3);
 }
 
@@ -257,55 +260,62 @@ fn millis(d: Duration) -> u64 {
     u64::try_from((d.as_nanos() + 500_000) / 1_000_000).unwrap_or(u64::MAX)
 }
 
-fn push_ip(out: &mut String, ip: IpAddr) {
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
     let mut buf = [0u8; 48];
-    // An address's text is ASCII.
-    out.push_str(std::str::from_utf8(ip_text(ip, &mut buf)).unwrap_or("-"));
+    out.extend_from_slice(ip_text(ip, &mut buf));
 }
 
 /// Bytes a JSON string cannot hold as they are: `"`, `\` and the control characters.
-fn json_escaped(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
-}
+static JSON_ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
 
 /// `s` as a JSON string, copied whole between the bytes that need an escape.
-fn push_json_str(out: &mut String, s: &str) {
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(s.len() + 2);
-    out.push('"');
-    let mut rest = s;
-    while let Some(i) = rest.bytes().position(json_escaped) {
-        out.push_str(&rest[..i]);
-        match rest.as_bytes()[i] {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
+    out.push(b'"');
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest.iter().position(|&b| JSON_ESCAPED[usize::from(b)]) {
+        out.extend_from_slice(&rest[..i]);
+        match rest[i] {
+            b'"' => push(out, "\\\""),
+            b'\\' => push(out, "\\\\"),
             c => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.push_str("\\u00");
-                out.push(char::from(HEX[usize::from(c >> 4)]));
-                out.push(char::from(HEX[usize::from(c & 0xf)]));
+                push(out, "\\u00");
+                out.push(HEX[usize::from(c >> 4)]);
+                out.push(HEX[usize::from(c & 0xf)]);
             }
         }
         rest = &rest[i + 1..];
     }
-    out.push_str(rest);
-    out.push('"');
+    out.extend_from_slice(rest);
+    out.push(b'"');
 }
 
 /// `s` inside a combined-format quoted field: `"` escaped as `\"`.
-fn push_clf_str(out: &mut String, s: &str) {
+fn push_clf_str(out: &mut Vec<u8>, s: &str) {
     let mut rest = s;
     while let Some(i) = memchr::memchr(b'"', rest.as_bytes()) {
-        out.push_str(&rest[..i]);
-        out.push_str("\\\"");
+        push(out, &rest[..i]);
+        push(out, "\\\"");
         rest = &rest[i + 1..];
     }
-    out.push_str(rest);
+    push(out, rest);
 }
 
 /// [`push_clf_str`], or `-` for an empty field.
-fn push_clf_str_or_dash(out: &mut String, s: &str) {
+fn push_clf_str_or_dash(out: &mut Vec<u8>, s: &str) {
     if s.is_empty() {
-        out.push('-');
+        out.push(b'-');
     } else {
         push_clf_str(out, s);
     }
@@ -317,9 +327,17 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::telemetry::RequestText;
 
     fn at(millis: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(millis)
+    }
+
+    /// What `write` appends to an empty line.
+    fn text(write: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        write(&mut out);
+        String::from_utf8(out).expect("UTF-8")
     }
 
     fn record() -> AccessRecord {
@@ -327,28 +345,45 @@ mod tests {
             time: at(1_700_000_000_123),
             client: "10.0.200.7".parse().unwrap(),
             method: http::Method::GET,
-            target: "/a?b=\"c\"".into(),
+            request: RequestText::new(
+                "/a?b=\"c\"",
+                "example.com",
+                "agent\\1\t\u{1}é".as_bytes(),
+                b"",
+            ),
             protocol: "HTTP/1.1",
             status: 200,
             bytes: 1024,
             duration: Duration::from_nanos(1_234_567),
             route: Arc::from("files"),
-            host: "example.com".into(),
-            user_agent: "agent\\1\t\u{1}é".into(),
-            referer: String::new(),
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
         }
     }
 
     #[test]
+    fn request_texts_share_one_string_and_read_invalid_utf8_lossily() {
+        let t = RequestText::new("/p?q", "h", b"ua\xff", b"http://r/");
+        assert_eq!(
+            (t.target(), t.host(), t.user_agent(), t.referer()),
+            ("/p?q", "h", "ua\u{fffd}", "http://r/")
+        );
+        let empty = RequestText::new("/", "", b"", b"");
+        assert_eq!(
+            (empty.host(), empty.user_agent(), empty.referer()),
+            ("", "", "")
+        );
+    }
+
+    #[test]
     fn timestamps_of_known_instants_and_a_second_change() {
         let mut f = Formatter::default();
-        let mut out = String::new();
-        f.push_rfc3339(at(1_700_000_000_123), &mut out);
-        f.push_rfc3339(at(1_700_000_000_999), &mut out);
-        f.push_rfc3339(at(1_700_000_001_007), &mut out);
-        f.push_clf(at(1_700_000_001_007), &mut out);
-        f.push_rfc3339(at(951_782_400_000), &mut out);
+        let out = text(|out| {
+            f.push_rfc3339(at(1_700_000_000_123), out);
+            f.push_rfc3339(at(1_700_000_000_999), out);
+            f.push_rfc3339(at(1_700_000_001_007), out);
+            f.push_clf(at(1_700_000_001_007), out);
+            f.push_rfc3339(at(951_782_400_000), out);
+        });
         assert_eq!(
             out,
             "2023-11-14T22:13:20.123Z2023-11-14T22:13:20.999Z2023-11-14T22:13:21.007Z\
@@ -358,30 +393,32 @@ mod tests {
 
     #[test]
     fn numbers_with_and_without_padding() {
-        let mut out = String::new();
-        for (n, width) in [(0, 1), (7, 3), (1234, 2), (u64::MAX, 1), (5, 4)] {
-            push_padded(&mut out, n, width);
-            out.push(',');
-        }
-        assert_eq!(out, "0,007,1234,18446744073709551615,0005,");
-        let mut ms = String::new();
-        for nanos in [0, 499, 500, 1_234_567, 12_345_678_999] {
-            push_ms(&mut ms, Duration::from_nanos(nanos));
-            ms.push(',');
-        }
+        let numbers = text(|out| {
+            for (n, width) in [(0, 1), (7, 3), (1234, 2), (u64::MAX, 1), (5, 4)] {
+                push_padded(out, n, width);
+                out.push(b',');
+            }
+        });
+        assert_eq!(numbers, "0,007,1234,18446744073709551615,0005,");
+        let ms = text(|out| {
+            for nanos in [0, 499, 500, 1_234_567, 12_345_678_999] {
+                push_ms(out, Duration::from_nanos(nanos));
+                out.push(b',');
+            }
+        });
         assert_eq!(ms, "0.000,0.000,0.001,1.235,12345.679,");
     }
 
     #[test]
     fn json_lines_parse_back_to_the_record() {
-        let mut out = String::new();
-        Formatter::default().http_json(&record(), &mut out);
+        let out = text(|out| Formatter::default().http_json(&record(), out));
         assert!(out.ends_with("}\n"), "{out}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
         assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
         assert_eq!(v["client"], "10.0.200.7");
         assert_eq!(v["method"], "GET");
         assert_eq!(v["target"], "/a?b=\"c\"");
+        assert_eq!(v["protocol"], "HTTP/1.1");
         assert_eq!(v["status"], 200);
         assert_eq!(v["bytes"], 1024);
         assert_eq!(v["duration_ms"], 1.235);
@@ -398,8 +435,7 @@ mod tests {
 
     #[test]
     fn combined_lines_escape_quotes_and_mark_empty_fields() {
-        let mut out = String::new();
-        Formatter::default().http_combined(&record(), &mut out);
+        let out = text(|out| Formatter::default().http_combined(&record(), out));
         assert_eq!(
             out,
             "10.0.200.7 - - [14/Nov/2023:22:13:20 +0000] \"GET /a?b=\\\"c\\\" HTTP/1.1\" 200 1024 \
@@ -423,25 +459,25 @@ mod tests {
             error: None,
         };
         let mut f = Formatter::default();
-        let mut out = String::new();
-        f.stream_basic(&r, &mut out);
         assert_eq!(
-            out,
+            text(|out| f.stream_basic(&r, out)),
             "2001:db8::1 [14/Nov/2023:22:13:20 +0000] UDP 200 120 40 2.500 dns 127.0.0.1:53\n"
         );
         r.error = Some("reset \"by peer\"".into());
         r.target = None;
-        out.clear();
-        f.stream_json(&r, &mut out);
-        let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+        let json = text(|out| f.stream_json(&r, out));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
         assert_eq!(v["client"], "[2001:db8::1]:5353");
         assert_eq!(v["sni"], "a.example");
         assert_eq!((&v["bytes_in"], &v["bytes_out"]), (&40.into(), &120.into()));
         assert_eq!(v["duration_ms"], 2500.0);
         assert_eq!(v["error"], "reset \"by peer\"");
         assert!(v.get("target").is_none());
-        out.clear();
-        f.stream_basic(&r, &mut out);
-        assert!(out.starts_with("2001:db8::1 [") && out.ends_with(" 500 120 40 2.500 dns -\n"));
+        let basic = text(|out| f.stream_basic(&r, out));
+        assert!(
+            basic.starts_with("2001:db8::1 [") && basic.ends_with(" 500 120 40 2.500 dns -\n"),
+            "{basic}"
+        );
     }
 }
