@@ -333,6 +333,10 @@ impl Gateway {
             let _ = tokio::time::timeout(Duration::from_secs(1), idle).await;
         };
         tokio::join!(http, self.inner.streams.drain(drain));
+        // The last requests' lines: the writer writes its queue every round, not every line.
+        if let Some(log) = cx.telemetry.access_log.swap(None) {
+            log.close(drain.min(TRACE_FLUSH_TIMEOUT)).await;
+        }
         // Spans of the last requests: sent if the collector answers soon, else dropped.
         if let Some(tracer) = cx.telemetry.tracer.swap(None) {
             tracer.shutdown(drain.min(TRACE_FLUSH_TIMEOUT)).await;

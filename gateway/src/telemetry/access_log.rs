@@ -1,24 +1,20 @@
 //! Access log: one line per request, and per L4 connection or UDP session, in JSON or the
 //! combined format, to stdout, stderr or a file. The request path only builds a small record and
-//! `try_send`s it; a dedicated thread formats (`format`) and writes, so a slow disk never blocks
-//! requests (records are dropped and counted when the queue is full). SIGUSR1 makes the writer
-//! reopen its file, for logrotate.
+//! queues it; a dedicated thread (`writer`) formats (`format`) and writes the queue every 100 ms,
+//! so a slow disk never blocks requests (records are dropped and counted when the queue is
+//! full). SIGUSR1 makes the writer reopen its file, for logrotate.
 
-use std::fs::OpenOptions;
-use std::io::{BufWriter, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
-use gateway_config::model::{AccessLogConfig, AccessLogFormat};
+use gateway_config::model::AccessLogConfig;
 
 use super::metrics::{Counter, Registry};
-use format::Formatter;
 
 mod format;
+mod writer;
 
 /// One finished request.
 #[derive(Debug)]
@@ -137,15 +133,8 @@ enum Entry {
 /// The request-side handle.
 #[derive(Clone)]
 pub struct AccessLog {
-    tx: SyncSender<Entry>,
+    queue: Arc<Queue>,
     dropped: Counter,
-    reopen: Arc<AtomicBool>,
-}
-
-enum Sink {
-    Stdout,
-    Stderr,
-    File(PathBuf),
 }
 
 impl AccessLog {
@@ -156,22 +145,21 @@ impl AccessLog {
             "stderr" => Sink::Stderr,
             p => Sink::File(PathBuf::from(p)),
         };
-        let out = open(&sink)?;
-        let (tx, rx) = sync_channel(16 * 1024);
-        let reopen = Arc::new(AtomicBool::new(false));
+        let out = writer::open(&sink)?;
+        let queue = Arc::new(Queue::default());
+        let theirs = queue.clone();
         let format = cfg.format;
-        let flag = reopen.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || writer(rx, sink, out, format, flag))?;
+            .spawn(move || writer::run(&theirs, sink, out, format))?;
+        *lock(&queue.thread) = Some(thread);
         Ok(Self {
-            tx,
+            queue,
             dropped: registry.counter(
                 "gateway_access_log_dropped_total",
                 "Access log records dropped because the writer fell behind.",
                 &[],
             ),
-            reopen,
         })
     }
 
@@ -185,70 +173,77 @@ impl AccessLog {
         self.send(Entry::Stream(record));
     }
 
+    /// Adds the entry to the queue without waking the writer (a wake-up is a system call on
+    /// each side and a switch between threads, which per request cost more than the rest of
+    /// a small request): it writes every [`FLUSH_EVERY`], or sooner once [`WAKE_AT`] wait.
     fn send(&self, entry: Entry) {
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(entry) {
+        let mut waiting = lock(&self.queue.waiting);
+        if waiting.entries.len() >= CAPACITY {
+            drop(waiting);
             self.dropped.inc();
+            return;
+        }
+        waiting.entries.push(entry);
+        let wake = waiting.entries.len() == WAKE_AT;
+        drop(waiting);
+        if wake {
+            self.queue.wake.notify_one();
         }
     }
 
     /// Asks the writer to reopen its file (logrotate).
     pub fn reopen(&self) {
-        self.reopen.store(true, Ordering::Relaxed);
+        lock(&self.queue.waiting).reopen = true;
+        self.queue.wake.notify_one();
     }
-}
 
-fn open(sink: &Sink) -> std::io::Result<Box<dyn Write + Send>> {
-    Ok(match sink {
-        Sink::Stdout => Box::new(std::io::stdout()),
-        Sink::Stderr => Box::new(std::io::stderr()),
-        Sink::File(p) => Box::new(OpenOptions::new().create(true).append(true).open(p)?),
-    })
-}
-
-fn writer(
-    rx: Receiver<Entry>,
-    sink: Sink,
-    out: Box<dyn Write + Send>,
-    format: AccessLogFormat,
-    reopen: Arc<AtomicBool>,
-) {
-    let mut out = BufWriter::with_capacity(64 * 1024, out);
-    let mut line = Vec::with_capacity(512);
-    let mut formatter = Formatter::default();
-    let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: Entry| {
-        line.clear();
-        let f = &mut formatter;
-        match (format, e) {
-            (AccessLogFormat::Json, Entry::Http(r)) => f.http_json(&r, &mut line),
-            (AccessLogFormat::Combined, Entry::Http(r)) => f.http_combined(&r, &mut line),
-            (AccessLogFormat::Json, Entry::Stream(r)) => f.stream_json(&r, &mut line),
-            (AccessLogFormat::Combined, Entry::Stream(r)) => f.stream_basic(&r, &mut line),
-        }
-        let _ = out.write_all(&line);
-    };
-    loop {
-        let first = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => {
-                let _ = out.flush();
-                return;
-            }
+    /// Has the writer write what is queued and stop, waiting up to `timeout` for it (the
+    /// gateway's exit). Records sent afterwards are not written.
+    pub async fn close(&self, timeout: Duration) {
+        lock(&self.queue.waiting).closed = true;
+        self.queue.wake.notify_one();
+        let Some(thread) = lock(&self.queue.thread).take() else {
+            return;
         };
-        if reopen.swap(false, Ordering::Relaxed) {
-            let _ = out.flush();
-            match open(&sink) {
-                Ok(w) => out = BufWriter::with_capacity(64 * 1024, w),
-                Err(e) => tracing::error!(error = %e, "cannot reopen the access log"),
-            }
-        }
-        if let Some(r) = first {
-            write(&mut out, r);
-            // Drain what is queued, then flush once: prompt lines without a syscall per line.
-            while let Ok(r) = rx.try_recv() {
-                write(&mut out, r);
-            }
-            let _ = out.flush();
+        let join = tokio::task::spawn_blocking(move || thread.join());
+        if tokio::time::timeout(timeout, join).await.is_err() {
+            tracing::warn!("the access log writer did not finish in time");
         }
     }
+}
+
+/// Records waiting for the writer, shared by the handles and the writer thread.
+#[derive(Default)]
+struct Queue {
+    waiting: Mutex<Waiting>,
+    /// Wakes the writer before its next round: many records waiting, a reopen, the close.
+    wake: Condvar,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    entries: Vec<Entry>,
+    /// SIGUSR1 asked for the file to be reopened.
+    reopen: bool,
+    /// The gateway is exiting.
+    closed: bool,
+}
+
+/// Most records waiting; more are dropped and counted.
+const CAPACITY: usize = 16 * 1024;
+/// Records waiting that wake the writer before its round.
+const WAKE_AT: usize = 1024;
+/// How often the writer writes what is waiting (so how late a line can appear).
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// The queue's lock; a panic while it was held left nothing half-done worth refusing.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+enum Sink {
+    Stdout,
+    Stderr,
+    File(PathBuf),
 }
