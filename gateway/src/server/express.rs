@@ -147,9 +147,10 @@ fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
             10 if is(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive") => {
                 return None;
             }
-            // A body, or a request hyper treats specially.
+            // What the access log records: the first of each, as a header map's `get` reads it.
             10 if is(b"user-agent") => _ = plain.user_agent.get_or_insert(h.value),
             7 if is(b"referer") => _ = plain.referer.get_or_insert(h.value),
+            // A body, or a request hyper treats specially.
             14 if is(b"content-length") => return None,
             17 if is(b"transfer-encoding") => return None,
             6 if is(b"expect") => return None,
