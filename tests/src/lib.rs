@@ -98,6 +98,14 @@ impl TestGateway {
             g.shutdown().await;
         }
     }
+
+    /// [`TestGateway::shutdown`], keeping the directory (to read what the gateway left in it).
+    pub async fn shutdown_keeping_dir(mut self) -> tempfile::TempDir {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown().await;
+        }
+        std::mem::replace(&mut self.dir, temp_dir())
+    }
 }
 
 impl Drop for TestGateway {

@@ -70,9 +70,9 @@ struct Plain<'b> {
     path: &'b str,
     host: Option<&'b [u8]>,
     accept_encoding: Option<&'b [u8]>,
-    /// The first `User-Agent` and `Referer`, for the access log.
-    user_agent: Option<&'b [u8]>,
-    referer: Option<&'b [u8]>,
+    /// Every header line, for the access log (read only when it is on, so that a request
+    /// does not pay for what it may not need).
+    headers: &'b [httparse::Header<'b>],
     /// `Range` or a precondition: a static file's answer depends on them.
     conditional: bool,
 }
@@ -115,7 +115,7 @@ fn plain_target(target: &str) -> Option<usize> {
 }
 
 /// Reads a parsed request's line and headers; `None` when hyper should have it.
-fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
+fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>> {
     if req.version != Some(1) {
         return None;
     }
@@ -131,6 +131,7 @@ fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
         head,
         target,
         path,
+        headers: req.headers,
         ..Plain::default()
     };
     for h in req.headers.iter() {
@@ -147,9 +148,6 @@ fn classify<'b>(req: &httparse::Request<'_, 'b>) -> Option<Plain<'b>> {
             10 if is(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive") => {
                 return None;
             }
-            // What the access log records: the first of each, as a header map's `get` reads it.
-            10 if is(b"user-agent") => _ = plain.user_agent.get_or_insert(h.value),
-            7 if is(b"referer") => _ = plain.referer.get_or_insert(h.value),
             // A body, or a request hyper treats specially.
             14 if is(b"content-length") => return None,
             17 if is(b"transfer-encoding") => return None,
@@ -424,14 +422,21 @@ struct Pending {
 /// What the access log records of a request answered here: what the general path copies from
 /// hyper's request (`service::RequestFacts::of`), read from the raw head.
 fn facts(req: &Plain<'_>) -> RequestFacts {
+    // The first of each, as a header map's `get` reads it.
+    let first = |name: &str| {
+        let mut lines = req.headers.iter();
+        lines
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map_or(&[][..], |h| h.value)
+    };
     RequestFacts {
         time: std::time::SystemTime::now(),
         method: if req.head { Method::HEAD } else { Method::GET },
         text: RequestText::new(
             req.target,
             host_of(req.host),
-            req.user_agent.unwrap_or_default(),
-            req.referer.unwrap_or_default(),
+            first("user-agent"),
+            first("referer"),
         ),
     }
 }
@@ -696,6 +701,27 @@ mod tests {
             let head = format!("GET / HTTP/1.1\r\n{conditional}\r\n\r\n");
             parse(head.as_bytes(), |p| assert!(p.expect("plain").conditional));
         }
+    }
+
+    #[test]
+    fn the_access_log_facts_are_the_first_of_each_header_and_the_host_without_its_port() {
+        parse(
+            b"HEAD /a?b HTTP/1.1\r\nuser-agent: one\r\nHost: h:81\r\nUser-Agent: two\r\nREFERER: r\xff\r\n\r\n",
+            |p| {
+                let f = facts(&p.expect("plain"));
+                assert_eq!(f.method, Method::HEAD);
+                let t = &f.text;
+                assert_eq!(
+                    (t.target(), t.host(), t.user_agent(), t.referer()),
+                    ("/a?b", "h", "one", "r\u{fffd}")
+                );
+            },
+        );
+        parse(b"GET / HTTP/1.1\r\n\r\n", |p| {
+            let f = facts(&p.expect("plain"));
+            let t = &f.text;
+            assert_eq!((t.host(), t.user_agent(), t.referer()), ("", "", ""));
+        });
     }
 
     #[test]

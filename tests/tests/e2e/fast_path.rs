@@ -510,3 +510,34 @@ async fn the_access_log_records_fast_answers_as_it_records_the_general_paths() {
         (&"/files/b.json".into(), &200.into(), &8.into())
     );
 }
+
+#[tokio::test]
+async fn the_access_log_has_every_line_once_the_gateway_has_stopped() {
+    let gw = start_with("telemetry:\n  access_log: { path: access.log, format: combined }\n").await;
+    let n = 300;
+    let requests: Vec<u8> = (0..n)
+        .flat_map(|i| format!("GET /hello?i={i} HTTP/1.1\r\nHost: a\r\n\r\n").into_bytes())
+        .collect();
+    let mut tcp = TcpStream::connect(gw.addr("fast")).await.expect("connect");
+    tcp.write_all(&requests).await.expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    while try_answers(&out, &vec![false; n]).is_none() {
+        let k = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+            .await
+            .expect("answers in time")
+            .expect("read");
+        assert!(k > 0, "connection closed");
+        out.extend_from_slice(&buf[..k]);
+    }
+    drop(tcp);
+    // Stopped at once, most likely before the writer's next round (every 100 ms).
+    let dir = gw.shutdown_keeping_dir().await;
+    let text = std::fs::read_to_string(dir.path().join("access.log")).expect("log");
+    let targets: Vec<&str> = text
+        .lines()
+        .map(|l| l.split(' ').nth(6).unwrap_or(""))
+        .collect();
+    let expected: Vec<String> = (0..n).map(|i| format!("/hello?i={i}")).collect();
+    assert_eq!(targets, expected);
+}
