@@ -37,6 +37,9 @@ use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
 use crate::telemetry::{AccessLog, Counter, RequestText};
 use crate::terminal::Terminal;
+use answers::{Answers, WriteAll};
+
+mod answers;
 
 /// Most header lines a request on the fast path may have; one with more is hyper's (which
 /// allows 128).
@@ -216,8 +219,8 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Appends the answer to `req` to `out`, or says why not.
-    fn answer(&self, req: &Plain<'_>, out: &mut Vec<u8>) -> Outcome {
+    /// Appends the answer to `req` to `answers`, or says why not.
+    fn answer(&self, req: &Plain<'_>, answers: &mut Answers) -> Outcome {
         let svc = self.svc;
         let telemetry = &svc.telemetry;
         if telemetry.tracer.is_on() {
@@ -259,6 +262,7 @@ impl<'a> Lane<'a> {
                     return Outcome::HandOff;
                 };
                 svc.activity.request_started(false);
+                let out = &mut answers.text;
                 out.extend_from_slice(&canned.head);
                 if !canned.sets_server
                     && let Some(server) = server
@@ -270,7 +274,7 @@ impl<'a> Lane<'a> {
                 http_date::push_line(out);
                 out.extend_from_slice(b"\r\n");
                 if !req.head {
-                    out.extend_from_slice(&canned.body);
+                    answers.push_body(&canned.body);
                 }
                 route
                     .metrics
@@ -291,7 +295,7 @@ impl<'a> Lane<'a> {
                         return Outcome::HandOff;
                     }
                     Some(Express::Ready(file)) => {
-                        self.push_file(&file, req.head, server, out);
+                        self.push_file(&file, req.head, server, answers);
                         route
                             .metrics
                             .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
@@ -326,8 +330,9 @@ impl<'a> Lane<'a> {
         file: &ExpressFile,
         head: bool,
         server: Option<&http::HeaderValue>,
-        out: &mut Vec<u8>,
+        answers: &mut Answers,
     ) {
+        let out = &mut answers.text;
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         if let Some(server) = server {
             push_line(out, b"server", server.as_bytes());
@@ -337,7 +342,7 @@ impl<'a> Lane<'a> {
         http_date::push_line(out);
         out.extend_from_slice(b"\r\n");
         if !head {
-            out.extend_from_slice(&file.body);
+            answers.push_body(&file.body);
         }
     }
 
@@ -363,14 +368,14 @@ impl<'a> Lane<'a> {
         ));
     }
 
-    /// Finishes a request whose file needed its re-check: its answer appended to `out`, or
+    /// Finishes a request whose file needed its re-check: its answer appended to `answers`, or
     /// `false` when the general path has to answer it.
-    async fn finish_recheck(&self, pending: Pending, out: &mut Vec<u8>) -> bool {
+    async fn finish_recheck(&self, pending: Pending, answers: &mut Answers) -> bool {
         let file = pending.files.recheck(pending.recheck).await;
         let answered = match file {
             Some(file) => {
                 let server = pending.generation.server_header.as_ref();
-                self.push_file(&file, pending.head, server, out);
+                self.push_file(&file, pending.head, server, answers);
                 let route = pending.generation.router.route(pending.index);
                 let elapsed = pending.start.elapsed();
                 route
@@ -463,7 +468,7 @@ enum Front {
 
 /// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
 /// until one is hyper's or waits, the buffer holds no complete request, or `out` is full.
-fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Vec<u8>) -> Front {
+fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front {
     while !buf.is_empty() {
         if out.len() >= OUT_LIMIT {
             return Front::Full;
@@ -502,7 +507,7 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut out = Vec::new();
+    let mut out = Answers::default();
     loop {
         let front = match answer_front(lane, buf, &mut out) {
             // The re-check goes to the blocking pool; the answer joins the others after it,
@@ -521,7 +526,7 @@ where
         if !out.is_empty() {
             let mut write = WriteAll {
                 io: &mut *io,
-                out: &out,
+                answers: &out,
                 written: 0,
             };
             if let Err(end) = until_done(&mut write, watch, rt, true).await {
@@ -613,32 +618,6 @@ impl<IO: AsyncRead + Unpin> Future for ReadMore<'_, IO> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         tokio_util::io::poll_read_buf(Pin::new(&mut *this.io), cx, this.buf)
-    }
-}
-
-/// Writes and flushes the answers.
-struct WriteAll<'a, IO> {
-    io: &'a mut IO,
-    out: &'a [u8],
-    written: usize,
-}
-
-impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
-    type Output = std::io::Result<usize>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        while this.written < this.out.len() {
-            let n = std::task::ready!(
-                Pin::new(&mut *this.io).poll_write(cx, &this.out[this.written..])
-            )?;
-            if n == 0 {
-                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-            }
-            this.written += n;
-        }
-        std::task::ready!(Pin::new(&mut *this.io).poll_flush(cx))?;
-        Poll::Ready(Ok(this.written))
     }
 }
 
