@@ -17,8 +17,13 @@ use tokio::io::AsyncWrite;
 /// Bodies up to this size are copied into the text: an extra slice costs more than the copy.
 const COPY_UP_TO: usize = 256;
 
-/// Slices handed to one vectored write (the kernel takes up to 1,024).
-const SLICES_PER_WRITE: usize = 64;
+/// Slices of the common write, made on the stack: one answer (text, body, the text after it).
+/// Filling an array costs two stores a slice on every write, so it is no larger than this.
+const FEW_SLICES: usize = 4;
+
+/// Most slices handed to one vectored write (the kernel takes up to 1,024): pipelined answers
+/// with more bodies than [`FEW_SLICES`] holds.
+const MANY_SLICES: usize = 128;
 
 /// Answers waiting to be written, in order.
 #[derive(Default)]
@@ -102,10 +107,16 @@ impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
         let this = &mut *self;
         let total = this.answers.len();
         while this.written < total {
-            let mut slices = [IoSlice::new(&[]); SLICES_PER_WRITE];
-            let n = this.answers.slices(this.written, &mut slices);
-            let k =
-                std::task::ready!(Pin::new(&mut *this.io).poll_write_vectored(cx, &slices[..n]))?;
+            let needed = 2 * this.answers.bodies.len() + 1;
+            let k = if needed <= FEW_SLICES {
+                let mut slices = [IoSlice::new(&[]); FEW_SLICES];
+                let n = this.answers.slices(this.written, &mut slices);
+                std::task::ready!(Pin::new(&mut *this.io).poll_write_vectored(cx, &slices[..n]))?
+            } else {
+                let mut slices = vec![IoSlice::new(&[]); needed.min(MANY_SLICES)];
+                let n = this.answers.slices(this.written, &mut slices);
+                std::task::ready!(Pin::new(&mut *this.io).poll_write_vectored(cx, &slices[..n]))?
+            };
             if k == 0 {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
@@ -148,7 +159,7 @@ mod tests {
         assert_eq!(a.len(), expected.len());
         assert_eq!(a.bodies.len(), 3, "the small body is copied");
         for from in 0..=expected.len() {
-            let mut slices = [IoSlice::new(&[]); SLICES_PER_WRITE];
+            let mut slices = [IoSlice::new(&[]); MANY_SLICES];
             let n = a.slices(from, &mut slices);
             let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
             assert_eq!(joined, expected[from..], "from {from}");
@@ -209,9 +220,25 @@ mod tests {
         }
     }
 
+    /// One answer with a large body: the common write, from the stack's slices.
+    fn single() -> (Answers, Vec<u8>) {
+        let body = Bytes::from(vec![b'z'; 1024]);
+        let mut a = Answers::default();
+        a.text.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+        a.push_body(&body);
+        let mut expected = a.text.clone();
+        expected.extend_from_slice(&body);
+        (a, expected)
+    }
+
     #[tokio::test]
     async fn partial_writes_resume_where_they_stopped() {
-        let (a, expected) = sample();
+        for (a, expected) in [sample(), single()] {
+            write_in_steps(&a, &expected).await;
+        }
+    }
+
+    async fn write_in_steps(a: &Answers, expected: &[u8]) {
         for vectored in [true, false] {
             for step in [1, 7, 999, 1000, 1001, 1 << 20] {
                 let mut io = Trickle {
@@ -221,7 +248,7 @@ mod tests {
                 };
                 let written = WriteAll {
                     io: &mut io,
-                    answers: &a,
+                    answers: a,
                     written: 0,
                 }
                 .await
