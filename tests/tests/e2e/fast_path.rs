@@ -541,3 +541,48 @@ async fn the_access_log_has_every_line_once_the_gateway_has_stopped() {
     let expected: Vec<String> = (0..n).map(|i| format!("/hello?i={i}")).collect();
     assert_eq!(targets, expected);
 }
+
+#[tokio::test]
+async fn large_cached_files_are_written_whole_and_in_order_when_pipelined() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    // Bodies over the size copied into the answer text are written from the cache.
+    let big: Vec<u8> = (0..200 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mid: Vec<u8> = (0..1024u32).map(|i| (i % 13) as u8 + b'a').collect();
+    write_file(gw.dir(), "public/files/big.bin", &big);
+    write_file(gw.dir(), "public/files/mid.bin", &mid);
+    cache(fast, "/files/big.bin").await;
+    cache(fast, "/files/mid.bin").await;
+    cache(fast, "/files/a.txt").await;
+    let before = fast_path_count(&gw, "fast").await;
+    let order = [
+        ("GET", "/files/big.bin"),
+        ("GET", "/files/mid.bin"),
+        ("HEAD", "/files/big.bin"),
+        ("GET", "/hello"),
+        ("GET", "/files/mid.bin"),
+        ("GET", "/files/big.bin"),
+        ("GET", "/files/a.txt"),
+    ];
+    let mut requests = String::new();
+    for (method, path) in order {
+        requests.push_str(&format!("{method} {path} HTTP/1.1\r\nHost: a\r\n\r\n"));
+    }
+    let heads: Vec<bool> = order.iter().map(|(m, _)| *m == "HEAD").collect();
+    let got = answers(&exchange_bytes(fast, requests.as_bytes()).await, &heads);
+    let bodies: Vec<&[u8]> = got.iter().map(|a| &a.body[..]).collect();
+    assert!(bodies[0] == big && bodies[5] == big, "the 200 KiB bodies");
+    assert!(bodies[1] == mid && bodies[4] == mid, "the 1 KiB bodies");
+    assert!(bodies[2].is_empty());
+    assert!(
+        got[2]
+            .headers
+            .contains(&("content-length".into(), big.len().to_string()))
+    );
+    assert_eq!(bodies[3], b"Hello, world!\n");
+    assert!(bodies[6].starts_with(b"the quick"));
+    assert_eq!(
+        fast_path_count(&gw, "fast").await - before,
+        order.len() as u64
+    );
+}
