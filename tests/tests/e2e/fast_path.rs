@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use gateway_tests::{TestGateway, raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Two listeners with the same routes, one with the fast path (the default) and one without.
@@ -95,6 +95,23 @@ fn try_answers(mut bytes: &[u8], heads: &[bool]) -> Option<Vec<Answer>> {
 /// [`try_answers`] on a whole exchange.
 fn answers(bytes: &[u8], heads: &[bool]) -> Vec<Answer> {
     try_answers(bytes, heads).unwrap_or_else(|| panic!("incomplete answers: {bytes:?}"))
+}
+
+/// Reads until the answers to `heads` are complete.
+async fn read_answers<R: AsyncRead + Unpin>(rd: &mut R, heads: &[bool]) -> Vec<Answer> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if let Some(got) = try_answers(&out, heads) {
+            return got;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), rd.read(&mut buf))
+            .await
+            .expect("answers in time")
+            .expect("read");
+        assert!(n > 0, "connection closed after {} bytes", out.len());
+        out.extend_from_slice(&buf[..n]);
+    }
 }
 
 /// Writes `requests` in one write on a new connection and reads until it has been quiet for a
@@ -345,20 +362,8 @@ async fn many_pipelined_requests_are_answered_in_order_across_writes() {
     let write = async {
         wr.write_all(&requests).await.expect("write");
     };
-    let read = async {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 64 * 1024];
-        let heads = vec![false; n];
-        loop {
-            if let Some(got) = try_answers(&out, &heads) {
-                return got;
-            }
-            match tokio::time::timeout(Duration::from_secs(5), rd.read(&mut buf)).await {
-                Ok(Ok(k)) if k > 0 => out.extend_from_slice(&buf[..k]),
-                other => panic!("connection ended after {} bytes: {other:?}", out.len()),
-            }
-        }
-    };
+    let heads = vec![false; n];
+    let read = read_answers(&mut rd, &heads);
     let ((), got) = tokio::join!(write, read);
     for (i, a) in got.iter().enumerate() {
         assert_eq!(a.status, 200);
@@ -379,19 +384,7 @@ async fn a_file_due_for_its_recheck_is_rechecked_on_the_fast_path() {
     let get = b"GET /files/b.json HTTP/1.1\r\nHost: a\r\n\r\n";
     async fn one(tcp: &mut TcpStream, request: &[u8]) -> Answer {
         tcp.write_all(request).await.expect("write");
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            if let Some(mut got) = try_answers(&out, &[false]) {
-                return got.remove(0);
-            }
-            let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
-                .await
-                .expect("answer in time")
-                .expect("read");
-            assert!(n > 0, "connection closed");
-            out.extend_from_slice(&buf[..n]);
-        }
+        read_answers(tcp, &[false]).await.remove(0)
     }
     let before = fast_path_count(&gw, "fast").await;
     assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 1}");
@@ -520,16 +513,7 @@ async fn the_access_log_has_every_line_once_the_gateway_has_stopped() {
         .collect();
     let mut tcp = TcpStream::connect(gw.addr("fast")).await.expect("connect");
     tcp.write_all(&requests).await.expect("write");
-    let mut out = Vec::new();
-    let mut buf = [0u8; 64 * 1024];
-    while try_answers(&out, &vec![false; n]).is_none() {
-        let k = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
-            .await
-            .expect("answers in time")
-            .expect("read");
-        assert!(k > 0, "connection closed");
-        out.extend_from_slice(&buf[..k]);
-    }
+    read_answers(&mut tcp, &vec![false; n]).await;
     drop(tcp);
     // Stopped at once, most likely before the writer's next round (every 100 ms).
     let dir = gw.shutdown_keeping_dir().await;
