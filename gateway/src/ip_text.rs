@@ -1,6 +1,6 @@
 //! Header-value text written by hand: client addresses on the request path (forwarding headers,
 //! WAF inspection), without the formatting machinery for IPv4, which costs more than the rest of
-//! those headers together; and quoted strings.
+//! those headers together; quoted strings; and decimal numbers (rate-limit fields, log lines).
 
 use std::net::IpAddr;
 
@@ -20,6 +20,24 @@ pub fn push_quoted(out: &mut String, text: &str) {
     }
     out.push_str(rest);
     out.push('"');
+}
+
+/// `n` in decimal.
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    push_padded(out, n, 1);
+}
+
+/// `n` in decimal, with leading zeros to at least `width` digits.
+pub fn push_padded(out: &mut Vec<u8>, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    while n > 0 || start == digits.len() {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let start = start.min(digits.len() - width.min(digits.len()));
+    out.extend_from_slice(&digits[start..]);
 }
 
 /// `ip` as text, formatted on the stack (an address is at most 45 characters); IPv4 by hand,

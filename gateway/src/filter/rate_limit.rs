@@ -38,6 +38,7 @@ use crate::body::{Body, BoxError};
 use crate::cluster::{Cluster, GlobalLimiter};
 use crate::context::{RequestCx, client_ip_hash};
 use crate::error::error_response;
+use crate::ip_text::push_decimal;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::RateLimitKey;
 use gateway_config::model::{RateLimitConfig, RateLimitFallback, RateLimitHeaders, Scope};
@@ -405,20 +406,6 @@ fn draft10_value(prefix: &[u8], remaining: u64, reset: u64) -> HeaderValue {
     // The prefix was checked at config load and the rest is digits, `;`, `t` and `=`.
     HeaderValue::from_maybe_shared(bytes::Bytes::from(out))
         .unwrap_or_else(|_| HeaderValue::from_static("\"default\";r=0"))
-}
-
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// A `scope: global` limit: the shared bucket and what to do without it.

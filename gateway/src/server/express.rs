@@ -31,11 +31,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::conn::{ConnWatch, ListenerRuntime};
 use super::http_date;
 use super::idle::Verdict;
-use crate::generation::Generation;
+use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
-use crate::telemetry::{AccessLog, Counter, RequestText};
+use crate::telemetry::{Counter, RequestText};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
 
@@ -235,7 +235,6 @@ impl<'a> Lane<'a> {
             return Outcome::HandOff;
         }
         let start = Instant::now();
-        let log = telemetry.access_log.load_full();
         let generation = svc.generation.load();
         let router = &generation.router;
         if router.matches_headers() {
@@ -276,13 +275,8 @@ impl<'a> Lane<'a> {
                 if !req.head {
                     answers.push_body(&canned.body);
                 }
-                route
-                    .metrics
-                    .record(Version::HTTP_11, r.status(), start.elapsed());
-                if let Some(log) = log {
-                    let bytes = canned.body.len();
-                    self.log(&log, facts(req), r.status(), bytes, start, &route.name);
-                }
+                let bytes = canned.body.len();
+                self.record(route, r.status(), bytes, start, || Some(facts(req)));
             }
             Terminal::Static(files) => {
                 if req.conditional || !route.chain.is_empty() {
@@ -296,20 +290,15 @@ impl<'a> Lane<'a> {
                     }
                     Some(Express::Ready(file)) => {
                         self.push_file(&file, req.head, server, answers);
-                        route
-                            .metrics
-                            .record(Version::HTTP_11, StatusCode::OK, start.elapsed());
-                        if let Some(log) = log {
-                            let bytes = file.body.len();
-                            self.log(&log, facts(req), StatusCode::OK, bytes, start, &route.name);
-                        }
+                        let bytes = file.body.len();
+                        self.record(route, StatusCode::OK, bytes, start, || Some(facts(req)));
                     }
                     Some(Express::Recheck(recheck)) => {
                         return Outcome::Recheck(Box::new(Pending {
                             files: files.clone(),
                             recheck,
                             head: req.head,
-                            log: log.map(|log| (log, facts(req))),
+                            facts: telemetry.access_log.is_on().then(|| facts(req)),
                             generation: arc_swap::Guard::into_inner(generation),
                             index,
                             start,
@@ -346,26 +335,25 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Queues the access log's record of a request answered here, as the general path makes it.
-    fn log(
+    /// Records a request answered here as the general path does: the route's metrics, and the
+    /// access log's record when the log is on (`facts` are made only then).
+    fn record(
         &self,
-        log: &AccessLog,
-        facts: RequestFacts,
+        route: &CompiledRoute,
         status: StatusCode,
         bytes: usize,
         start: Instant,
-        route: &Arc<str>,
+        facts: impl FnOnce() -> Option<RequestFacts>,
     ) {
-        let conn = &self.svc.conn;
-        let (bytes, elapsed) = (bytes as u64, start.elapsed());
-        log.log(facts.into_record(
-            conn,
-            Version::HTTP_11,
-            status,
-            bytes,
-            elapsed,
-            route.clone(),
-        ));
+        let elapsed = start.elapsed();
+        route.metrics.record(Version::HTTP_11, status, elapsed);
+        if let Some(log) = self.svc.telemetry.access_log.load_full()
+            && let Some(facts) = facts()
+        {
+            let (conn, route) = (&self.svc.conn, route.name.clone());
+            let version = Version::HTTP_11;
+            log.log(facts.into_record(conn, version, status, bytes as u64, elapsed, route));
+        }
     }
 
     /// Finishes a request whose file needed its re-check: its answer appended to `answers`, or
@@ -377,21 +365,10 @@ impl<'a> Lane<'a> {
                 let server = pending.generation.server_header.as_ref();
                 self.push_file(&file, pending.head, server, answers);
                 let route = pending.generation.router.route(pending.index);
-                let elapsed = pending.start.elapsed();
-                route
-                    .metrics
-                    .record(Version::HTTP_11, StatusCode::OK, elapsed);
-                if let Some((log, facts)) = pending.log {
-                    let bytes = file.body.len();
-                    self.log(
-                        &log,
-                        facts,
-                        StatusCode::OK,
-                        bytes,
-                        pending.start,
-                        &route.name,
-                    );
-                }
+                let bytes = file.body.len();
+                self.record(route, StatusCode::OK, bytes, pending.start, || {
+                    pending.facts
+                });
                 self.answered.inc();
                 true
             }
@@ -417,8 +394,8 @@ struct Pending {
     files: Arc<StaticFiles>,
     recheck: Recheck,
     head: bool,
-    /// The access log and the request's facts for it, when it is on.
-    log: Option<(Arc<AccessLog>, RequestFacts)>,
+    /// The request's facts for the access log, when it was on.
+    facts: Option<RequestFacts>,
     generation: Arc<Generation>,
     index: usize,
     start: Instant,

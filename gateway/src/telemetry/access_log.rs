@@ -60,9 +60,10 @@ impl RequestText {
         let target_end = text.len();
         text.push_str(host);
         let host_end = text.len();
-        push_lossy(&mut text, user_agent);
+        // Borrowed, not copied, when the value is UTF-8.
+        text.push_str(&String::from_utf8_lossy(user_agent));
         let user_agent_end = text.len();
-        push_lossy(&mut text, referer);
+        text.push_str(&String::from_utf8_lossy(referer));
         Self {
             text,
             ends: [target_end, host_end, user_agent_end],
@@ -87,14 +88,6 @@ impl RequestText {
     /// `Referer`.
     pub fn referer(&self) -> &str {
         &self.text[self.ends[2]..]
-    }
-}
-
-/// `bytes` as text, invalid UTF-8 replaced (as `String::from_utf8_lossy` reads it).
-fn push_lossy(out: &mut String, bytes: &[u8]) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => out.push_str(text),
-        Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
     }
 }
 

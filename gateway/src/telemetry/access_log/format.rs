@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{AccessRecord, StreamRecord};
-use crate::ip_text::ip_text;
+use crate::ip_text::{ip_text, push_decimal, push_padded};
 
 /// Formats records into lines; keeps the text of the last second it saw.
 #[derive(Default)]
@@ -36,9 +36,9 @@ impl Formatter {
         push(out, ",\"protocol\":");
         push_json_str(out, r.protocol);
         push(out, ",\"status\":");
-        push_u64(out, u64::from(r.status));
+        push_decimal(out, u64::from(r.status));
         push(out, ",\"bytes\":");
-        push_u64(out, r.bytes);
+        push_decimal(out, r.bytes);
         push(out, ",\"duration_ms\":");
         push_ms(out, r.duration);
         push(out, ",\"route\":");
@@ -68,9 +68,9 @@ impl Formatter {
         out.push(b' ');
         push(out, r.protocol);
         push(out, "\" ");
-        push_u64(out, u64::from(r.status));
+        push_decimal(out, u64::from(r.status));
         out.push(b' ');
-        push_u64(out, r.bytes);
+        push_decimal(out, r.bytes);
         push(out, " \"");
         push_clf_str_or_dash(out, r.request.referer());
         push(out, "\" \"");
@@ -97,9 +97,9 @@ impl Formatter {
             push_json_str(out, sni);
         }
         push(out, ",\"bytes_in\":");
-        push_u64(out, r.bytes_in);
+        push_decimal(out, r.bytes_in);
         push(out, ",\"bytes_out\":");
-        push_u64(out, r.bytes_out);
+        push_decimal(out, r.bytes_out);
         push(out, ",\"duration_ms\":");
         push_ms(out, r.duration);
         if let Some(e) = &r.error {
@@ -119,12 +119,12 @@ impl Formatter {
         push(out, "] ");
         push(out, r.protocol);
         push(out, if r.error.is_none() { " 200 " } else { " 500 " });
-        push_u64(out, r.bytes_out);
+        push_decimal(out, r.bytes_out);
         out.push(b' ');
-        push_u64(out, r.bytes_in);
+        push_decimal(out, r.bytes_in);
         out.push(b' ');
         let ms = millis(r.duration);
-        push_u64(out, ms / 1000);
+        push_decimal(out, ms / 1000);
         out.push(b'.');
         push_padded(out, ms % 1000, 3);
         out.push(b' ');
@@ -227,30 +227,12 @@ fn push(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// `n` in decimal.
-fn push_u64(out: &mut Vec<u8>, n: u64) {
-    push_padded(out, n, 1);
-}
-
-/// `n` in decimal, with leading zeros to at least `width` digits.
-fn push_padded(out: &mut Vec<u8>, mut n: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    while n > 0 || start == digits.len() {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    let start = start.min(digits.len() - width.min(digits.len()));
-    out.extend_from_slice(&digits[start..]);
-}
-
 /// Milliseconds, rounded to the nearest microsecond, as `M.mmm` (the microseconds are the
 /// fraction). An integer's digits: the same text `{:.3}` of the `f64` gives, without it.
 fn push_ms(out: &mut Vec<u8>, d: Duration) {
     let micros = (d.as_nanos() + 500) / 1000;
     let micros = u64::try_from(micros).unwrap_or(u64::MAX);
-    push_u64(out, micros / 1000);
+    push_decimal(out, micros / 1000);
     out.push(b'.');
     push_padded(out, micros % 1000, 3);
 }
