@@ -11,12 +11,13 @@
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a
 //! target outside a conservative subset of what hyper takes, preconditions or ranges on a
-//! static file, a route with filters, a proxy route, no matching route, traces switched on, an
-//! ACME challenge pending, a parse error (hyper answers it) or more headers than
-//! [`MAX_HEADERS`]. The bytes arrive through the framing checks ([`super::checked`]) and the
-//! activity tracking ([`super::idle`]) as they would for hyper, so refusals, timeouts and the
-//! drain behave the same; route metrics and the access log record each answer as the general
-//! path does. The listener setting `http1_fast_path: false` turns this off.
+//! static file, a route with filters, a proxy route, no matching route, an ACME challenge
+//! pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`]. The bytes
+//! arrive through the framing checks ([`super::checked`]) and the activity tracking
+//! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
+//! same; route metrics, the access log and traces record each answer as the general path does
+//! (a sampled request's server span ends once its answer has been written). The listener
+//! setting `http1_fast_path: false` turns this off.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
+use crate::telemetry::trace::{OpenSpan, ServerSpan, context::hex};
 use crate::telemetry::{Counter, RequestText};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
@@ -222,10 +224,6 @@ impl<'a> Lane<'a> {
     /// Appends the answer to `req` to `answers`, or says why not.
     fn answer(&self, req: &Plain<'_>, answers: &mut Answers) -> Outcome {
         let svc = self.svc;
-        let telemetry = &svc.telemetry;
-        if telemetry.tracer.is_on() {
-            return Outcome::HandOff;
-        }
         if req.target.len() > svc.policy.max_uri {
             return Outcome::HandOff;
         }
@@ -276,7 +274,8 @@ impl<'a> Lane<'a> {
                     answers.push_body(&canned.body);
                 }
                 let bytes = canned.body.len();
-                self.record(route, r.status(), bytes, start, || Some(facts(req)));
+                let observed = self.observe(req);
+                self.record(route, r.status(), bytes, start, observed, answers);
             }
             Terminal::Static(files) => {
                 if req.conditional || !route.chain.is_empty() {
@@ -291,14 +290,15 @@ impl<'a> Lane<'a> {
                     Some(Express::Ready(file)) => {
                         self.push_file(&file, req.head, server, answers);
                         let bytes = file.body.len();
-                        self.record(route, StatusCode::OK, bytes, start, || Some(facts(req)));
+                        let observed = self.observe(req);
+                        self.record(route, StatusCode::OK, bytes, start, observed, answers);
                     }
                     Some(Express::Recheck(recheck)) => {
                         return Outcome::Recheck(Box::new(Pending {
                             files: files.clone(),
                             recheck,
                             head: req.head,
-                            facts: telemetry.access_log.is_on().then(|| facts(req)),
+                            observed: self.observe(req),
                             generation: arc_swap::Guard::into_inner(generation),
                             index,
                             start,
@@ -335,24 +335,46 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Records a request answered here as the general path does: the route's metrics, and the
-    /// access log's record when the log is on (`facts` are made only then).
+    /// What the access log and the tracer take from `req`, when they are on.
+    fn observe(&self, req: &Plain<'_>) -> Observed {
+        let telemetry = &self.svc.telemetry;
+        Observed {
+            facts: telemetry.access_log.is_on().then(|| facts(req)),
+            span: telemetry.tracer.load_full().map(|tracer| {
+                let conn = &self.svc.conn;
+                ServerSpan::start_h1(&tracer, req.head, req.target, req.headers, conn)
+            }),
+        }
+    }
+
+    /// Records a request answered here as the general path does: the route's metrics, the
+    /// access log's record, and the head of its span, which `answers` ends once written.
     fn record(
         &self,
         route: &CompiledRoute,
         status: StatusCode,
         bytes: usize,
         start: Instant,
-        facts: impl FnOnce() -> Option<RequestFacts>,
+        observed: Observed,
+        answers: &mut Answers,
     ) {
         let elapsed = start.elapsed();
         route.metrics.record(Version::HTTP_11, status, elapsed);
-        if let Some(log) = self.svc.telemetry.access_log.load_full()
-            && let Some(facts) = facts()
+        let open = observed.span.and_then(|s| s.end_head(status, &route.name));
+        if let Some(facts) = observed.facts
+            && let Some(log) = self.svc.telemetry.access_log.load_full()
         {
             let (conn, route) = (&self.svc.conn, route.name.clone());
             let version = Version::HTTP_11;
-            log.log(facts.into_record(conn, version, status, bytes as u64, elapsed, route));
+            let mut record = facts.into_record(conn, version, status, bytes as u64, elapsed, route);
+            record.trace_id = open
+                .as_ref()
+                .and_then(OpenSpan::trace_id)
+                .map(|id| hex(&id));
+            log.log(record);
+        }
+        if let Some(open) = open {
+            answers.push_span(open);
         }
     }
 
@@ -366,9 +388,15 @@ impl<'a> Lane<'a> {
                 self.push_file(&file, pending.head, server, answers);
                 let route = pending.generation.router.route(pending.index);
                 let bytes = file.body.len();
-                self.record(route, StatusCode::OK, bytes, pending.start, || {
-                    pending.facts
-                });
+                let observed = pending.observed;
+                self.record(
+                    route,
+                    StatusCode::OK,
+                    bytes,
+                    pending.start,
+                    observed,
+                    answers,
+                );
                 self.answered.inc();
                 true
             }
@@ -394,11 +422,16 @@ struct Pending {
     files: Arc<StaticFiles>,
     recheck: Recheck,
     head: bool,
-    /// The request's facts for the access log, when it was on.
-    facts: Option<RequestFacts>,
+    observed: Observed,
     generation: Arc<Generation>,
     index: usize,
     start: Instant,
+}
+
+/// What the access log and the tracer took from a request, each when on.
+struct Observed {
+    facts: Option<RequestFacts>,
+    span: Option<ServerSpan>,
 }
 
 /// What the access log records of a request answered here: what the general path copies from
@@ -505,11 +538,17 @@ where
                 io: &mut *io,
                 answers: &out,
                 written: 0,
+                done: false,
             };
-            if let Err(end) = until_done(&mut write, watch, rt, true).await {
+            let wrote = until_done(&mut write, watch, rt, true).await;
+            // Written whole, even when a drain then closes the connection: the answers'
+            // spans end now. Otherwise they are dropped, and record that the client left.
+            if write.done {
+                out.clear();
+            }
+            if let Err(end) = wrote {
                 return end;
             }
-            out.clear();
         }
         match front {
             Front::HandOff => return Ended::HandOff,

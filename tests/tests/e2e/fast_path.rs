@@ -1,7 +1,8 @@
 //! The HTTP/1.1 fast path end to end: a listener with it answers exactly what a listener
 //! without it answers (status, every header but `Date`, body) for fixed responses and cached
 //! files, over keep-alive and pipelined requests; a request it does not take hands the
-//! connection to hyper with every byte in order; and its answers are counted.
+//! connection to hyper with every byte in order; its answers are counted, logged and traced
+//! as the general path's.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -569,4 +570,182 @@ async fn large_cached_files_are_written_whole_and_in_order_when_pipelined() {
         fast_path_count(&gw, "fast").await - before,
         order.len() as u64
     );
+}
+
+/// A `traceparent` of trace `trace` (hex) from the client's span `00f067aa0ba902b7`.
+fn traceparent_of(trace: &str, flags: &str) -> String {
+    format!("00-{trace}-00f067aa0ba902b7-{flags}")
+}
+
+/// Requests with a trace, each `(request, HEAD?, trace id when its span is recorded)`: a
+/// sampled parent's trace is recorded; an unsampled parent's, a new one (the ratio is 0) and
+/// one with two `traceparent`s (no valid parent: a new trace) are not.
+fn traced_requests(listener: u8) -> Vec<(String, bool, Option<String>)> {
+    let trace = |i: u8| format!("{listener:02x}{}{i:02x}", "0".repeat(28));
+    let get = |target: &str, host: &str, more: &str| {
+        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n{more}\r\n")
+    };
+    let sampled = |i: u8| format!("traceparent: {}\r\n", traceparent_of(&trace(i), "01"));
+    vec![
+        (
+            get(
+                "/hello?q=1",
+                "example.com:8080",
+                &format!(
+                    "{}tracestate: v=1\r\nUser-Agent: probe/1\r\nUser-Agent: second\r\n",
+                    sampled(1)
+                ),
+            ),
+            false,
+            Some(trace(1)),
+        ),
+        (
+            get("/files/a.txt", "a", &sampled(2)).replacen("GET", "HEAD", 1),
+            true,
+            Some(trace(2)),
+        ),
+        (
+            get(
+                "/files/a.txt?v=2",
+                "a",
+                &format!("{}Accept-Encoding: gzip\r\n", sampled(3)),
+            ),
+            false,
+            Some(trace(3)),
+        ),
+        (get("/teapot", "a", &sampled(4)), false, Some(trace(4))),
+        (get("/odd", "a", &sampled(5)), false, Some(trace(5))),
+        (
+            get(
+                "/hello",
+                "a",
+                &format!("traceparent: {}\r\n", traceparent_of(&trace(6), "00")),
+            ),
+            false,
+            None,
+        ),
+        (get("/hello", "a", ""), false, None),
+        (
+            get("/hello", "a", &format!("{}{}", sampled(7), sampled(7))),
+            false,
+            None,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn traced_requests_stay_on_the_fast_path_with_the_general_paths_spans() {
+    use gateway_tests::otlp::{OtlpReceiver, attr_int, attr_str, hex};
+    let collector = OtlpReceiver::start().await;
+    let gw = start_with(&format!(
+        "telemetry:\n  traces: {{ otlp_endpoint: \"{}\", sample_ratio: 0.0 }}\n  \
+         access_log: {{ path: access.log, format: json }}\n",
+        collector.grpc_endpoint()
+    ))
+    .await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    cache(general, "/files/a.txt").await;
+    let before = fast_path_count(&gw, "fast").await;
+    let mut expected = Vec::new();
+    for (listener, addr) in [(1u8, fast), (2, general)] {
+        let requests = traced_requests(listener);
+        let bytes: Vec<u8> = requests.iter().flat_map(|(r, ..)| r.bytes()).collect();
+        let heads: Vec<bool> = requests.iter().map(|(_, h, _)| *h).collect();
+        let got = answers(&exchange_bytes(addr, &bytes).await, &heads);
+        let statuses: Vec<u16> = got.iter().map(|a| a.status).collect();
+        assert_eq!(statuses, [200, 200, 200, 418, 599, 200, 200, 200]);
+        expected.push(requests);
+    }
+    assert_eq!(
+        fast_path_count(&gw, "fast").await - before,
+        8,
+        "every traced request was answered on the fast path"
+    );
+
+    // Five recorded spans a listener, and only those.
+    collector
+        .wait_for(Duration::from_secs(10), |all| all.len() >= 10)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spans: Vec<_> = collector.received().into_iter().map(|r| r.span).collect();
+    assert_eq!(spans.len(), 10, "{spans:#?}");
+    let span_of = |trace: &str| {
+        spans
+            .iter()
+            .find(|s| hex(&s.trace_id) == trace)
+            .unwrap_or_else(|| panic!("no span of trace {trace}"))
+    };
+    let (from_fast, from_general) = (&expected[0], &expected[1]);
+    for ((_, _, f), (_, _, g)) in from_fast.iter().zip(from_general) {
+        let (Some(f), Some(g)) = (f, g) else { continue };
+        let (f, g) = (span_of(f), span_of(g));
+        assert_eq!(f.name, g.name);
+        assert_eq!(
+            (
+                f.kind,
+                &f.parent_span_id,
+                &f.trace_state,
+                f.flags,
+                &f.status
+            ),
+            (
+                g.kind,
+                &g.parent_span_id,
+                &g.trace_state,
+                g.flags,
+                &g.status
+            ),
+            "{}",
+            f.name
+        );
+        // Every attribute alike but the listener's name and, without a port in `Host`, its
+        // port.
+        let differ = |key: &str| key == "gateway.listener" || key == "server.port";
+        let keys = |s: &gateway_tests::otlp::Span| {
+            s.attributes
+                .iter()
+                .map(|kv| kv.key.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(f), keys(g), "{}", f.name);
+        for kv in f.attributes.iter().filter(|kv| !differ(&kv.key)) {
+            let other = g.attributes.iter().find(|o| o.key == kv.key);
+            assert_eq!(Some(kv), other, "{}: {}", f.name, kv.key);
+        }
+        assert_eq!(attr_str(&f.attributes, "gateway.listener"), "fast");
+        assert!(f.end_time_unix_nano >= f.start_time_unix_nano);
+    }
+    // What the spans say, so that the comparison is not of two wrong spans.
+    let hello = span_of(expected[0][0].2.as_deref().unwrap());
+    assert_eq!(hello.name, "GET hello");
+    assert_eq!(hex(&hello.parent_span_id), "00f067aa0ba902b7");
+    assert_eq!(hello.trace_state, "v=1");
+    let a = &hello.attributes;
+    assert_eq!(attr_str(a, "url.path"), "/hello");
+    assert_eq!(attr_str(a, "server.address"), "example.com");
+    assert_eq!(attr_int(a, "server.port"), Some(8080));
+    assert_eq!(attr_str(a, "user_agent.original"), "probe/1");
+    assert_eq!(attr_str(a, "network.protocol.version"), "1.1");
+    assert_eq!(attr_int(a, "http.response.status_code"), Some(200));
+    let head = span_of(expected[0][1].2.as_deref().unwrap());
+    assert_eq!(head.name, "HEAD files");
+    assert_eq!(
+        attr_int(&head.attributes, "server.port"),
+        Some(i64::from(fast.port()))
+    );
+    let odd = span_of(expected[0][4].2.as_deref().unwrap());
+    assert!(
+        odd.status.as_ref().is_some_and(|s| s.code == 2),
+        "5xx fails"
+    );
+
+    // The access log names the trace of recorded spans only.
+    let records = access_records(&gw, 1 + 16).await;
+    for (record, (_, _, trace)) in records[1..9].iter().zip(from_fast) {
+        assert_eq!(
+            record.get("trace_id").and_then(|t| t.as_str()),
+            trace.as_deref(),
+            "{record}"
+        );
+    }
 }

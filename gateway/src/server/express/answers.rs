@@ -14,6 +14,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
+use crate::telemetry::trace::OpenSpan;
+
 /// Bodies up to this size are copied into the text: an extra slice costs more than the copy.
 const COPY_UP_TO: usize = 256;
 
@@ -34,6 +36,9 @@ pub(super) struct Answers {
     bodies: Vec<(usize, Bytes)>,
     /// The bodies' total length.
     body_bytes: usize,
+    /// The recorded spans of these answers' requests, ended when the answers have been
+    /// written ([`Answers::clear`]); dropped unwritten, they record that the client left.
+    spans: Vec<OpenSpan>,
 }
 
 impl Answers {
@@ -56,11 +61,19 @@ impl Answers {
         self.len() == 0
     }
 
-    /// Empties it, keeping the text's room.
+    /// Adds the span of an answer's request.
+    pub(super) fn push_span(&mut self, span: OpenSpan) {
+        self.spans.push(span);
+    }
+
+    /// Empties it once written, keeping the text's room: the answers' spans end now.
     pub(super) fn clear(&mut self) {
         self.text.clear();
         self.bodies.clear();
         self.body_bytes = 0;
+        for span in self.spans.drain(..) {
+            span.finish();
+        }
     }
 
     /// Fills `slices` with what is left from byte `from` on, in order; returns how many.
@@ -98,6 +111,8 @@ pub(super) struct WriteAll<'a, IO> {
     pub(super) io: &'a mut IO,
     pub(super) answers: &'a Answers,
     pub(super) written: usize,
+    /// Whether all was written and flushed.
+    pub(super) done: bool,
 }
 
 impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
@@ -123,6 +138,7 @@ impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
             this.written += k;
         }
         std::task::ready!(Pin::new(&mut *this.io).poll_flush(cx))?;
+        this.done = true;
         Poll::Ready(Ok(this.written))
     }
 }
@@ -250,6 +266,7 @@ mod tests {
                     io: &mut io,
                     answers: a,
                     written: 0,
+                    done: false,
                 }
                 .await
                 .unwrap();

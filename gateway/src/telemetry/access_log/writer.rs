@@ -140,8 +140,11 @@ mod tests {
         let thread = super::super::lock(&log.queue.thread).take().unwrap();
         log.log(record(7));
         drop(log);
-        tokio::task::spawn_blocking(move || thread.join().unwrap())
+        // Bounded, so that a writer that never ends fails the test instead of hanging it.
+        let joined = tokio::task::spawn_blocking(move || thread.join().unwrap());
+        tokio::time::timeout(Duration::from_secs(10), joined)
             .await
+            .expect("the writer ended")
             .unwrap();
         assert_eq!(targets(&path), ["/7"]);
     }

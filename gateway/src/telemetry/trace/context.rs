@@ -58,6 +58,28 @@ pub fn extract(headers: &HeaderMap) -> Option<RemoteParent> {
     })
 }
 
+/// [`extract`] over a request's header lines as read off the wire, `(name, value)` in order
+/// (the HTTP/1.1 fast path has no header map): the same rules, the same result.
+pub fn extract_lines<'h, L>(lines: L) -> Option<RemoteParent>
+where
+    L: Iterator<Item = (&'h str, &'h [u8])> + Clone,
+{
+    let values = |name: &'static str| {
+        lines
+            .clone()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    };
+    let mut all = values("traceparent");
+    let value = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    let context = parse_traceparent(value)?;
+    let state = joined(values("tracestate")).and_then(carried);
+    Some(RemoteParent { context, state })
+}
+
 /// Parses one `traceparent` value.
 pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
     if v.len() < TRACEPARENT_LEN {
@@ -95,17 +117,31 @@ fn tracestate(headers: &HeaderMap) -> Option<HeaderValue> {
     let mut all = headers.get_all(&TRACESTATE).iter();
     let first = all.next()?;
     let state = match all.next() {
+        // One line, the common case: the value itself, not a copy.
         None => first.clone(),
         Some(second) => {
-            let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
-            joined.extend_from_slice(first.as_bytes());
-            for v in std::iter::once(second).chain(all) {
-                joined.push(b',');
-                joined.extend_from_slice(v.as_bytes());
-            }
-            HeaderValue::from_bytes(&joined).ok()?
+            let rest = std::iter::once(second)
+                .chain(all)
+                .map(HeaderValue::as_bytes);
+            joined(std::iter::once(first.as_bytes()).chain(rest))?
         }
     };
+    carried(state)
+}
+
+/// Header values joined by commas; `None` when there are none (or the result is no value).
+fn joined<'v>(mut values: impl Iterator<Item = &'v [u8]>) -> Option<HeaderValue> {
+    let first = values.next()?;
+    let mut out = first.to_vec();
+    for v in values {
+        out.push(b',');
+        out.extend_from_slice(v);
+    }
+    HeaderValue::from_bytes(&out).ok()
+}
+
+/// `state` when it may be carried on: not empty, not too long, visible ASCII.
+fn carried(state: HeaderValue) -> Option<HeaderValue> {
     let ok = !state.is_empty()
         && state.len() <= MAX_TRACESTATE
         && state.as_bytes().iter().all(|b| (0x20..0x7f).contains(b));
@@ -282,6 +318,44 @@ mod tests {
         );
         h.append(&TRACEPARENT, HeaderValue::from_static(VALID));
         assert!(extract(&h).is_none(), "two traceparent headers");
+    }
+
+    #[test]
+    fn header_lines_give_what_a_header_map_gives() {
+        let long = "k=".to_owned() + &"v".repeat(600);
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("Host", "a")],
+            &[("traceparent", VALID)],
+            &[
+                ("TraceParent", VALID),
+                ("tracestate", "a=1"),
+                ("TRACESTATE", "b=2"),
+            ],
+            &[("traceparent", VALID), ("traceparent", VALID)],
+            &[("traceparent", "00-junk")],
+            &[("traceparent", VALID), ("tracestate", long.as_str())],
+            &[("traceparent", VALID), ("tracestate", "")],
+            &[("traceparent", VALID), ("tracestate", "caf\u{e9}=1")],
+        ];
+        for lines in cases {
+            let mut h = HeaderMap::new();
+            for (n, v) in lines.iter() {
+                let name = HeaderName::from_bytes(n.as_bytes()).expect("name");
+                h.append(name, HeaderValue::from_bytes(v.as_bytes()).expect("value"));
+            }
+            let from_map = extract(&h).map(|p| (p.context, p.state));
+            let raw = lines.iter().map(|(n, v)| (*n, v.as_bytes()));
+            let from_lines = extract_lines(raw).map(|p| (p.context, p.state));
+            assert_eq!(from_lines, from_map, "{lines:?}");
+        }
+        let raw = [
+            ("traceparent", VALID.as_bytes()),
+            ("tracestate", &b"a=1"[..]),
+        ];
+        let p = extract_lines(raw.into_iter()).expect("parent");
+        assert!(p.context.sampled);
+        assert_eq!(p.state.expect("state"), "a=1");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! HTTP spans with the OpenTelemetry semantic conventions (HTTP server and client spans,
 //! stable since semconv 1.23): a [`ServerSpan`] per request, started in `ConnService::handle`
-//! for every protocol, and a [`ClientSpan`] per upstream attempt, started by the proxy. Both
+//! for every protocol (or by the HTTP/1.1 fast path from the raw head, with the same
+//! attributes), and a [`ClientSpan`] per upstream attempt, started by the proxy. Both
 //! get their status from the response head and stay open (an [`OpenSpan`]) until the body
 //! has been sent or read.
 //!
@@ -34,11 +35,77 @@ pub struct ServerSpan {
     attributes: Attributes,
 }
 
+/// What a recorded server span notes of its request, however the request was read.
+struct Noted {
+    method: Method,
+    path: PathAndQuery,
+    /// `server.address`: the target's authority, else the `Host` header.
+    address: Option<Value>,
+    /// The port in that authority or header; the listener's otherwise.
+    port: Option<u16>,
+    version: Version,
+    user_agent: Option<HeaderValue>,
+}
+
 impl ServerSpan {
     /// Continues the request's trace or starts one, and notes the request's attributes when
     /// the span is recorded.
     pub fn start(tracer: &Arc<Tracer>, req: &Request<Body>, conn: &ConnInfo) -> Self {
-        let cx = tracer.begin(req.headers());
+        Self::begun(tracer.begin(req.headers()), conn, || {
+            let host = req.headers().get(http::header::HOST);
+            let (address, port) = match (req.uri().authority(), host) {
+                (Some(authority), _) => {
+                    (Some(Value::Host(authority.clone())), authority.port_u16())
+                }
+                (None, Some(h)) => (Some(Value::HostHeader(h.clone())), port_of(h.as_bytes())),
+                (None, None) => (None, None),
+            };
+            Noted {
+                method: req.method().clone(),
+                path: req
+                    .uri()
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+                address,
+                port,
+                version: req.version(),
+                user_agent: req.headers().get(USER_AGENT).cloned(),
+            }
+        })
+    }
+
+    /// [`ServerSpan::start`] for an HTTP/1.1 `GET` or `HEAD` (`head`) read off the wire by the
+    /// fast path: its origin-form `target` and its header lines. The same attributes, read as
+    /// a header map reads them (the first `Host` and `User-Agent`).
+    pub fn start_h1(
+        tracer: &Arc<Tracer>,
+        head: bool,
+        target: &str,
+        lines: &[httparse::Header<'_>],
+        conn: &ConnInfo,
+    ) -> Self {
+        let cx = tracer.begin_lines(lines.iter().map(|h| (h.name, h.value)));
+        Self::begun(cx, conn, || {
+            let first = |name: &str| {
+                let line = lines.iter().find(|h| h.name.eq_ignore_ascii_case(name))?;
+                HeaderValue::from_bytes(line.value).ok()
+            };
+            let host = first("host");
+            Noted {
+                method: if head { Method::HEAD } else { Method::GET },
+                path: PathAndQuery::try_from(target)
+                    .unwrap_or_else(|_| PathAndQuery::from_static("/")),
+                port: host.as_ref().and_then(|h| port_of(h.as_bytes())),
+                address: host.map(Value::HostHeader),
+                version: Version::HTTP_11,
+                user_agent: first("user-agent"),
+            }
+        })
+    }
+
+    /// The span of a request in `cx`, with the attributes `note` reads when it is recorded.
+    fn begun(cx: TraceCx, conn: &ConnInfo, note: impl FnOnce() -> Noted) -> Self {
         if !cx.sampled() {
             return Self {
                 cx,
@@ -46,42 +113,26 @@ impl ServerSpan {
                 attributes: Vec::new(),
             };
         }
+        let noted = note();
         let mut a = Vec::with_capacity(13);
-        push_method(&mut a, req.method());
-        a.push((
-            "url.path",
-            Value::Path(
-                req.uri()
-                    .path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
-            ),
-        ));
+        push_method(&mut a, &noted.method);
+        a.push(("url.path", Value::Path(noted.path)));
         a.push((
             "url.scheme",
             Value::Static(if conn.tls { "https" } else { "http" }),
         ));
-        let host = req.headers().get(http::header::HOST);
-        let port = match (req.uri().authority(), host) {
-            (Some(authority), _) => {
-                a.push(("server.address", Value::Host(authority.clone())));
-                authority.port_u16()
-            }
-            (None, Some(h)) => {
-                a.push(("server.address", Value::HostHeader(h.clone())));
-                port_of(h.as_bytes())
-            }
-            (None, None) => None,
-        };
-        let port = port.unwrap_or_else(|| conn.local.port());
+        if let Some(address) = noted.address {
+            a.push(("server.address", address));
+        }
+        let port = noted.port.unwrap_or_else(|| conn.local.port());
         a.push(("server.port", Value::Int(i64::from(port))));
         a.push(("client.address", Value::Ip(conn.client.ip())));
         a.push((
             "network.protocol.version",
-            Value::Static(protocol_version(req.version())),
+            Value::Static(protocol_version(noted.version)),
         ));
-        if let Some(ua) = req.headers().get(USER_AGENT) {
-            a.push(("user_agent.original", Value::Header(ua.clone())));
+        if let Some(ua) = noted.user_agent {
+            a.push(("user_agent.original", Value::Header(ua)));
         }
         a.push(("gateway.listener", Value::Shared(conn.listener.clone())));
         Self {

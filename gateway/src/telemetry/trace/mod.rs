@@ -148,6 +148,17 @@ impl Tracer {
         }
     }
 
+    /// [`Tracer::begin`] for a request head read off the wire, as `(name, value)` lines.
+    pub fn begin_lines<'h, L>(self: &Arc<Self>, lines: L) -> TraceCx
+    where
+        L: Iterator<Item = (&'h str, &'h [u8])> + Clone,
+    {
+        match context::extract_lines(lines) {
+            Some(parent) => self.child_of(parent),
+            None => self.root(),
+        }
+    }
+
     /// The context of a new trace's root span.
     pub fn root(self: &Arc<Self>) -> TraceCx {
         let trace_id = new_trace_id();
