@@ -274,8 +274,8 @@ impl<'a> Lane<'a> {
                     answers.push_body(&canned.body);
                 }
                 let bytes = canned.body.len();
-                let observed = self.observe(req);
-                self.record(route, r.status(), bytes, start, observed, answers);
+                let observe = || self.observe(req);
+                self.record(route, r.status(), bytes, start, observe, answers);
             }
             Terminal::Static(files) => {
                 if req.conditional || !route.chain.is_empty() {
@@ -290,8 +290,8 @@ impl<'a> Lane<'a> {
                     Some(Express::Ready(file)) => {
                         self.push_file(&file, req.head, server, answers);
                         let bytes = file.body.len();
-                        let observed = self.observe(req);
-                        self.record(route, StatusCode::OK, bytes, start, observed, answers);
+                        let observe = || self.observe(req);
+                        self.record(route, StatusCode::OK, bytes, start, observe, answers);
                     }
                     Some(Express::Recheck(recheck)) => {
                         return Outcome::Recheck(Box::new(Pending {
@@ -349,20 +349,27 @@ impl<'a> Lane<'a> {
 
     /// Records a request answered here as the general path does: the route's metrics, the
     /// access log's record, and the head of its span, which `answers` ends once written.
+    /// `observe` runs only when the log or traces are on: without them a request moves no
+    /// telemetry state around.
     fn record(
         &self,
         route: &CompiledRoute,
         status: StatusCode,
         bytes: usize,
         start: Instant,
-        observed: Observed,
+        observe: impl FnOnce() -> Observed,
         answers: &mut Answers,
     ) {
         let elapsed = start.elapsed();
         route.metrics.record(Version::HTTP_11, status, elapsed);
+        let telemetry = &self.svc.telemetry;
+        if !telemetry.access_log.is_on() && !telemetry.tracer.is_on() {
+            return;
+        }
+        let observed = observe();
         let open = observed.span.and_then(|s| s.end_head(status, &route.name));
         if let Some(facts) = observed.facts
-            && let Some(log) = self.svc.telemetry.access_log.load_full()
+            && let Some(log) = telemetry.access_log.load_full()
         {
             let (conn, route) = (&self.svc.conn, route.name.clone());
             let version = Version::HTTP_11;
@@ -388,13 +395,13 @@ impl<'a> Lane<'a> {
                 self.push_file(&file, pending.head, server, answers);
                 let route = pending.generation.router.route(pending.index);
                 let bytes = file.body.len();
-                let observed = pending.observed;
+                let observe = || pending.observed;
                 self.record(
                     route,
                     StatusCode::OK,
                     bytes,
                     pending.start,
-                    observed,
+                    observe,
                     answers,
                 );
                 self.answered.inc();

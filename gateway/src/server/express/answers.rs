@@ -71,6 +71,15 @@ impl Answers {
         self.text.clear();
         self.bodies.clear();
         self.body_bytes = 0;
+        // Checked here and ended out of line, so that without spans (traces off, or the
+        // request not sampled) this stays a few stores inlined into the write loop.
+        if !self.spans.is_empty() {
+            self.end_spans();
+        }
+    }
+
+    #[inline(never)]
+    fn end_spans(&mut self) {
         for span in self.spans.drain(..) {
             span.finish();
         }
