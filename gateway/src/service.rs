@@ -21,8 +21,7 @@ use crate::generation::{CompiledRoute, Generation};
 use crate::router::request_host;
 use crate::server::idle::Activity;
 use crate::server::policy::ListenerPolicy;
-use crate::telemetry::trace::context::hex;
-use crate::telemetry::trace::{self, OpenSpan, ServerSpan, with_current};
+use crate::telemetry::trace::{self, ServerSpan, with_current};
 use crate::telemetry::{
     AccessLog, AccessRecord, RequestText, RouteMetrics, Telemetry, protocol_text,
 };
@@ -244,7 +243,7 @@ impl ConnService {
             .span
             .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(facts)) = (head.log, head.facts) {
-            let mut record = (*facts).into_record(
+            let record = (*facts).into_record(
                 &self.conn,
                 head.version,
                 res.status(),
@@ -252,11 +251,7 @@ impl ConnService {
                 head.start.elapsed(),
                 route_name.clone(),
             );
-            record.trace_id = open
-                .as_ref()
-                .and_then(OpenSpan::trace_id)
-                .map(|id| hex(&id));
-            log.log(record);
+            log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
             let status = res.status();

@@ -36,7 +36,7 @@ use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
-use crate::telemetry::trace::{OpenSpan, ServerSpan, context::hex};
+use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
@@ -373,12 +373,8 @@ impl<'a> Lane<'a> {
         {
             let (conn, route) = (&self.svc.conn, route.name.clone());
             let version = Version::HTTP_11;
-            let mut record = facts.into_record(conn, version, status, bytes as u64, elapsed, route);
-            record.trace_id = open
-                .as_ref()
-                .and_then(OpenSpan::trace_id)
-                .map(|id| hex(&id));
-            log.log(record);
+            let record = facts.into_record(conn, version, status, bytes as u64, elapsed, route);
+            log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
             answers.push_span(open);

@@ -12,6 +12,8 @@ use std::time::{Duration, SystemTime};
 use gateway_config::model::AccessLogConfig;
 
 use super::metrics::{Counter, Registry};
+use super::trace::OpenSpan;
+use super::trace::context::hex;
 
 mod format;
 mod writer;
@@ -159,6 +161,13 @@ impl AccessLog {
     /// Queues a request's record; never blocks.
     pub fn log(&self, record: AccessRecord) {
         self.send(Entry::Http(record));
+    }
+
+    /// [`AccessLog::log`] for a request whose span was recorded (`span`): the record names its
+    /// trace.
+    pub fn log_traced(&self, mut record: AccessRecord, span: Option<&OpenSpan>) {
+        record.trace_id = span.and_then(OpenSpan::trace_id).map(|id| hex(&id));
+        self.log(record);
     }
 
     /// Queues an L4 connection's record; never blocks.
