@@ -16,7 +16,7 @@ use http::header::USER_AGENT;
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Version};
 
-use super::context::{SpanContext, inject, new_span_id};
+use super::context::{SpanContext, extract, extract_lines, inject, new_span_id};
 use super::open::OpenSpan;
 use super::span::{self, Kind, Parent, SpanData, Status, Value, port_of};
 use super::{TraceCx, Tracer};
@@ -51,7 +51,8 @@ impl ServerSpan {
     /// Continues the request's trace or starts one, and notes the request's attributes when
     /// the span is recorded.
     pub fn start(tracer: &Arc<Tracer>, req: &Request<Body>, conn: &ConnInfo) -> Self {
-        Self::begun(tracer.begin(req.headers()), conn, || {
+        let cx = tracer.begin(extract(req.headers()));
+        Self::begun(cx, conn, || {
             let host = req.headers().get(http::header::HOST);
             let (address, port) = match (req.uri().authority(), host) {
                 (Some(authority), _) => {
@@ -85,7 +86,7 @@ impl ServerSpan {
         lines: &[httparse::Header<'_>],
         conn: &ConnInfo,
     ) -> Self {
-        let cx = tracer.begin_lines(lines.iter().map(|h| (h.name, h.value)));
+        let cx = tracer.begin(extract_lines(lines.iter().map(|h| (h.name, h.value))));
         Self::begun(cx, conn, || {
             let first = |name: &str| {
                 let line = lines.iter().find(|h| h.name.eq_ignore_ascii_case(name))?;

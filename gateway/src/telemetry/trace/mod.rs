@@ -139,21 +139,11 @@ impl Tracer {
         Settings::of(config).as_ref() == Some(&self.settings)
     }
 
-    /// The context of a request's server span: a child of the request's valid `traceparent`
-    /// (sampled as its parent is), else the root of a new trace (sampled by ratio).
-    pub fn begin(self: &Arc<Self>, headers: &http::HeaderMap) -> TraceCx {
-        match context::extract(headers) {
-            Some(parent) => self.child_of(parent),
-            None => self.root(),
-        }
-    }
-
-    /// [`Tracer::begin`] for a request head read off the wire, as `(name, value)` lines.
-    pub fn begin_lines<'h, L>(self: &Arc<Self>, lines: L) -> TraceCx
-    where
-        L: Iterator<Item = (&'h str, &'h [u8])> + Clone,
-    {
-        match context::extract_lines(lines) {
+    /// The context of a request's server span: a child of the request's valid parent
+    /// ([`context::extract`] from a header map, [`context::extract_lines`] from a raw head;
+    /// sampled as the parent is), else the root of a new trace (sampled by ratio).
+    pub fn begin(self: &Arc<Self>, parent: Option<RemoteParent>) -> TraceCx {
+        match parent {
             Some(parent) => self.child_of(parent),
             None => self.root(),
         }
