@@ -39,7 +39,7 @@ pub use compiled::{CompiledStream, CompiledStreams, Resolver, StreamUpstream};
 pub use error::StreamError;
 pub use filter::{CloseSummary, ConnectionInfo, Decision, StreamFilter, StreamFilterFactory};
 pub use hooks::{ConnectionHooks, set_connection_hooks};
-pub use listener::bind_tcp;
+pub use listener::{accepted_local, accepted_nodelay, bind_tcp};
 pub use rewind::Rewind;
 pub use server::{PreparedStreams, StreamServer};
 pub use stats::{StreamStats, StreamStatsSnapshot};

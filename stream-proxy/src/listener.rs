@@ -114,8 +114,8 @@ impl Bound {
 
 /// A TCP listener on `addr` as every listening socket of the gateway is made: SO_REUSEADDR
 /// (a restart binds while old connections linger in TIME_WAIT), IPv6 sockets v6-only (so
-/// `[::]` and `0.0.0.0` can be bound side by side), non-blocking, a deep accept backlog. The
-/// HTTP listeners and the admin API use it too.
+/// `[::]` and `0.0.0.0` can be bound side by side), non-blocking, a deep accept backlog,
+/// `TCP_NODELAY` for the connections it accepts. The HTTP listeners and the admin API use it too.
 pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     listen(bound_socket(
         addr,
@@ -140,8 +140,33 @@ fn bound_socket(
 }
 
 fn listen(socket: socket2::Socket) -> std::io::Result<TcpListener> {
+    // Linux copies a listener's TCP options into every socket it accepts, so setting it here
+    // saves each connection its own `setsockopt` ([`accepted_nodelay`]).
+    socket.set_nodelay(true)?;
     socket.listen(4096)?;
     TcpListener::from_std(socket.into())
+}
+
+/// Makes an accepted TCP stream send small writes at once. On Linux it already does: it
+/// inherited `TCP_NODELAY` from its listener ([`bind_tcp`]).
+pub fn accepted_nodelay(stream: &tokio::net::TcpStream) {
+    if cfg!(not(target_os = "linux")) {
+        let _ = stream.set_nodelay(true);
+    }
+}
+
+/// The local address of a stream accepted by a listener bound to `bound`. A socket bound to
+/// one address accepts only on it: the kernel is asked (a syscall per connection) only for
+/// wildcard binds.
+pub fn accepted_local(
+    stream: &tokio::net::TcpStream,
+    bound: Option<SocketAddr>,
+    peer: SocketAddr,
+) -> SocketAddr {
+    match bound {
+        Some(b) if !b.ip().is_unspecified() => b,
+        _ => stream.local_addr().ok().or(bound).unwrap_or(peer),
+    }
 }
 
 async fn accept_loop(
@@ -179,12 +204,7 @@ async fn accept_loop(
         }
         StreamStats::inc(&stats.connections_accepted);
         let guard = Active::new(stats.clone());
-        // A socket bound to one address accepts only on it: ask the kernel (a syscall per
-        // connection) only for wildcard binds.
-        let local = match bound {
-            Some(b) if !b.ip().is_unspecified() => b,
-            _ => io.local_addr().ok().or(bound).unwrap_or(peer),
-        };
+        let local = accepted_local(&io, bound, peer);
         // Boxed: the connection's future is a few KiB, and tokio moves a task's future whole
         // when it stores it at spawn and replaces it with the output at the end. Behind a box,
         // those moves are of a pointer.
@@ -218,5 +238,22 @@ impl Drop for Active {
     fn drop(&mut self) {
         StreamStats::dec(&self.0.connections_active);
         crate::hooks::closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_streams_have_nodelay_without_a_call_of_their_own() {
+        let listener = bind_tcp("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        accepted_nodelay(&accepted);
+        assert!(accepted.nodelay().expect("getsockopt"));
+        // The client's socket was not set: the option is the listener's, not the system's.
+        assert!(!client.nodelay().expect("getsockopt"));
     }
 }

@@ -71,7 +71,7 @@ async fn handle(
     watch: &Watch<Idle>,
     span: &tracing::Span,
 ) -> Result<(), StreamError> {
-    let _ = io.set_nodelay(true);
+    crate::listener::accepted_nodelay(&io);
     let mut pending = BytesMut::new();
     let (client, local) = if rt.accept_proxy_protocol {
         let header = pin!(proxy_protocol::read_header(

@@ -175,7 +175,7 @@ pub async fn serve(
     mut local: SocketAddr,
     watch: ConnWatch,
 ) {
-    let _ = stream.set_nodelay(true);
+    stream_proxy::accepted_nodelay(&stream);
     let mut rest = bytes::BytesMut::new();
     if rt.accept_proxy_protocol {
         // Boxed: only listeners behind a load balancer read this header, and its state would
@@ -193,17 +193,21 @@ pub async fn serve(
     match &rt.tls {
         None => {
             let (h1, h2) = match (rt.http1, rt.http2) {
-                // Bytes read past a PROXY header already hold the answer; hyper-util's reader
-                // replays them.
-                (true, true) if rest.is_empty() => match peek_version(&stream, &watch).await {
-                    Some(Peeked::Http1) => (true, false),
-                    Some(Peeked::Http2) => (false, true),
-                    Some(Peeked::Either) => (true, true),
-                    None => return,
-                },
+                // Bytes read past a PROXY header already tell.
+                (true, true) => {
+                    if rest.is_empty() && !read_first(&mut stream, &mut rest, &watch).await {
+                        return;
+                    }
+                    match version_of(&rest) {
+                        Peeked::Http1 => (true, false),
+                        Peeked::Http2 => (false, true),
+                        Peeked::Either => (true, true),
+                    }
+                }
                 both => both,
             };
-            // Bytes read past the PROXY header belong to HTTP: replay them first.
+            // The bytes read so far (past a PROXY header, or the first read) belong to HTTP:
+            // replay them first.
             let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
             let info = ConnInfo {
                 client,
@@ -237,35 +241,44 @@ enum Peeked {
 /// The connection preface of an h2c client with prior knowledge.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Peeks (without consuming) at a cleartext connection's first bytes. `None`: the client
-/// closed, sent nothing within the idle timeout, or the gateway is draining. The wait is the
-/// watchdog's (armed here; HTTP re-arms it), so a connection whose first bytes are not there
-/// yet arms no timer and waits on no drain token of its own.
-async fn peek_version(stream: &TcpStream, watch: &ConnWatch) -> Option<Peeked> {
-    let mut buf = [0u8; H2_PREFACE.len()];
+/// The first read of a cleartext connection: a browser's request head is 0.5–2 KiB.
+const FIRST_READ: usize = 4096;
+
+/// Reads a cleartext connection's first bytes into `first`; `false` when the client closed,
+/// sent nothing within the idle timeout, or the gateway is draining. The bytes are read, not
+/// peeked: they are replayed to whichever server takes the connection (through the framing
+/// checks, as if read there), and a peek would cost every connection a second `recv` for the
+/// same bytes. The wait is the watchdog's (armed here; HTTP re-arms it), so a connection whose
+/// first bytes are not there yet arms no timer and waits on no drain token of its own.
+async fn read_first(
+    stream: &mut TcpStream,
+    first: &mut bytes::BytesMut,
+    watch: &ConnWatch,
+) -> bool {
     watch.deadlines().arm(false);
-    let n = {
-        // `poll_peek`, not `peek`: the latter's future holds a readiness waiter of its own,
-        // which would make every connection's task about 250 bytes larger.
-        let mut peek = pin!(std::future::poll_fn(|cx| {
-            let mut read = tokio::io::ReadBuf::new(&mut buf);
-            stream.poll_peek(cx, &mut read)
-        }));
-        match std::future::poll_fn(|cx| watch.poll_until(peek.as_mut(), cx)).await {
-            Ok(Ok(n)) => n,
-            _ => return None,
-        }
-    };
-    if n == 0 {
-        return None;
-    }
-    Some(if buf[..n] != H2_PREFACE[..n] {
+    let mut read = pin!(std::future::poll_fn(|cx| {
+        // The buffer only once there is something to read: a connection that sends nothing
+        // holds no memory for it.
+        std::task::ready!(stream.poll_read_ready(cx))?;
+        first.reserve(FIRST_READ);
+        tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, &mut *first)
+    }));
+    matches!(
+        std::future::poll_fn(|cx| watch.poll_until(read.as_mut(), cx)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
+/// What a cleartext connection's first bytes (at least one) say about its HTTP version.
+fn version_of(first: &[u8]) -> Peeked {
+    let seen = first.len().min(H2_PREFACE.len());
+    if first[..seen] != H2_PREFACE[..seen] {
         Peeked::Http1
-    } else if n == H2_PREFACE.len() {
+    } else if seen == H2_PREFACE.len() {
         Peeked::Http2
     } else {
         Peeked::Either
-    })
+    }
 }
 
 /// The TLS handshake, then HTTP over it as ALPN decided.

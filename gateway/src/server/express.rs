@@ -7,13 +7,14 @@
 //! server's headers and the `Date` line. hyper's parse into a header map, its response encoding
 //! and its dispatch cost a cached 1 KiB file more than half of the gateway's own instructions.
 //!
+//! A request with `Connection: close` is answered too, and ends the connection ([`close`]).
 //! Anything else hands the connection over to hyper for the rest of its life, with the bytes
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
-//! a body or framing headers, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a
-//! target outside a conservative subset of what hyper takes, preconditions or ranges on a
-//! static file, a route with filters, a proxy route, no matching route, an ACME challenge
-//! pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`]. The bytes
-//! arrive through the framing checks ([`super::checked`]) and the activity tracking
+//! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
+//! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions or
+//! ranges on a static file, a route with filters, a proxy route, no matching route, an ACME
+//! challenge pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`].
+//! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
 //! (a sampled request's server span ends once its answer has been written). The listener
@@ -80,6 +81,8 @@ struct Plain<'b> {
     headers: &'b [httparse::Header<'b>],
     /// `Range` or a precondition: a static file's answer depends on them.
     conditional: bool,
+    /// `Connection: close`: the connection ends with this answer.
+    close: bool,
 }
 
 /// Request-target bytes the fast path takes: visible ASCII except the characters hyper's URI
@@ -139,19 +142,25 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
         headers: req.headers,
         ..Plain::default()
     };
+    let mut connection_lines = 0;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         // By length first: one comparison for most headers a client sends.
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
         match name.len() {
             // A second `Host` or `Accept-Encoding` is hyper's, as is any `Connection` but
-            // `keep-alive`.
+            // `keep-alive` or `close`.
             4 if is(b"host") && plain.host.replace(h.value).is_some() => return None,
             15 if is(b"accept-encoding") && plain.accept_encoding.replace(h.value).is_some() => {
                 return None;
             }
-            10 if is(b"connection") && !h.value.eq_ignore_ascii_case(b"keep-alive") => {
-                return None;
+            10 if is(b"connection") => {
+                connection_lines += 1;
+                if h.value.eq_ignore_ascii_case(b"close") {
+                    plain.close = true;
+                } else if !h.value.eq_ignore_ascii_case(b"keep-alive") {
+                    return None;
+                }
             }
             // A body, or a request hyper treats specially.
             14 if is(b"content-length") => return None,
@@ -165,6 +174,11 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
             19 if is(b"if-unmodified-since") => plain.conditional = true,
             _ => {}
         }
+    }
+    // hyper reads `Connection` lines in order and a later `keep-alive` can undo a `close`:
+    // with a `close` among several, the connection is hyper's to keep or end.
+    if plain.close && connection_lines > 1 {
+        return None;
     }
     Some(plain)
 }
@@ -268,8 +282,7 @@ impl<'a> Lane<'a> {
                 }
                 out.extend_from_slice(&self.listener_lines);
                 out.extend_from_slice(&canned.length);
-                http_date::push_line(out);
-                out.extend_from_slice(b"\r\n");
+                end_head(out, req.close);
                 if !req.head {
                     answers.push_body(&canned.body);
                 }
@@ -288,7 +301,7 @@ impl<'a> Lane<'a> {
                         return Outcome::HandOff;
                     }
                     Some(Express::Ready(file)) => {
-                        self.push_file(&file, req.head, server, answers);
+                        self.push_file(&file, (req.head, req.close), server, answers);
                         let bytes = file.body.len();
                         let observe = || self.observe(req);
                         self.record(route, StatusCode::OK, bytes, start, observe, answers);
@@ -298,6 +311,7 @@ impl<'a> Lane<'a> {
                             files: files.clone(),
                             recheck,
                             head: req.head,
+                            close: req.close,
                             observed: self.observe(req),
                             generation: arc_swap::Guard::into_inner(generation),
                             index,
@@ -310,14 +324,19 @@ impl<'a> Lane<'a> {
         }
         svc.activity.request_done();
         self.answered.inc();
-        Outcome::Answered
+        if req.close {
+            Outcome::AnsweredLast
+        } else {
+            Outcome::Answered
+        }
     }
 
-    /// Appends a cached file's 200.
+    /// Appends a cached file's 200 to a `HEAD` (`head`) or a `GET`, and `Connection: close`
+    /// when it ends the connection (`close`).
     fn push_file(
         &self,
         file: &ExpressFile,
-        head: bool,
+        (head, close): (bool, bool),
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
     ) {
@@ -328,8 +347,7 @@ impl<'a> Lane<'a> {
         }
         out.extend_from_slice(&file.lines);
         out.extend_from_slice(&self.listener_lines);
-        http_date::push_line(out);
-        out.extend_from_slice(b"\r\n");
+        end_head(out, close);
         if !head {
             answers.push_body(&file.body);
         }
@@ -388,7 +406,7 @@ impl<'a> Lane<'a> {
         let answered = match file {
             Some(file) => {
                 let server = pending.generation.server_header.as_ref();
-                self.push_file(&file, pending.head, server, answers);
+                self.push_file(&file, (pending.head, pending.close), server, answers);
                 let route = pending.generation.router.route(pending.index);
                 let bytes = file.body.len();
                 let observe = || pending.observed;
@@ -414,6 +432,8 @@ impl<'a> Lane<'a> {
 enum Outcome {
     /// Its answer is in the output.
     Answered,
+    /// Its answer is in the output, and the connection ends with it (`Connection: close`).
+    AnsweredLast,
     /// hyper answers it.
     HandOff,
     /// Its cached file is due for a re-check, which this request does before it is answered.
@@ -425,6 +445,7 @@ struct Pending {
     files: Arc<StaticFiles>,
     recheck: Recheck,
     head: bool,
+    close: bool,
     observed: Observed,
     generation: Arc<Generation>,
     index: usize,
@@ -459,6 +480,16 @@ fn facts(req: &Plain<'_>) -> RequestFacts {
     }
 }
 
+/// Ends a response head: `Connection: close` when the connection ends with it (hyper's line
+/// for such an answer), the `Date` line and the blank line.
+fn end_head(out: &mut Vec<u8>, close: bool) {
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    http_date::push_line(out);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends one header line as hyper writes it: `name: value` and CRLF.
 pub(crate) fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
@@ -475,6 +506,8 @@ enum Front {
     Full,
     /// The request at the front of the buffer is hyper's.
     HandOff,
+    /// The last answer ends the connection: the client asked for it to close.
+    Close,
     /// The request at the front, `len` bytes, waits for its file's re-check.
     Recheck(Box<Pending>, usize),
 }
@@ -500,6 +533,8 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
         };
         match lane.answer(&plain, out) {
             Outcome::Answered => {}
+            // Whatever the client sent after it is not answered (nor was it by hyper).
+            Outcome::AnsweredLast => return Front::Close,
             Outcome::HandOff => return Front::HandOff,
             Outcome::Recheck(pending) => return Front::Recheck(pending, len),
         }
@@ -526,8 +561,11 @@ where
             // The re-check goes to the blocking pool; the answer joins the others after it,
             // in order.
             Front::Recheck(pending, len) => {
+                let close = pending.close;
                 if !lane.finish_recheck(*pending, &mut out).await {
                     Front::HandOff
+                } else if close {
+                    Front::Close
                 } else {
                     buf.advance(len);
                     Front::Full
@@ -555,6 +593,7 @@ where
         }
         match front {
             Front::HandOff => return Ended::HandOff,
+            Front::Close => return close(lane, io, watch, rt).await,
             Front::Full | Front::Recheck(..) => continue,
             Front::NeedMore => {}
         }
@@ -577,6 +616,24 @@ where
             Err(end) => return end,
         }
     }
+}
+
+/// Ends a connection whose last answer has been written. A TLS session is closed with its
+/// `close_notify` (as hyper's shutdown does), so a client can tell the end from a truncation;
+/// plain TCP needs no `shutdown`: the connection's close, right after, sends the FIN behind
+/// the answer (once [`super::linger`] has read away what the client sent after its request).
+async fn close<IO: AsyncWrite + Unpin>(
+    lane: &Lane<'_>,
+    io: &mut IO,
+    watch: &ConnWatch,
+    rt: &ListenerRuntime,
+) -> Ended {
+    if lane.svc.conn.tls {
+        let mut shutdown =
+            std::pin::pin!(async { tokio::io::AsyncWriteExt::shutdown(io).await.map(|()| 0) });
+        let _ = until_done(&mut shutdown, watch, rt, true).await;
+    }
+    Ended::Closed
 }
 
 /// Runs an IO step until it is done or the watchdog ends the connection. While writing
@@ -668,8 +725,16 @@ mod tests {
         );
         parse(b"HEAD / HTTP/1.1\r\n\r\n", |p| {
             let p = p.expect("plain");
-            assert!(p.head && !p.conditional && p.host.is_none());
+            assert!(p.head && !p.conditional && p.host.is_none() && !p.close);
         });
+        for close in ["Connection: close", "connection: Close"] {
+            let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{close}\r\n\r\n");
+            parse(head.as_bytes(), |p| assert!(p.expect("plain").close));
+        }
+        parse(
+            b"GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection: keep-alive\r\n\r\n",
+            |p| assert!(!p.expect("plain").close),
+        );
         for head in [
             &b"POST / HTTP/1.1\r\n\r\n"[..],
             b"GET / HTTP/1.0\r\n\r\n",
@@ -680,7 +745,9 @@ mod tests {
             b"GET / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
             b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
             b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n",
-            b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: close, x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
             b"GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             b"GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nAccept-Encoding: br\r\n\r\n",

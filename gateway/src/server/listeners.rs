@@ -413,7 +413,7 @@ async fn accept_loop(
             },
         };
         rt.metrics.accepted.inc();
-        let local = stream.local_addr().ok().or(local).unwrap_or(client);
+        let local = stream_proxy::accepted_local(&stream, local, client);
         // The watchdog delivers `stop`, a child of the gateway's drain token: connections drain
         // gracefully when the gateway stops or when a reload removes their listener (in-flight
         // requests finish).

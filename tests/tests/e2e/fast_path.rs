@@ -287,8 +287,14 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
     let before = fast_path_count(&gw, "fast").await;
     // Each on its own connection, after one request the fast path takes.
     let cases: &[(&str, u16, bool)] = &[
+        // Two `Connection` lines: hyper decides what they come to.
         (
-            "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+            200,
+            true,
+        ),
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close, te\r\n\r\n",
             200,
             true,
         ),
@@ -343,6 +349,127 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
         cases.len() as u64,
         "only the first request of each connection"
     );
+}
+
+/// Writes `requests` on a new connection and reads until the gateway closes it, which it must
+/// do within 5 s (a reset instead of a close fails too).
+async fn until_closed<S: AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut io: S,
+    requests: &[u8],
+) -> Vec<u8> {
+    io.write_all(requests).await.expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), io.read_to_end(&mut out))
+        .await
+        .expect("the gateway closes the connection")
+        .expect("a clean end");
+    out
+}
+
+#[tokio::test]
+async fn connection_close_is_answered_here_and_ends_the_connection() {
+    let gw = start().await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    cache(general, "/files/a.txt").await;
+    let closing = [
+        (
+            "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "HEAD /hello HTTP/1.1\r\nHost: a\r\nconnection: Close\r\n\r\n",
+            true,
+        ),
+        (
+            "GET /teapot HTTP/1.1\r\nConnection: close\r\nHost: a\r\n\r\n",
+            false,
+        ),
+        (
+            "GET /files/a.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            "HEAD /files/a.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            true,
+        ),
+    ];
+    for (last, head) in closing {
+        let before = fast_path_count(&gw, "fast").await;
+        // A keep-alive request, the closing one, and one after it that no one answers.
+        let requests = format!(
+            "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n{last}GET /hello HTTP/1.1\r\nHost: a\r\n\r\n"
+        );
+        let mut got = Vec::new();
+        for addr in [fast, general] {
+            let tcp = TcpStream::connect(addr).await.expect("connect");
+            // Two answers and nothing after them (`answers` checks).
+            got.push(answers(
+                &until_closed(tcp, requests.as_bytes()).await,
+                &[false, head],
+            ));
+        }
+        assert_eq!(got[0], got[1], "{last:?}");
+        let [first, closed] = &got[0][..] else {
+            unreachable!()
+        };
+        assert!(
+            !first.headers.iter().any(|(n, _)| n == "connection"),
+            "{last:?}"
+        );
+        assert!(
+            closed
+                .headers
+                .contains(&("connection".into(), "close".into())),
+            "{last:?}: {closed:?}"
+        );
+        assert_eq!(closed.body.is_empty(), head, "{last:?}");
+        assert_eq!(fast_path_count(&gw, "fast").await - before, 2, "{last:?}");
+    }
+}
+
+#[tokio::test]
+async fn connection_close_over_tls_ends_with_close_notify() {
+    let ca = gateway_tests::TestCa::new();
+    let dir = temp_dir();
+    ca.write(
+        dir.path(),
+        "gw",
+        &["gw.test"],
+        gateway_tests::KeyKind::Ecdsa,
+    );
+    let config = r#"
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+certificates:
+  gw: { cert: gw.pem, key: gw.key }
+listeners:
+  - name: secure
+    bind: 127.0.0.1:0
+    tls: { certificates: [gw] }
+routes:
+  - name: hello
+    match: { path: /hello }
+    respond: { body: "Hello, world!\n" }
+"#;
+    let gw = TestGateway::start_in(dir, config).await;
+    let addr = gw.addr("secure");
+    let before = fast_path_count(&gw, "secure").await;
+    let tls = gateway_tests::tls_connect(addr, "gw.test", ca.client_config(&[b"http/1.1"]))
+        .await
+        .expect("handshake");
+    // rustls reports an end without `close_notify` as an error, which `until_closed` fails on.
+    let requests = "GET /hello HTTP/1.1\r\nHost: a\r\n\r\nGET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let got = answers(
+        &until_closed(tls, requests.as_bytes()).await,
+        &[false, false],
+    );
+    assert_eq!(got[1].body, b"Hello, world!\n");
+    assert!(
+        got[1]
+            .headers
+            .contains(&("connection".into(), "close".into()))
+    );
+    assert_eq!(fast_path_count(&gw, "secure").await - before, 2);
 }
 
 #[tokio::test]
