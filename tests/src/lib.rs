@@ -270,6 +270,14 @@ pub async fn http2c(addr: SocketAddr) -> Client {
     handshake_h2(tcp, addr.to_string(), "http").await
 }
 
+/// An h2c (prior knowledge) client over `io`, a connection to `authority` already made.
+pub async fn http2c_over<IO>(io: IO, authority: String) -> Client
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    handshake_h2(io, authority, "http").await
+}
+
 /// A TLS client: ALPN offers `alpn` (e.g. `[b"h2", b"http/1.1"]`); HTTP/2 is used when the
 /// server picks `h2`. Returns the client and the negotiated ALPN protocol.
 pub async fn https(

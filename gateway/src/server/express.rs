@@ -555,7 +555,7 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut out = Answers::default();
+    let mut out = Answers::with_room();
     loop {
         let front = match answer_front(lane, buf, &mut out) {
             // The re-check goes to the blocking pool; the answer joins the others after it,

@@ -75,6 +75,108 @@ async fn respond_over_http1_and_h2c_with_keep_alive() {
     assert_eq!(res.text(), "Hello, world!");
 }
 
+/// A client connection whose first write sends one byte, and the rest 50 ms later: the
+/// gateway's first read sees a single byte.
+struct OneByteFirst {
+    tcp: tokio::net::TcpStream,
+    first_sent: bool,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl OneByteFirst {
+    async fn connect(addr: std::net::SocketAddr) -> Self {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        Self {
+            tcp,
+            first_sent: false,
+            pause: None,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for OneByteFirst {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for OneByteFirst {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if !this.first_sent && !buf.is_empty() {
+            let n = std::task::ready!(std::pin::Pin::new(&mut this.tcp).poll_write(cx, &buf[..1]))?;
+            this.first_sent = true;
+            this.pause = Some(Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+            return std::task::Poll::Ready(Ok(n));
+        }
+        if let Some(pause) = &mut this.pause {
+            std::task::ready!(pause.as_mut().poll(cx));
+            this.pause = None;
+        }
+        std::pin::Pin::new(&mut this.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn the_first_bytes_choose_the_protocol_also_when_they_arrive_one_at_a_time() {
+    let gw = TestGateway::start(ROUTES).await;
+    let addr = gw.addr("main");
+    // `P`: an h2c preface or a `POST`; the gateway waits for more before it chooses.
+    let mut post = OneByteFirst::connect(addr).await;
+    post.write_all(
+        b"POST /submit HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), post.read_to_string(&mut out))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(raw_status(&out), 201, "{out}");
+    assert!(out.ends_with("created"), "{out}");
+    let mut h2 =
+        gateway_tests::http2c_over(OneByteFirst::connect(addr).await, addr.to_string()).await;
+    let res = h2.get("/hello").await;
+    assert_eq!(res.head.version, http::Version::HTTP_2);
+    assert_eq!(res.text(), "Hello, world!");
+    // And a `GET`, whose first byte already rules HTTP/2 out, on the fast path.
+    let mut get = OneByteFirst::connect(addr).await;
+    get.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), get.read_to_string(&mut out))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(raw_status(&out), 200, "{out}");
+    assert!(out.ends_with("Hello, world!"), "{out}");
+}
+
 #[tokio::test]
 async fn head_has_length_but_no_body() {
     let gw = TestGateway::start(ROUTES).await;

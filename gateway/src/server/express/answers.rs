@@ -27,6 +27,11 @@ const FEW_SLICES: usize = 4;
 /// with more bodies than [`FEW_SLICES`] holds.
 const MANY_SLICES: usize = 128;
 
+/// Room made for the text at a connection's start: one answer's status line and headers (150
+/// to 300 bytes) and a small body. Grown from nothing, the first answer's lines cost four or
+/// five reallocations, on every new connection.
+const FIRST_TEXT: usize = 512;
+
 /// Answers waiting to be written, in order.
 #[derive(Default)]
 pub(super) struct Answers {
@@ -42,6 +47,14 @@ pub(super) struct Answers {
 }
 
 impl Answers {
+    /// Answers with room for the first one's text.
+    pub(super) fn with_room() -> Self {
+        Self {
+            text: Vec::with_capacity(FIRST_TEXT),
+            ..Self::default()
+        }
+    }
+
     /// Appends a body after the text so far.
     pub(super) fn push_body(&mut self, body: &Bytes) {
         if body.len() <= COPY_UP_TO {
