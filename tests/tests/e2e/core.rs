@@ -140,22 +140,28 @@ impl tokio::io::AsyncWrite for OneByteFirst {
     }
 }
 
+impl OneByteFirst {
+    /// Sends `request` (which asks for the connection to close) and reads to the end.
+    async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+        let mut io = Self::connect(addr).await;
+        io.write_all(request).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(5), io.read_to_string(&mut out))
+            .await
+            .expect("answered")
+            .unwrap();
+        out
+    }
+}
+
 #[tokio::test]
 async fn the_first_bytes_choose_the_protocol_also_when_they_arrive_one_at_a_time() {
     let gw = TestGateway::start(ROUTES).await;
     let addr = gw.addr("main");
     // `P`: an h2c preface or a `POST`; the gateway waits for more before it chooses.
-    let mut post = OneByteFirst::connect(addr).await;
-    post.write_all(
-        b"POST /submit HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
-    )
-    .await
-    .unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), post.read_to_string(&mut out))
-        .await
-        .expect("answered")
-        .unwrap();
+    let post =
+        b"POST /submit HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi";
+    let out = OneByteFirst::exchange(addr, post).await;
     assert_eq!(raw_status(&out), 201, "{out}");
     assert!(out.ends_with("created"), "{out}");
     let mut h2 =
@@ -164,15 +170,8 @@ async fn the_first_bytes_choose_the_protocol_also_when_they_arrive_one_at_a_time
     assert_eq!(res.head.version, http::Version::HTTP_2);
     assert_eq!(res.text(), "Hello, world!");
     // And a `GET`, whose first byte already rules HTTP/2 out, on the fast path.
-    let mut get = OneByteFirst::connect(addr).await;
-    get.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), get.read_to_string(&mut out))
-        .await
-        .expect("answered")
-        .unwrap();
+    let get = b"GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let out = OneByteFirst::exchange(addr, get).await;
     assert_eq!(raw_status(&out), 200, "{out}");
     assert!(out.ends_with("Hello, world!"), "{out}");
 }
