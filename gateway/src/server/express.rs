@@ -38,7 +38,7 @@ use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
 use crate::telemetry::trace::ServerSpan;
-use crate::telemetry::{Counter, RequestText};
+use crate::telemetry::{Counter, RequestText, first_line};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
 
@@ -324,11 +324,7 @@ impl<'a> Lane<'a> {
         }
         svc.activity.request_done();
         self.answered.inc();
-        if req.close {
-            Outcome::AnsweredLast
-        } else {
-            Outcome::Answered
-        }
+        Outcome::Answered
     }
 
     /// Appends a cached file's 200 to a `HEAD` (`head`) or a `GET`, and `Connection: close`
@@ -432,8 +428,6 @@ impl<'a> Lane<'a> {
 enum Outcome {
     /// Its answer is in the output.
     Answered,
-    /// Its answer is in the output, and the connection ends with it (`Connection: close`).
-    AnsweredLast,
     /// hyper answers it.
     HandOff,
     /// Its cached file is due for a re-check, which this request does before it is answered.
@@ -462,12 +456,7 @@ struct Observed {
 /// hyper's request (`service::RequestFacts::of`), read from the raw head.
 fn facts(req: &Plain<'_>) -> RequestFacts {
     // The first of each, as a header map's `get` reads it.
-    let first = |name: &str| {
-        let mut lines = req.headers.iter();
-        lines
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map_or(&[][..], |h| h.value)
-    };
+    let first = |name| first_line(req.headers, name).unwrap_or_default();
     RequestFacts {
         time: std::time::SystemTime::now(),
         method: if req.head { Method::HEAD } else { Method::GET },
@@ -532,9 +521,9 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
             return Front::HandOff;
         };
         match lane.answer(&plain, out) {
-            Outcome::Answered => {}
             // Whatever the client sent after it is not answered (nor was it by hyper).
-            Outcome::AnsweredLast => return Front::Close,
+            Outcome::Answered if plain.close => return Front::Close,
+            Outcome::Answered => {}
             Outcome::HandOff => return Front::HandOff,
             Outcome::Recheck(pending) => return Front::Recheck(pending, len),
         }

@@ -25,6 +25,13 @@ pub use streams::render_streams;
 pub use switch::Switch;
 pub use trace::Tracer;
 
+/// The value of the first `name` line among a raw request head's lines, as a header map's
+/// `get` reads it: what the access log and the server span take from the HTTP/1.1 fast path.
+pub(crate) fn first_line<'a>(lines: &[httparse::Header<'a>], name: &str) -> Option<&'a [u8]> {
+    let line = lines.iter().find(|h| h.name.eq_ignore_ascii_case(name))?;
+    Some(line.value)
+}
+
 /// Process-wide telemetry, owned by the running gateway.
 pub struct Telemetry {
     /// Prometheus registry (exported on the admin API).

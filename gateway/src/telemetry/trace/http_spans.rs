@@ -23,6 +23,7 @@ use super::{TraceCx, Tracer};
 use crate::body::Body;
 use crate::context::ConnInfo;
 use crate::error::GatewayError;
+use crate::telemetry::first_line;
 
 /// A span's attributes.
 pub type Attributes = Vec<(&'static str, Value)>;
@@ -88,10 +89,7 @@ impl ServerSpan {
     ) -> Self {
         let cx = tracer.begin(extract_lines(lines.iter().map(|h| (h.name, h.value))));
         Self::begun(cx, conn, || {
-            let first = |name: &str| {
-                let line = lines.iter().find(|h| h.name.eq_ignore_ascii_case(name))?;
-                HeaderValue::from_bytes(line.value).ok()
-            };
+            let first = |name| HeaderValue::from_bytes(first_line(lines, name)?).ok();
             let host = first("host");
             Noted {
                 method: if head { Method::HEAD } else { Method::GET },
