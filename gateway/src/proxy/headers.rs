@@ -198,26 +198,25 @@ pub struct ClientText {
 }
 
 impl ClientText {
+    /// Made once per connection, so each text is built at its final size: a `String` grown
+    /// and then shrunk into a `Box<str>` reallocated, and a `HeaderValue` made from a `String`
+    /// with room to spare allocated a second block for the `Bytes`' shared header.
     pub(crate) fn new(client: IpAddr, tls: bool) -> Self {
-        let mut ip = String::with_capacity(16);
-        push_ip(&mut ip, client);
-        let mut element = String::with_capacity(ip.len() + 24);
-        match client {
-            IpAddr::V4(_) => {
-                element.push_str("for=");
-                element.push_str(&ip);
-            }
-            IpAddr::V6(_) => {
-                element.push_str("for=\"[");
-                element.push_str(&ip);
-                element.push_str("]\"");
-            }
+        let mut buf = [0u8; 48];
+        // ASCII digits, dots, colons and hex letters: always UTF-8, and a valid field value.
+        let ip = std::str::from_utf8(crate::ip_text::ip_text(client, &mut buf)).unwrap_or_default();
+        let (open, close) = match client {
+            IpAddr::V4(_) => ("for=", ""),
+            IpAddr::V6(_) => ("for=\"[", "]\""),
+        };
+        let proto = if tls { ";proto=https" } else { ";proto=http" };
+        let mut element = String::with_capacity(open.len() + ip.len() + close.len() + proto.len());
+        for part in [open, ip, close, proto] {
+            element.push_str(part);
         }
-        element.push_str(if tls { ";proto=https" } else { ";proto=http" });
         Self {
-            // Digits, dots, colons and hex letters: always a valid field value.
-            ip: HeaderValue::try_from(ip).unwrap_or(HeaderValue::from_static("unknown")),
-            element: element.into(),
+            ip: HeaderValue::from_str(ip).unwrap_or(HeaderValue::from_static("unknown")),
+            element: element.into_boxed_str(),
             proto: if tls { HTTPS } else { HTTP },
         }
     }
@@ -344,13 +343,6 @@ fn copy_of_value(bytes: Bytes) -> HeaderValue {
     // SAFETY: `detach` passes only byte-for-byte copies of `HeaderValue`s, which were checked
     // when they were made; a copy of valid field-value bytes is a valid field value.
     unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
-}
-
-/// Appends `ip` in its usual text form.
-fn push_ip(out: &mut String, ip: IpAddr) {
-    let mut buf = [0u8; 48];
-    // ASCII digits, dots, colons and hex letters: always UTF-8.
-    out.push_str(std::str::from_utf8(crate::ip_text::ip_text(ip, &mut buf)).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -536,6 +528,7 @@ mod tests {
             h["forwarded"],
             "for=\"[2001:db8::1]\";proto=https;host=\"a\\\";by=evil\""
         );
+        assert_eq!(h["x-forwarded-for"], "2001:db8::1", "unbracketed, unquoted");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["via"], "2 gateway");
     }
