@@ -17,8 +17,8 @@ limit, HTTP/3) and requests to those routes too. The file lists the functions th
 requests ran, hottest first (so a request's code sits together), then those of its start-up,
 then those only the second run ran. Names are mangled symbols, whose
 hashes change with the toolchain and the dependency tree: lld ignores names it does not find,
-so a stale list costs memory, never a build. Rerun this after a toolchain or dependency update
-(it says how many of its names the binary has).
+so a stale list costs memory, never a build. Rerun this after a toolchain or dependency update,
+including a change of a dependency's features (it says how many of its names the binary has).
 
 Needs valgrind, nginx (the backend), openssl and h2load, as the harness does.
 """
