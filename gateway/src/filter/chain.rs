@@ -668,19 +668,112 @@ impl Chain {
         upto: usize,
         response: Response<Body>,
     ) -> Response<Body> {
-        let (parts, body) = response.into_parts();
+        let (mut parts, mut body) = response.into_parts();
+        let trailers = TrailerSlot::default();
+        let (mut hooks, mut pending, mut finished) = (self.response_body, None, false);
+        if hooks {
+            match self.whole_body_now(&state, trace.as_ref(), upto, &mut parts, &mut body) {
+                WholeBody::Streams => {}
+                WholeBody::Done => hooks = false,
+                WholeBody::Rest(chunk, below) => {
+                    let rest = finish_later(state.clone(), upto, below, chunk, trailers.clone());
+                    pending = Some(Box::pin(trace::scope_some(trace.clone(), rest)) as HookFuture);
+                    finished = true;
+                }
+            }
+        }
         let body = Body::new(ResponseBodyHooks {
             inner: body,
             state,
             trace,
             upto,
-            hooks: self.response_body,
-            pending: None,
-            trailers: TrailerSlot::default(),
-            finished: false,
+            hooks,
+            pending,
+            trailers,
+            finished,
         });
         Response::from_parts(parts, body)
     }
+
+    /// A body already whole in memory (a synthetic answer, a cached file, a small upstream
+    /// answer that came with its head) goes through the response-body hooks before the head
+    /// goes out, as one chunk that ends the stream, which is how Envoy hands a complete body to
+    /// its filters. The head then carries the length the hooks left (`Content-Length`, not
+    /// chunked encoding), each hook runs once instead of twice (the chunk, then the end), and a
+    /// hook that fails gives an error response instead of a body cut off after a good head.
+    fn whole_body_now(
+        &self,
+        state: &Shared,
+        trace: Option<&TraceCx>,
+        upto: usize,
+        parts: &mut response::Parts,
+        body: &mut Body,
+    ) -> WholeBody {
+        let Some(whole) = body.as_full() else {
+            return WholeBody::Streams;
+        };
+        // Nothing else holds the state once the head is done, unless a request body is still
+        // being read; then the body streams as any other.
+        let Ok(mut guard) = state.try_lock() else {
+            return WholeBody::Streams;
+        };
+        let st = &mut *guard;
+        let mut chunk = Some(whole.clone());
+        let ran = with_current(trace, || {
+            for i in (0..upto).rev() {
+                match st.filters[i].on_response_body_sync(&mut chunk, true, &mut st.cx) {
+                    Some(Ok(())) => {}
+                    Some(Err(source)) => return Err(HookStop::Failed(i, source)),
+                    None => return Err(HookStop::Waits(i)),
+                }
+            }
+            Ok(())
+        });
+        match ran {
+            Ok(()) => {
+                let len = chunk.as_ref().map_or(0, Bytes::len);
+                *body = chunk.map_or_else(Body::empty, Body::full);
+                // The hooks may have changed the length; a stale one would break the framing.
+                if let Some(stated) = parts.headers.get_mut(header::CONTENT_LENGTH)
+                    && stated.to_str().ok().and_then(|s| s.parse().ok()) != Some(len)
+                {
+                    *stated = HeaderValue::from(len);
+                }
+                WholeBody::Done
+            }
+            Err(HookStop::Failed(i, source)) => {
+                if let Some(reply) = self.decide(Err(source), i) {
+                    (*parts, *body) = reply.into_parts();
+                }
+                st.status = parts.status;
+                WholeBody::Done
+            }
+            // No hook has run yet: the body streams, and this one is awaited there.
+            Err(HookStop::Waits(i)) if i + 1 == upto => WholeBody::Streams,
+            Err(HookStop::Waits(i)) => {
+                *body = Body::empty();
+                WholeBody::Rest(chunk, i + 1)
+            }
+        }
+    }
+}
+
+/// Why a synchronous pass over the response-body hooks stopped.
+enum HookStop {
+    /// Filter `i`'s hook failed.
+    Failed(usize, BoxError),
+    /// Filter `i`'s hook must be awaited.
+    Waits(usize),
+}
+
+/// How [`Chain::whole_body_now`] left a response's body.
+enum WholeBody {
+    /// Not whole in memory (or its first hook waits): the hooks run as it streams.
+    Streams,
+    /// Every hook ran; the body is what they left.
+    Done,
+    /// The hooks below this index still have to be awaited, on what the others left.
+    Rest(Option<Bytes>, usize),
 }
 
 /// Adds the `Server` header unless the terminal set its own.
@@ -871,25 +964,40 @@ impl ResponseBodyHooks {
             return Some(Ok(tail));
         }
         // Something waits: the rest runs in `pending`.
-        let (state, upto, slot) = (self.state.clone(), self.upto, self.trailers.clone());
+        let (state, slot) = (self.state.clone(), self.trailers.clone());
         self.pending = Some(Box::pin(trace::scope_some(
             self.trace.clone(),
-            async move {
-                let tail = if below > 0 {
-                    run_response_body_hooks(state.clone(), below, tail, true).await?
-                } else {
-                    tail
-                };
-                if let Some(mut t) = take_trailers(&slot) {
-                    run_trailer_hooks(&state, Some(upto), &mut t).await?;
-                    put_trailers(&slot, Some(t));
-                }
-                run_log(state).await;
-                Ok(tail)
-            },
+            finish_later(state, self.upto, below, tail, slot),
         )));
         None
     }
+}
+
+/// The end of a response body when some hook waits: the end-of-stream body hooks of the
+/// filters below `below`, the trailer hooks, then the log phase, which runs even when a hook
+/// failed (as it does when every hook answers synchronously).
+async fn finish_later(
+    state: Shared,
+    upto: usize,
+    below: usize,
+    tail: Option<Bytes>,
+    trailers: TrailerSlot,
+) -> Result<Option<Bytes>, BoxError> {
+    let out = async {
+        let tail = if below > 0 {
+            run_response_body_hooks(state.clone(), below, tail, true).await?
+        } else {
+            tail
+        };
+        if let Some(mut t) = take_trailers(&trailers) {
+            run_trailer_hooks(&state, Some(upto), &mut t).await?;
+            put_trailers(&trailers, Some(t));
+        }
+        Ok(tail)
+    }
+    .await;
+    run_log(state).await;
+    out
 }
 
 impl Drop for ResponseBodyHooks {
@@ -1578,6 +1686,10 @@ mod tests {
         name: &'static str,
         journal: Journal,
         sync: bool,
+        /// The body hook fails at the end of the body.
+        fail: bool,
+        /// The response-head hook states the body's length as the terminal made it.
+        states_length: bool,
     }
 
     impl BodyStep {
@@ -1586,6 +1698,8 @@ mod tests {
                 name,
                 journal: journal.clone(),
                 sync,
+                fail: false,
+                states_length: false,
             }
         }
 
@@ -1622,9 +1736,13 @@ mod tests {
         }
         fn on_response_headers_sync(
             &mut self,
-            _res: &mut response::Parts,
+            res: &mut response::Parts,
             _cx: &mut RequestCx,
         ) -> Option<Result<Flow, BoxError>> {
+            if self.states_length {
+                res.headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+            }
             Some(Ok(Flow::Continue))
         }
         fn on_response_body_sync(
@@ -1637,6 +1755,9 @@ mod tests {
                 return None;
             }
             self.body(chunk, eos, "body");
+            if self.fail && eos {
+                return Some(Err("the body hook failed".into()));
+            }
             Some(Ok(()))
         }
         async fn on_response_body(
@@ -1649,6 +1770,9 @@ mod tests {
                 return r;
             }
             self.body(chunk, eos, "body-async");
+            if self.fail && eos {
+                return Err("the body hook failed".into());
+            }
             Ok(())
         }
         fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
@@ -1680,20 +1804,128 @@ mod tests {
         else {
             panic!("every hook answers synchronously");
         };
+        // The body was whole before the head went out: the hooks ran on it then, once each
+        // and with the end of the stream, so the response states its final length.
+        assert_eq!(res.body().size_hint().exact(), Some(4));
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["b:body:true", "a:body:true"],
+            "body hooks in reverse order, before the head went out"
+        );
         assert_eq!(body_text(res).await, "okba");
-        // Body hooks in reverse order, then the log phase in filter order, before the body's
-        // end was handed on.
+        // Then the log phase in filter order, before the body's end was handed on.
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["b:body:true", "a:body:true", "a:log:200", "b:log:200"]
+        );
+    }
+
+    /// A streamed body (not whole in memory when the head goes out) goes through the hooks
+    /// chunk by chunk, then once more at its end, and out without a stated length.
+    #[tokio::test]
+    async fn a_streamed_body_goes_through_the_hooks_as_it_comes() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![Arc::new(BodyStep::new("a", &journal, true))]);
+        let (parts, ()) = Response::new(()).into_parts();
+        let streamed = Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(
+            [Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"ok")))],
+        )));
+        let st = State {
+            filters: smallvec::smallvec![chain.factories[0].create()],
+            cx: cx(),
+            status: StatusCode::OK,
+            local_reply: None,
+            logged: false,
+            log_next: 0,
+            started: 1,
+        };
+        let res = chain.with_body_hooks(st, 1, Response::from_parts(parts, streamed));
+        assert_eq!(res.body().size_hint().exact(), None);
+        assert_eq!(body_text(res).await, "oka");
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:body:false", "a:body:true", "a:log:200"]
+        );
+    }
+
+    /// A synchronous hook runs on the whole body before the head goes out; one that waits
+    /// below it gets what it left, in the body stream.
+    #[tokio::test]
+    async fn a_waiting_body_hook_below_a_synchronous_one_gets_the_rest_in_the_stream() {
+        let journal: Journal = Arc::default();
+        let chain = Chain::new(vec![
+            Arc::new(BodyStep::new("a", &journal, false)),
+            Arc::new(BodyStep::new("b", &journal, true)),
+        ]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert_eq!(res.body().size_hint().exact(), None, "length not known yet");
+        assert_eq!(body_text(res).await, "okba");
         assert_eq!(
             *journal.lock().unwrap(),
             [
-                "b:body:false",
-                "a:body:false",
                 "b:body:true",
-                "a:body:true",
-                "a:log:200",
+                "a:body-async:true",
+                "a:log-async",
                 "b:log:200"
             ]
         );
+    }
+
+    /// A hook that fails on a whole body turns the response into an error response (its head
+    /// has not gone out), and the log phase sees that status.
+    #[tokio::test]
+    async fn a_failing_hook_on_a_whole_body_gives_an_error_response() {
+        let journal: Journal = Arc::default();
+        let mut b = BodyStep::new("b", &journal, true);
+        b.fail = true;
+        let chain = Chain::new(vec![
+            Arc::new(BodyStep::new("a", &journal, true)),
+            Arc::new(b),
+        ]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body_text(res).await.starts_with("500"));
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["b:body:true", "a:log:500", "b:log:500"],
+            "the hooks below the failed one do not run"
+        );
+    }
+
+    /// A hook that waits and fails at the end of a streamed body ends the body with its
+    /// error; the log phase still runs.
+    #[tokio::test]
+    async fn a_waiting_hook_that_fails_at_the_end_still_leaves_the_log_phase() {
+        let journal: Journal = Arc::default();
+        let mut a = BodyStep::new("a", &journal, false);
+        a.fail = true;
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert!(res.into_body().collect().await.is_err());
+        assert_eq!(
+            *journal.lock().unwrap(),
+            ["a:body-async:false", "a:body-async:true", "a:log-async"]
+        );
+    }
+
+    /// A `Content-Length` the response states is corrected when the hooks change the length.
+    #[tokio::test]
+    async fn a_stated_length_follows_what_the_hooks_left() {
+        let journal: Journal = Arc::default();
+        let mut a = BodyStep::new("a", &journal, true);
+        a.states_length = true;
+        let chain = Chain::new(vec![Arc::new(a)]);
+        let res = chain
+            .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
+            .await;
+        assert_eq!(res.headers()[header::CONTENT_LENGTH], "3");
+        assert_eq!(body_text(res).await, "oka");
     }
 
     #[tokio::test]
@@ -1728,8 +1960,9 @@ mod tests {
             .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
             .await;
         drop(res);
-        // Synchronous log hooks run in the body's drop, not in a task spawned for them (this
-        // test's runtime has one thread, and the test has not yielded to other tasks).
-        assert_eq!(*journal.lock().unwrap(), ["a:log:200"]);
+        // The whole body went through the hook before the head was handed on; synchronous
+        // log hooks run in the body's drop, not in a task spawned for them (this test's
+        // runtime has one thread, and the test has not yielded to other tasks).
+        assert_eq!(*journal.lock().unwrap(), ["a:body:true", "a:log:200"]);
     }
 }

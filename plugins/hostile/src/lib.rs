@@ -1,7 +1,7 @@
 //! `hostile`: a plugin that misbehaves on purpose, for the isolation tests. By request path:
-//! `/trap` panics (a trap), `/oob` passes an out-of-bounds pointer to a host call, `/loop`
-//! never returns, `/memory` grows its memory until the limit; anything else gets an
-//! `x-hostile: calm` response header.
+//! `/trap` panics (a trap), `/trap-body` panics in the response-body callback, `/oob` passes
+//! an out-of-bounds pointer to a host call, `/loop` never returns, `/memory` grows its memory
+//! until the limit; anything else gets an `x-hostile: calm` response header.
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
@@ -21,7 +21,7 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Hostile))
+        Some(Box::new(Hostile { trap_body: false }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -29,7 +29,9 @@ impl RootContext for Root {
     }
 }
 
-struct Hostile;
+struct Hostile {
+    trap_body: bool,
+}
 
 impl Context for Hostile {}
 
@@ -38,6 +40,7 @@ impl HttpContext for Hostile {
         let path = self.get_http_request_header(":path").unwrap_or_default();
         match path.as_str() {
             "/trap" => panic!("hostile plugin: trap requested"),
+            "/trap-body" => self.trap_body = true,
             "/oob" => {
                 // A pointer far past the end of linear memory.
                 unsafe { proxy_log(2, 0xFFFF_FF00usize as *const u8, 4096) };
@@ -62,6 +65,13 @@ impl HttpContext for Hostile {
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
         self.set_http_response_header("x-hostile", Some("calm"));
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, _: usize, _: bool) -> Action {
+        if self.trap_body {
+            panic!("hostile plugin: trap in the body requested");
+        }
         Action::Continue
     }
 }

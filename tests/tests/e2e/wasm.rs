@@ -171,6 +171,10 @@ async fn body_rewrite_both_ways() {
     let r = c.get("/hello").await;
     assert_eq!(r.text(), "hello from the GW");
     assert_eq!(r.header("x-body-rewrite"), "on");
+    // The answer was whole before its head went out: the rewritten length is stated, not
+    // chunked.
+    assert_eq!(r.header("content-length"), "17");
+    assert_eq!(r.header("transfer-encoding"), "");
     // Request body: the backend's /upload answer reports what it received.
     let req = Request::post("/echo/upload")
         .body(Full::new(Bytes::from("to the gateway and back")))
@@ -179,6 +183,8 @@ async fn body_rewrite_both_ways() {
     assert_eq!(r.status(), 200, "{}", r.text());
     // "to the GW and back": the upstream received the rewritten 18 bytes.
     assert_eq!(r.text(), "18");
+    // A small upstream answer that came whole with its head goes out with its length too.
+    assert_eq!(r.header("content-length"), "2");
     // Response trailers (h2c upstream and client, which carry them) go through
     // proxy_on_response_trailers.
     let mut h2 = http2c(gw.addr("main")).await;

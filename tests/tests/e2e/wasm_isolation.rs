@@ -1,4 +1,5 @@
-//! Isolation: a trap, an out-of-bounds pointer, a runaway loop (`limits.time`) and memory
+//! Isolation: a trap (in a head callback or in the body callback of a response whose head
+//! has not gone out), an out-of-bounds pointer, a runaway loop (`limits.time`) and memory
 //! growth past `limits.memory` each fail only their own request with 500, are counted, and the
 //! VM is replaced: the next requests are served normally.
 
@@ -50,6 +51,7 @@ async fn hostile_plugin_fails_only_its_requests() {
     let mut c = http1(addr).await;
     for (path, counter) in [
         ("/trap", &stats.traps),
+        ("/trap-body", &stats.traps),
         ("/oob", &stats.memory_access),
         ("/loop", &stats.timeouts),
         ("/memory", &stats.memory_limits),
