@@ -873,6 +873,10 @@ impl HttpBody for ResponseBodyHooks {
             }
             let ended = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
+                    // The last chunk (the body says nothing follows) goes through the hooks
+                    // with the end of the stream, as on the request side, instead of being
+                    // followed by a call with nothing.
+                    Ok(data) if this.hooks && this.inner.is_end_stream() => this.finish(Some(data)),
                     Ok(data) if this.hooks => {
                         let now = with_current(this.trace.as_ref(), || {
                             response_body_now(&this.state, this.upto, Some(data), false)
@@ -901,7 +905,7 @@ impl HttpBody for ResponseBodyHooks {
                     Err(frame) => {
                         // Trailers end the body: the end-of-stream hooks run before they go out.
                         put_trailers(&this.trailers, frame.into_trailers().ok());
-                        this.finish()
+                        this.finish(None)
                     }
                 },
                 Some(Err(e)) => {
@@ -909,7 +913,7 @@ impl HttpBody for ResponseBodyHooks {
                     log_soon(&this.state, this.trace.as_ref());
                     return Poll::Ready(Some(Err(e)));
                 }
-                None => this.finish(),
+                None => this.finish(None),
             };
             match ended {
                 Some(Ok(Some(data))) if !data.is_empty() => {
@@ -934,10 +938,11 @@ impl HttpBody for ResponseBodyHooks {
 }
 
 impl ResponseBodyHooks {
-    /// The end of the body: the end-of-stream body hooks, the trailer hooks, the log phase.
-    /// `Some` when they all ran here (no hook waited and there are no trailers): the tail
-    /// the end-of-stream hooks produced, or their error. `None`: they continue in `pending`.
-    fn finish(&mut self) -> Option<Result<Option<Bytes>, BoxError>> {
+    /// The end of the body: the end-of-stream body hooks (on `last`, the body's last chunk
+    /// when it came with the end), the trailer hooks, the log phase. `Some` when they all ran
+    /// here (no hook waited and there are no trailers): the tail the end-of-stream hooks
+    /// produced, or their error. `None`: they continue in `pending`.
+    fn finish(&mut self, last: Option<Bytes>) -> Option<Result<Option<Bytes>, BoxError>> {
         self.finished = true;
         let trace = self.trace.as_ref();
         let no_trailers = self
@@ -947,7 +952,7 @@ impl ResponseBodyHooks {
             .is_none();
         let (tail, below) = if self.hooks {
             match with_current(trace, || {
-                response_body_now(&self.state, self.upto, None, true)
+                response_body_now(&self.state, self.upto, last, true)
             }) {
                 Ok(Ok(tail)) => (tail, 0),
                 Ok(Err(e)) => {
@@ -957,7 +962,7 @@ impl ResponseBodyHooks {
                 Err((chunk, below)) => (chunk, below),
             }
         } else {
-            (None, 0)
+            (last, 0)
         };
         if below == 0 && no_trailers {
             log_soon(&self.state, trace);
@@ -1848,6 +1853,50 @@ mod tests {
         );
     }
 
+    /// A streamed body whose last chunk says nothing follows hands that chunk to the hooks
+    /// with the end of the stream, synchronously or awaited: no call with nothing after it.
+    #[tokio::test]
+    async fn a_streamed_body_that_knows_its_end_ends_on_its_last_chunk() {
+        for (waits, expected, journaled) in [
+            (false, "oka", &["a:body:true", "a:log:200"][..]),
+            (
+                true,
+                "okba",
+                &[
+                    "b:body-async:true",
+                    "a:body:true",
+                    "a:log:200",
+                    "b:log-async",
+                ][..],
+            ),
+        ] {
+            let journal: Journal = Arc::default();
+            let mut factories: Vec<Arc<dyn FilterFactory>> =
+                vec![Arc::new(BodyStep::new("a", &journal, true))];
+            if waits {
+                factories.push(Arc::new(BodyStep::new("b", &journal, false)));
+            }
+            let chain = Chain::new(factories);
+            let st = State {
+                filters: chain.factories.iter().map(|f| f.create()).collect(),
+                cx: cx(),
+                status: StatusCode::OK,
+                local_reply: None,
+                logged: false,
+                log_next: 0,
+                started: chain.factories.len(),
+            };
+            // One buffer, but boxed: not a body the chain sees whole before the head.
+            let body = Body::new(http_body_util::Full::new(Bytes::from_static(b"ok")));
+            let (parts, ()) = Response::new(()).into_parts();
+            let upto = chain.factories.len();
+            let res = chain.with_body_hooks(st, upto, Response::from_parts(parts, body));
+            assert_eq!(res.body().size_hint().exact(), None);
+            assert_eq!(body_text(res).await, expected);
+            assert_eq!(*journal.lock().unwrap(), journaled, "waits: {waits}");
+        }
+    }
+
     /// A synchronous hook runs on the whole body before the head goes out; one that waits
     /// below it gets what it left, in the body stream.
     #[tokio::test]
@@ -1910,7 +1959,7 @@ mod tests {
         assert!(res.into_body().collect().await.is_err());
         assert_eq!(
             *journal.lock().unwrap(),
-            ["a:body-async:false", "a:body-async:true", "a:log-async"]
+            ["a:body-async:true", "a:log-async"]
         );
     }
 
@@ -1939,11 +1988,11 @@ mod tests {
             .run(&respond("ok"), Request::new(Body::empty()), cx(), None)
             .await;
         assert_eq!(body_text(res).await, "okba");
+        // The first hook waits, so the body streams; its one chunk is its last, so it goes
+        // through the hooks with the end of the stream.
         assert_eq!(
             *journal.lock().unwrap(),
             [
-                "b:body-async:false",
-                "a:body:false",
                 "b:body-async:true",
                 "a:body:true",
                 "a:log:200",
