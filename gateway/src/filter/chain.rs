@@ -264,6 +264,19 @@ impl Chain {
         self.factories.is_empty()
     }
 
+    /// A request's filter instances and context, before any hook ran.
+    fn fresh_state(&self, cx: RequestCx) -> State {
+        State {
+            filters: self.factories.iter().map(|f| f.create()).collect(),
+            cx,
+            status: StatusCode::OK,
+            local_reply: None,
+            logged: false,
+            log_next: 0,
+            started: 0,
+        }
+    }
+
     /// Runs the request through the filters and the terminal. `server` is the `Server` header
     /// every response starts with, before response filters run (so they may remove it).
     pub fn run<'a>(
@@ -319,15 +332,7 @@ impl Chain {
         }
         // The state stays with the request unless a body stream that outlives the chain needs
         // the hooks: then, and only then, it moves behind a shared lock.
-        let mut st = State {
-            filters: self.factories.iter().map(|f| f.create()).collect(),
-            cx: cx(),
-            status: StatusCode::OK,
-            local_reply: None,
-            logged: false,
-            log_next: 0,
-            started: 0,
-        };
+        let mut st = self.fresh_state(cx());
         // The synchronous hooks run outside the request's trace scope (which wraps only its
         // future): they get the trace here, for the work they start.
         let trace = st.cx.trace.clone();
@@ -1835,15 +1840,8 @@ mod tests {
         let streamed = Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(
             [Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"ok")))],
         )));
-        let st = State {
-            filters: smallvec::smallvec![chain.factories[0].create()],
-            cx: cx(),
-            status: StatusCode::OK,
-            local_reply: None,
-            logged: false,
-            log_next: 0,
-            started: 1,
-        };
+        let mut st = chain.fresh_state(cx());
+        st.started = 1;
         let res = chain.with_body_hooks(st, 1, Response::from_parts(parts, streamed));
         assert_eq!(res.body().size_hint().exact(), None);
         assert_eq!(body_text(res).await, "oka");
@@ -1877,15 +1875,8 @@ mod tests {
                 factories.push(Arc::new(BodyStep::new("b", &journal, false)));
             }
             let chain = Chain::new(factories);
-            let st = State {
-                filters: chain.factories.iter().map(|f| f.create()).collect(),
-                cx: cx(),
-                status: StatusCode::OK,
-                local_reply: None,
-                logged: false,
-                log_next: 0,
-                started: chain.factories.len(),
-            };
+            let mut st = chain.fresh_state(cx());
+            st.started = chain.factories.len();
             // One buffer, but boxed: not a body the chain sees whole before the head.
             let body = Body::new(http_body_util::Full::new(Bytes::from_static(b"ok")));
             let (parts, ()) = Response::new(()).into_parts();
