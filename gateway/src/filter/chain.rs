@@ -53,21 +53,21 @@ struct State {
 
 impl State {
     /// The response-body hooks of the filters below `below`, in reverse order, as far as they
-    /// answer synchronously: `Err(i)` when filter `i` (and those before it) must be awaited.
+    /// answer synchronously; where and why they stopped otherwise.
     fn response_body_now(
         &mut self,
         below: usize,
         chunk: &mut Option<Bytes>,
         eos: bool,
-    ) -> Result<Result<(), BoxError>, usize> {
+    ) -> Result<(), HookStop> {
         for i in (0..below).rev() {
             match self.filters[i].on_response_body_sync(chunk, eos, &mut self.cx) {
                 Some(Ok(())) => {}
-                Some(Err(e)) => return Ok(Err(e)),
-                None => return Err(i),
+                Some(Err(e)) => return Err(HookStop::Failed(i, e)),
+                None => return Err(HookStop::Waits(i)),
             }
         }
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// The log phase as far as the filters answer synchronously; `false` when the rest must
@@ -724,17 +724,7 @@ impl Chain {
         };
         let st = &mut *guard;
         let mut chunk = Some(whole.clone());
-        let ran = with_current(trace, || {
-            for i in (0..upto).rev() {
-                match st.filters[i].on_response_body_sync(&mut chunk, true, &mut st.cx) {
-                    Some(Ok(())) => {}
-                    Some(Err(source)) => return Err(HookStop::Failed(i, source)),
-                    None => return Err(HookStop::Waits(i)),
-                }
-            }
-            Ok(())
-        });
-        match ran {
+        match with_current(trace, || st.response_body_now(upto, &mut chunk, true)) {
             Ok(()) => {
                 let len = chunk.as_ref().map_or(0, Bytes::len);
                 *body = chunk.map_or_else(Body::empty, Body::full);
@@ -819,8 +809,9 @@ fn response_body_now(
         return Err((chunk, upto));
     };
     match guard.response_body_now(upto, &mut chunk, eos) {
-        Ok(done) => Ok(done.map(|()| chunk)),
-        Err(i) => Err((chunk, i + 1)),
+        Ok(()) => Ok(Ok(chunk)),
+        Err(HookStop::Failed(_, e)) => Ok(Err(e)),
+        Err(HookStop::Waits(i)) => Err((chunk, i + 1)),
     }
 }
 
