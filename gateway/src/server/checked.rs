@@ -182,6 +182,32 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CheckedIo<T> {
     }
 }
 
+/// Writes of an HTTP/1 connection pass straight through (only HTTP/2's are gathered), so a
+/// file sent here goes out in order after what was written before it.
+impl<T: super::sendfile::SendFile> super::sendfile::SendFile for CheckedIo<T> {
+    fn sends_files(&self) -> bool {
+        !self.framing.is_http2() && self.inner.sends_files()
+    }
+
+    fn poll_write_more(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_write_more(cx, bufs)
+    }
+
+    fn poll_send_file(
+        &self,
+        cx: &mut Context<'_>,
+        file: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_send_file(cx, file, offset, len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,7 @@ use crate::server::framing::Framing;
 use crate::server::idle::{ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
+use crate::server::sendfile::SendFile;
 use crate::server::streams::{BatchedStreams, StreamBatch};
 use crate::service::{ConnService, HyperService};
 use crate::telemetry::{ListenerMetrics, Telemetry};
@@ -339,7 +340,7 @@ async fn serve_tls(
 /// after TLS and the PROXY header. The fuzz targets drive it over in-memory pipes.
 pub async fn serve_io<IO>(rt: Arc<ListenerRuntime>, io: IO, info: ConnInfo, watch: ConnWatch)
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin + Send + 'static,
 {
     let (h1, h2) = (rt.http1, rt.http2);
     serve_http(rt, io, info, h1, h2, watch).await;
@@ -360,7 +361,7 @@ fn serve_http<IO>(
     watch: ConnWatch,
 ) -> impl Future<Output = ()> + Send
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin + Send + 'static,
 {
     let client = info.client;
     let activity = watch.deadlines().arm(!h2 || h1).clone();
@@ -463,7 +464,7 @@ async fn first_requests<IO>(
     client: SocketAddr,
 ) -> Option<HandedOff<IO>>
 where
-    IO: AsyncRead + AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
     let mut rest = bytes::BytesMut::new();
     if rt.http1_fast_path {

@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::conn::{ConnWatch, ListenerRuntime};
 use super::http_date;
 use super::idle::Verdict;
+use super::sendfile::SendFile;
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
@@ -284,7 +285,7 @@ impl<'a> Lane<'a> {
                 out.extend_from_slice(&canned.length);
                 end_head(out, req.close);
                 if !req.head {
-                    answers.push_body(&canned.body);
+                    answers.push_body(&canned.body, None);
                 }
                 let bytes = canned.body.len();
                 let observe = || self.observe(req);
@@ -345,7 +346,7 @@ impl<'a> Lane<'a> {
         out.extend_from_slice(&self.listener_lines);
         end_head(out, close);
         if !head {
-            answers.push_body(&file.body);
+            answers.push_body(&file.body, file.sealed.as_ref());
         }
     }
 
@@ -542,7 +543,7 @@ pub async fn serve<IO>(
     watch: &ConnWatch,
 ) -> Ended
 where
-    IO: AsyncRead + AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
     let mut out = Answers::with_room();
     loop {

@@ -310,6 +310,35 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
     }
 }
 
+/// Sending a file counts as writing, as a write does.
+impl<T: super::sendfile::SendFile> super::sendfile::SendFile for TrackedIo<T> {
+    fn sends_files(&self) -> bool {
+        self.inner.sends_files()
+    }
+
+    fn poll_write_more(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let res = self.inner.poll_write_more(cx, bufs);
+        self.note_write(&res);
+        res
+    }
+
+    fn poll_send_file(
+        &self,
+        cx: &mut Context<'_>,
+        file: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        let res = self.inner.poll_send_file(cx, file, offset, len);
+        self.note_write(&res);
+        res
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

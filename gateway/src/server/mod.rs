@@ -15,6 +15,7 @@ pub mod idle;
 pub mod linger;
 pub mod listeners;
 pub mod policy;
+pub mod sendfile;
 pub mod streams;
 pub mod tls;
 mod watch;

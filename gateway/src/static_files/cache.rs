@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderValue};
 use super::encoding::{Accept, Encoding};
 use super::resolve::Stamp;
 use super::response::{self, Head};
+use super::sealed::SealedFile;
 
 /// Bytes charged per entry on top of its content (map slot, header values, key).
 const ENTRY_OVERHEAD: usize = 512;
@@ -24,10 +25,17 @@ const ENTRY_OVERHEAD: usize = 512;
 const VARIANT_OVERHEAD: usize = 1536;
 const SHARDS: usize = 16;
 
+/// Bodies from this size on are held in a sealed memory file ([`SealedFile`]), which the
+/// HTTP/1.1 fast path sends with `sendfile`. Below it, the kernel's copy of the bytes costs less
+/// than the second system call (the head, then the file) and the descriptor each one holds.
+pub(super) const SEALED_FROM: usize = 32 * 1024;
+
 /// One representation held in memory.
 pub(super) struct Variant {
     pub(super) encoding: Option<Encoding>,
     pub(super) body: Bytes,
+    /// The memory file `body` maps, for a body of at least [`SEALED_FROM`] bytes.
+    pub(super) sealed: Option<Arc<SealedFile>>,
     pub(super) etag: HeaderValue,
     /// The headers of a 200 for it, `Server` slot first (see [`response::ok_headers`]).
     pub(super) ok_headers: HeaderMap,
@@ -44,12 +52,32 @@ impl Variant {
         };
         let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
         let wire = response::wire_lines(&ok_headers);
+        let (body, sealed) = seal_large(body);
         Self {
             encoding: file.encoding,
             body,
+            sealed,
             etag,
             ok_headers,
             wire,
+        }
+    }
+}
+
+/// Moves a large body into a sealed memory file; a body that stays on the heap (small, or the
+/// memory file could not be made) is served as before, written rather than sent as a file.
+fn seal_large(body: Bytes) -> (Bytes, Option<Arc<SealedFile>>) {
+    if body.len() < SEALED_FROM {
+        return (body, None);
+    }
+    match SealedFile::copy_of(&body) {
+        Ok(sealed) => {
+            let sealed = Arc::new(sealed);
+            (sealed.bytes(), Some(sealed))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no memory file for a cached body; it is written instead of sent as a file");
+            (body, None)
         }
     }
 }

@@ -5,7 +5,8 @@
 //! The modules: `path` (safe request-path normalisation), `resolve` (file-system lookup under
 //! the root, index files, precompressed siblings), `cache` (the in-memory cache), `conditional`
 //! (validators, preconditions, ranges), `encoding` (Accept-Encoding and compression), `mime`
-//! (content types), `stream` (the file body) and `response` (header assembly).
+//! (content types), `stream` (the file body), `response` (header assembly) and `sealed` (large
+//! cached bodies in sealed memory files, which the HTTP/1.1 fast path sends with `sendfile`).
 
 mod cache;
 mod conditional;
@@ -15,6 +16,7 @@ mod misses;
 mod path;
 mod resolve;
 mod response;
+mod sealed;
 mod stream;
 
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use self::encoding::{Accept, Encoding};
 use self::misses::{Miss, Misses, follow};
 use self::resolve::{Found, Settings, Streamed, Want};
 use self::response::Head;
+pub use self::sealed::SealedFile;
 use self::stream::FileBody;
 use crate::body::Body;
 use crate::error::error_response;
@@ -73,6 +76,8 @@ pub struct ExpressFile {
     pub lines: bytes::Bytes,
     /// The representation's bytes (not sent for `HEAD`).
     pub body: bytes::Bytes,
+    /// The memory file `body` maps, when it is large enough to be sent with `sendfile`.
+    pub sealed: Option<Arc<SealedFile>>,
 }
 
 impl ExpressFile {
@@ -81,6 +86,7 @@ impl ExpressFile {
         Self {
             lines: v.wire.clone(),
             body: v.body.clone(),
+            sealed: v.sealed.clone(),
         }
     }
 }

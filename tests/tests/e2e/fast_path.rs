@@ -699,6 +699,81 @@ async fn large_cached_files_are_written_whole_and_in_order_when_pipelined() {
     );
 }
 
+/// Memory files the gateway (in this process) holds cached bodies in, for `sendfile`.
+fn sealed_files() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fd list")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("gateway-static-file"))
+        .count()
+}
+
+#[tokio::test]
+async fn large_files_sent_from_memory_files_reach_a_slow_reader_whole() {
+    use async_compression::tokio::bufread::GzipDecoder;
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    // Hex digits from a generator: gzip about halves them, so both the file (240 KiB) and its
+    // compressed variant are large enough to be held in memory files.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let text: Vec<u8> = (0..240 * 1024)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            b"0123456789abcdef"[(x >> 60) as usize]
+        })
+        .collect();
+    write_file(gw.dir(), "public/files/digits.txt", &text);
+    let files_before = sealed_files();
+    cache(fast, "/files/digits.txt").await;
+    assert!(
+        sealed_files() >= files_before + 2,
+        "the body and its gzip variant are in memory files"
+    );
+    let before = fast_path_count(&gw, "fast").await;
+    // Sixteen answers, about 3 MB: more than the socket buffers hold, so sending stops in the
+    // middle of a file until the client reads on.
+    let mut requests = String::new();
+    for i in 0..16 {
+        let coding = if i % 2 == 1 {
+            "Accept-Encoding: gzip\r\n"
+        } else {
+            ""
+        };
+        requests.push_str(&format!(
+            "GET /files/digits.txt HTTP/1.1\r\nHost: a\r\n{coding}\r\n"
+        ));
+    }
+    let mut conn = TcpStream::connect(fast).await.expect("connect");
+    conn.write_all(requests.as_bytes()).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        read_answers(&mut conn, &[false; 16]),
+    )
+    .await
+    .expect("all answers within 10 s");
+    for (i, answer) in got.iter().enumerate() {
+        assert_eq!(answer.status, 200, "answer {i}");
+        let gzip = answer
+            .headers
+            .contains(&("content-encoding".into(), "gzip".into()));
+        assert_eq!(gzip, i % 2 == 1, "answer {i}");
+        let body = if gzip {
+            let mut out = Vec::new();
+            GzipDecoder::new(&answer.body[..])
+                .read_to_end(&mut out)
+                .await
+                .expect("gzip");
+            assert!(answer.body.len() >= 32 * 1024, "a large compressed variant");
+            out
+        } else {
+            answer.body.clone()
+        };
+        assert!(body == text, "answer {i}: the file's bytes");
+    }
+    assert_eq!(fast_path_count(&gw, "fast").await - before, 16);
+}
+
 /// A `traceparent` of trace `trace` (hex) from the client's span `00f067aa0ba902b7`.
 fn traceparent_of(trace: &str, flags: &str) -> String {
     format!("00-{trace}-00f067aa0ba902b7-{flags}")

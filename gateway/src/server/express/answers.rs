@@ -6,14 +6,23 @@
 //! 20 cache-line misses per request, most of the memory traffic of a cached 1 KiB file (callgrind's
 //! cache simulation). The cached body is shared by every connection and stays warm; the kernel
 //! copies it from there. The buffer also no longer grows to a large file's size and keeps it.
+//!
+//! A large body held in a sealed memory file goes out with `sendfile` on a plain TCP connection
+//! ([`super::super::sendfile`]): the kernel then hands the socket the file's pages instead of
+//! copying the bytes, and the head before it is written with `MSG_MORE` so that both leave in
+//! the same segments.
 
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
+use super::super::sendfile::SendFile;
+use crate::static_files::SealedFile;
 use crate::telemetry::trace::OpenSpan;
 
 /// Bodies up to this size are copied into the text: an extra slice costs more than the copy.
@@ -33,15 +42,26 @@ const MANY_SLICES: usize = 128;
 /// the connection's life (512 bytes cost 10,000 kept-alive connections 3.5 MB more).
 const FIRST_TEXT: usize = 256;
 
+/// A body referenced by the answers.
+struct Body {
+    /// Where it goes: after `text[..at]`.
+    at: usize,
+    bytes: Bytes,
+    /// The sealed memory file `bytes` maps, which a plain socket is sent from.
+    sealed: Option<Arc<SealedFile>>,
+}
+
 /// Answers waiting to be written, in order.
 #[derive(Default)]
 pub(super) struct Answers {
     /// Status lines, header lines and small bodies.
     pub(super) text: Vec<u8>,
-    /// Bodies that go after `text[..at]`, each with its `at` (in order).
-    bodies: Vec<(usize, Bytes)>,
+    /// Bodies that go after `text[..at]`, in order.
+    bodies: Vec<Body>,
     /// The bodies' total length.
     body_bytes: usize,
+    /// How many of the bodies are in a sealed file.
+    sealed: usize,
     /// The recorded spans of these answers' requests, ended when the answers have been
     /// written ([`Answers::clear`]); dropped unwritten, they record that the client left.
     spans: Vec<OpenSpan>,
@@ -56,12 +76,17 @@ impl Answers {
         }
     }
 
-    /// Appends a body after the text so far.
-    pub(super) fn push_body(&mut self, body: &Bytes) {
+    /// Appends a body after the text so far; `sealed` is the memory file it maps, if any.
+    pub(super) fn push_body(&mut self, body: &Bytes, sealed: Option<&Arc<SealedFile>>) {
         if body.len() <= COPY_UP_TO {
             self.text.extend_from_slice(body);
         } else {
-            self.bodies.push((self.text.len(), body.clone()));
+            self.sealed += usize::from(sealed.is_some());
+            self.bodies.push(Body {
+                at: self.text.len(),
+                bytes: body.clone(),
+                sealed: sealed.cloned(),
+            });
             self.body_bytes += body.len();
         }
     }
@@ -85,6 +110,7 @@ impl Answers {
         self.text.clear();
         self.bodies.clear();
         self.body_bytes = 0;
+        self.sealed = 0;
         // Checked here and ended out of line, so that without spans (traces off, or the
         // request not sampled) this stays a few stores inlined into the write loop.
         if !self.spans.is_empty() {
@@ -99,33 +125,45 @@ impl Answers {
         }
     }
 
-    /// Fills `slices` with what is left from byte `from` on, in order; returns how many.
-    fn slices<'a>(&'a self, from: usize, slices: &mut [IoSlice<'a>]) -> usize {
+    /// Fills `slices` with the bytes from `from` up to `to`, in order; returns how many.
+    fn slices<'a>(&'a self, from: usize, to: usize, slices: &mut [IoSlice<'a>]) -> usize {
         let mut n = 0;
-        let mut skip = from;
+        let mut pos = 0;
         let mut text_at = 0;
         let mut push = |part: &'a [u8], n: &mut usize| {
-            if *n == slices.len() {
+            let start = pos;
+            pos += part.len();
+            if *n == slices.len() || start >= to || pos <= from {
                 return;
             }
-            if skip >= part.len() {
-                skip -= part.len();
-                return;
-            }
-            let rest = &part[skip..];
-            skip = 0;
-            if !rest.is_empty() {
-                slices[*n] = IoSlice::new(rest);
+            let (lo, hi) = (from.saturating_sub(start), part.len().min(to - start));
+            if lo < hi {
+                slices[*n] = IoSlice::new(&part[lo..hi]);
                 *n += 1;
             }
         };
-        for (at, body) in &self.bodies {
-            push(&self.text[text_at..*at], &mut n);
-            push(body, &mut n);
-            text_at = *at;
+        for body in &self.bodies {
+            push(&self.text[text_at..body.at], &mut n);
+            push(&body.bytes, &mut n);
+            text_at = body.at;
         }
         push(&self.text[text_at..], &mut n);
         n
+    }
+
+    /// The first sealed body that ends after byte `from`: where it starts, and its file.
+    fn next_sealed(&self, from: usize) -> Option<(usize, &SealedFile)> {
+        let mut before = 0;
+        for body in &self.bodies {
+            let start = body.at + before;
+            before += body.bytes.len();
+            if let Some(sealed) = &body.sealed
+                && start + body.bytes.len() > from
+            {
+                return Some((start, sealed));
+            }
+        }
+        None
     }
 }
 
@@ -138,22 +176,18 @@ pub(super) struct WriteAll<'a, IO> {
     pub(super) done: bool,
 }
 
-impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
+impl<IO: AsyncWrite + SendFile + Unpin> Future for WriteAll<'_, IO> {
     type Output = std::io::Result<usize>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let total = this.answers.len();
+        let send_files = this.answers.sealed > 0 && this.io.sends_files();
         while this.written < total {
-            let needed = 2 * this.answers.bodies.len() + 1;
-            let k = if needed <= FEW_SLICES {
-                let mut slices = [IoSlice::new(&[]); FEW_SLICES];
-                let n = this.answers.slices(this.written, &mut slices);
-                std::task::ready!(Pin::new(&mut *this.io).poll_write_vectored(cx, &slices[..n]))?
+            let k = if send_files {
+                std::task::ready!(this.poll_with_files(cx, total))?
             } else {
-                let mut slices = vec![IoSlice::new(&[]); needed.min(MANY_SLICES)];
-                let n = this.answers.slices(this.written, &mut slices);
-                std::task::ready!(Pin::new(&mut *this.io).poll_write_vectored(cx, &slices[..n]))?
+                std::task::ready!(this.poll_bytes(cx, total, false))?
             };
             if k == 0 {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
@@ -166,24 +200,79 @@ impl<IO: AsyncWrite + Unpin> Future for WriteAll<'_, IO> {
     }
 }
 
+impl<IO: AsyncWrite + SendFile + Unpin> WriteAll<'_, IO> {
+    /// One vectored write of the bytes from `written` up to `to`; with `more`, the kernel is
+    /// told that a file follows them.
+    fn poll_bytes(
+        &mut self,
+        cx: &mut Context<'_>,
+        to: usize,
+        more: bool,
+    ) -> Poll<std::io::Result<usize>> {
+        let (answers, from) = (self.answers, self.written);
+        let write = |io: &mut IO, cx: &mut Context<'_>, slices: &[IoSlice<'_>]| {
+            if more {
+                io.poll_write_more(cx, slices)
+            } else {
+                Pin::new(io).poll_write_vectored(cx, slices)
+            }
+        };
+        let needed = 2 * answers.bodies.len() + 1;
+        if needed <= FEW_SLICES {
+            let mut slices = [IoSlice::new(&[]); FEW_SLICES];
+            let n = answers.slices(from, to, &mut slices);
+            write(self.io, cx, &slices[..n])
+        } else {
+            let mut slices = vec![IoSlice::new(&[]); needed.min(MANY_SLICES)];
+            let n = answers.slices(from, to, &mut slices);
+            write(self.io, cx, &slices[..n])
+        }
+    }
+
+    /// One step on a socket that sends files: the file the written bytes have reached, or
+    /// the bytes up to the next file.
+    fn poll_with_files(
+        &mut self,
+        cx: &mut Context<'_>,
+        total: usize,
+    ) -> Poll<std::io::Result<usize>> {
+        match self.answers.next_sealed(self.written) {
+            Some((start, sealed)) if self.written >= start => {
+                let offset = self.written - start;
+                let left = sealed.len() - offset;
+                self.io.poll_send_file(cx, sealed.fd(), offset as u64, left)
+            }
+            Some((start, _)) => self.poll_bytes(cx, start, true),
+            None => self.poll_bytes(cx, total, false),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::cell::{Cell, RefCell};
+
     use super::*;
 
-    /// Answers with small and large bodies between text.
-    fn sample() -> (Answers, Vec<u8>) {
+    /// Answers with small and large bodies between text; with `sealed`, two of the large ones
+    /// are in sealed files.
+    fn sample(sealed: bool) -> (Answers, Vec<u8>) {
         let big = Bytes::from(vec![b'x'; 1000]);
         let other = Bytes::from(vec![b'y'; 300]);
+        let file: Vec<u8> = (0..40_000u32).map(|i| (i % 249) as u8).collect();
+        let file = Arc::new(SealedFile::copy_of(&file).expect("memfd"));
+        let (file_bytes, file) = (file.bytes(), sealed.then_some(file));
         let mut a = Answers::default();
         let mut expected = Vec::new();
-        for (head, body) in [
-            (&b"HEAD1\r\n\r\n"[..], &big),
-            (b"H2\r\n\r\n", &Bytes::from_static(b"small")),
-            (b"H3\r\n\r\n", &other),
-            (b"", &big),
+        for (head, body, file) in [
+            (&b"HEAD1\r\n\r\n"[..], &file_bytes, &file),
+            (b"H2\r\n\r\n", &Bytes::from_static(b"small"), &None),
+            (b"H3\r\n\r\n", &other, &None),
+            (b"", &big, &None),
+            (b"H5\r\n\r\n", &file_bytes, &file),
         ] {
             a.text.extend_from_slice(head);
-            a.push_body(body);
+            a.push_body(body, file.as_ref());
             expected.extend_from_slice(head);
             expected.extend_from_slice(body);
         }
@@ -193,42 +282,95 @@ mod tests {
     }
 
     #[test]
-    fn the_slices_from_any_offset_are_the_bytes_in_order() {
-        let (a, expected) = sample();
+    fn the_slices_between_any_offsets_are_the_bytes_in_order() {
+        let (a, expected) = sample(false);
         assert_eq!(a.len(), expected.len());
-        assert_eq!(a.bodies.len(), 3, "the small body is copied");
-        for from in 0..=expected.len() {
-            let mut slices = [IoSlice::new(&[]); MANY_SLICES];
-            let n = a.slices(from, &mut slices);
-            let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
-            assert_eq!(joined, expected[from..], "from {from}");
-            assert!(slices[..n].iter().all(|s| !s.is_empty()));
+        assert_eq!(a.bodies.len(), 4, "the small body is copied");
+        let len = expected.len();
+        // Every edge between text and a body, each side of it, and points in between.
+        let mut offsets: Vec<usize> = (0..=len).step_by(4999).chain([len]).collect();
+        let mut before = 0;
+        for body in &a.bodies {
+            let start = body.at + before;
+            before += body.bytes.len();
+            for edge in [start, start + body.bytes.len()] {
+                offsets.extend([edge - 1, edge, edge + 1]);
+            }
+        }
+        for &from in &offsets {
+            for &to in offsets.iter().filter(|&&to| to >= from) {
+                let mut slices = [IoSlice::new(&[]); MANY_SLICES];
+                let n = a.slices(from, to, &mut slices);
+                let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+                assert!(joined == expected[from..to], "from {from} to {to}");
+                assert!(slices[..n].iter().all(|s| !s.is_empty()));
+            }
         }
         let mut one = [IoSlice::new(&[])];
-        assert_eq!(a.slices(3, &mut one), 1);
+        assert_eq!(a.slices(3, len, &mut one), 1);
         assert_eq!(&*one[0], &expected[3..9]);
     }
 
-    /// A writer that takes at most `step` bytes a call, through vectored writes or not.
+    #[test]
+    fn the_next_sealed_body_is_found_from_any_offset() {
+        let (a, _) = sample(true);
+        // The first file starts after "HEAD1\r\n\r\n"; the second after the other answers.
+        let second = 9 + 40_000 + 6 + 5 + 6 + 300 + 1000 + 6;
+        assert_eq!(a.next_sealed(0).map(|(at, _)| at), Some(9));
+        assert_eq!(a.next_sealed(40_008).map(|(at, _)| at), Some(9));
+        assert_eq!(a.next_sealed(40_009).map(|(at, _)| at), Some(second));
+        assert_eq!(
+            a.next_sealed(second + 39_999).map(|(at, _)| at),
+            Some(second)
+        );
+        assert!(a.next_sealed(second + 40_000).is_none());
+        assert!(sample(false).0.next_sealed(0).is_none());
+    }
+
+    /// A writer that takes at most `step` bytes a call, through vectored writes or not, and
+    /// (with `files`) sends sealed files by reading them as `sendfile` does.
     struct Trickle {
-        got: Vec<u8>,
+        got: RefCell<Vec<u8>>,
         step: usize,
         vectored: bool,
+        files: bool,
+        files_sent: Cell<usize>,
+    }
+
+    impl Trickle {
+        fn new(step: usize, vectored: bool, files: bool) -> Self {
+            Self {
+                got: RefCell::default(),
+                step,
+                vectored,
+                files,
+                files_sent: Cell::new(0),
+            }
+        }
+
+        fn take(&self, bufs: &[IoSlice<'_>]) -> usize {
+            let mut left = self.step;
+            let mut k = 0;
+            for b in bufs {
+                let take = b.len().min(left);
+                self.got.borrow_mut().extend_from_slice(&b[..take]);
+                (left, k) = (left - take, k + take);
+            }
+            k
+        }
     }
 
     impl AsyncWrite for Trickle {
         fn poll_write(
-            mut self: Pin<&mut Self>,
+            self: Pin<&mut Self>,
             _: &mut Context<'_>,
             buf: &[u8],
         ) -> Poll<std::io::Result<usize>> {
-            let k = buf.len().min(self.step);
-            self.got.extend_from_slice(&buf[..k]);
-            Poll::Ready(Ok(k))
+            Poll::Ready(Ok(self.take(&[IoSlice::new(buf)])))
         }
 
         fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
+            self: Pin<&mut Self>,
             cx: &mut Context<'_>,
             bufs: &[IoSlice<'_>],
         ) -> Poll<std::io::Result<usize>> {
@@ -236,14 +378,7 @@ mod tests {
                 let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
                 return self.poll_write(cx, first);
             }
-            let mut left = self.step;
-            let mut k = 0;
-            for b in bufs {
-                let take = b.len().min(left);
-                self.got.extend_from_slice(&b[..take]);
-                (left, k) = (left - take, k + take);
-            }
-            Poll::Ready(Ok(k))
+            Poll::Ready(Ok(self.take(bufs)))
         }
 
         fn is_write_vectored(&self) -> bool {
@@ -259,12 +394,42 @@ mod tests {
         }
     }
 
+    impl SendFile for Trickle {
+        fn sends_files(&self) -> bool {
+            self.files
+        }
+
+        fn poll_write_more(
+            &self,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(self.take(bufs)))
+        }
+
+        fn poll_send_file(
+            &self,
+            _: &mut Context<'_>,
+            file: std::os::fd::BorrowedFd<'_>,
+            offset: u64,
+            len: usize,
+        ) -> Poll<std::io::Result<usize>> {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::File::from(file.try_clone_to_owned()?);
+            let mut buf = vec![0; len.min(self.step)];
+            let n = file.read_at(&mut buf, offset)?;
+            self.got.borrow_mut().extend_from_slice(&buf[..n]);
+            self.files_sent.set(self.files_sent.get() + 1);
+            Poll::Ready(Ok(n))
+        }
+    }
+
     /// One answer with a large body: the common write, from the stack's slices.
     fn single() -> (Answers, Vec<u8>) {
         let body = Bytes::from(vec![b'z'; 1024]);
         let mut a = Answers::default();
         a.text.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-        a.push_body(&body);
+        a.push_body(&body, None);
         let mut expected = a.text.clone();
         expected.extend_from_slice(&body);
         (a, expected)
@@ -272,19 +437,15 @@ mod tests {
 
     #[tokio::test]
     async fn partial_writes_resume_where_they_stopped() {
-        for (a, expected) in [sample(), single()] {
+        for (a, expected) in [sample(false), sample(true), single()] {
             write_in_steps(&a, &expected).await;
         }
     }
 
     async fn write_in_steps(a: &Answers, expected: &[u8]) {
-        for vectored in [true, false] {
+        for (vectored, files) in [(true, false), (false, false), (true, true)] {
             for step in [1, 7, 999, 1000, 1001, 1 << 20] {
-                let mut io = Trickle {
-                    got: Vec::new(),
-                    step,
-                    vectored,
-                };
+                let mut io = Trickle::new(step, vectored, files);
                 let written = WriteAll {
                     io: &mut io,
                     answers: a,
@@ -294,8 +455,48 @@ mod tests {
                 .await
                 .unwrap();
                 assert_eq!(written, expected.len());
-                assert_eq!(io.got, expected, "step {step}, vectored {vectored}");
+                let got = io.got.borrow();
+                assert!(
+                    *got == expected,
+                    "step {step}, vectored {vectored}, files {files}"
+                );
+                // Sealed bodies are sent as files exactly when the stream sends files.
+                let sent = io.files_sent.get() > 0;
+                assert_eq!(sent, files && a.sealed > 0, "step {step}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn answers_with_sealed_bodies_cross_a_real_socket_whole() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let client = tokio::net::TcpStream::connect(listener.local_addr().expect("addr"));
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (mut server, mut client) = (accepted.expect("accept").0, client.expect("connect"));
+        // Smaller than one file: the write waits for the reader in the middle of a file.
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(4096)
+            .expect("sndbuf");
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut client, &mut got)
+                .await
+                .expect("read");
+            got
+        });
+        let (a, expected) = sample(true);
+        let written = WriteAll {
+            io: &mut server,
+            answers: &a,
+            written: 0,
+            done: false,
+        }
+        .await
+        .expect("write");
+        assert_eq!(written, expected.len());
+        drop(server);
+        assert!(reader.await.expect("reader") == expected);
     }
 }
