@@ -10,12 +10,17 @@
 //! and its seals make the kernel refuse any change to them, so the pages a socket still
 //! references after `sendfile` returns never change under it. The mapping means the bytes are
 //! held once: the cache's budget charges them as before.
+//!
+//! Each memory file is a descriptor, and descriptors are what connections need: at most a
+//! quarter of the process's open-files limit is spent on them ([`fd_budget`]); past that, bodies
+//! stay on the heap and are written.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -40,12 +45,15 @@ impl SealedFile {
         if bytes.is_empty() {
             return Err(io::ErrorKind::InvalidInput.into());
         }
+        let slot = Slot::take(&LIVE, fd_budget())?;
         let file = memfd()?;
         let mut writer = File::from(file);
         writer.write_all(bytes)?;
         let file = OwnedFd::from(writer);
         seal(file.as_fd())?;
         let map = map_read_only(file.as_fd(), bytes.len())?;
+        // Given back when the value drops.
+        std::mem::forget(slot);
         Ok(Self {
             file,
             map,
@@ -90,6 +98,48 @@ impl Drop for SealedFile {
         unsafe {
             libc::munmap(self.map.as_ptr().cast(), self.len);
         }
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Memory files alive in the process.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many memory files the process may hold: a quarter of its open-files limit (read once).
+fn fd_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given and nothing else.
+        #[allow(unsafe_code, reason = "getrlimit")]
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        if rc != 0 {
+            return 0;
+        }
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX) / 4
+    })
+}
+
+/// One memory file's place in the budget, given back if making the file fails.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl<'a> Slot<'a> {
+    /// A place among `live` if fewer than `budget` are taken.
+    fn take(live: &'a AtomicUsize, budget: usize) -> io::Result<Self> {
+        live.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < budget).then_some(n + 1)
+        })
+        .map(|_| Slot(live))
+        .map_err(|_| io::Error::other("the memory files' share of the open-files limit is used"))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -189,5 +239,21 @@ mod tests {
     #[test]
     fn an_empty_body_is_refused() {
         assert!(SealedFile::copy_of(&[]).is_err());
+    }
+
+    #[test]
+    fn memory_files_stay_within_their_share_of_the_descriptors() {
+        assert!(fd_budget() > 0, "a quarter of the open-files limit");
+        let live = AtomicUsize::new(0);
+        let (a, b) = (Slot::take(&live, 2), Slot::take(&live, 2));
+        assert!(a.is_ok() && b.is_ok());
+        assert!(Slot::take(&live, 2).is_err(), "the budget is spent");
+        assert_eq!(live.load(Ordering::Relaxed), 2);
+        drop(a);
+        assert!(
+            Slot::take(&live, 2).is_ok(),
+            "room again once one is given back"
+        );
+        assert_eq!(live.load(Ordering::Relaxed), 1);
     }
 }
