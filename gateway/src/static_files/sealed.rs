@@ -80,7 +80,8 @@ impl SealedFile {
         self.len
     }
 
-    fn as_slice(&self) -> &[u8] {
+    /// The bytes, through the mapping.
+    pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `map` is a live read-only mapping of `len` bytes until `drop`, and sealed
         // against writes, so the slice neither dangles nor changes while borrowed.
         #[allow(unsafe_code, reason = "the mapping's bytes as a slice")]

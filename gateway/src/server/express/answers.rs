@@ -14,9 +14,8 @@
 
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -46,9 +45,23 @@ const FIRST_TEXT: usize = 256;
 struct Body {
     /// Where it goes: after `text[..at]`.
     at: usize,
-    bytes: Bytes,
-    /// The sealed memory file `bytes` maps, which a plain socket is sent from.
-    sealed: Option<Arc<SealedFile>>,
+    held: Held,
+}
+
+/// Where a body's bytes are.
+enum Held {
+    Bytes(Bytes),
+    /// In a sealed memory file, which a plain socket is sent from (its mapping otherwise).
+    Sealed(Arc<SealedFile>),
+}
+
+impl Held {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Bytes(b) => b,
+            Held::Sealed(f) => f.as_slice(),
+        }
+    }
 }
 
 /// Answers waiting to be written, in order.
@@ -81,12 +94,15 @@ impl Answers {
         if body.len() <= COPY_UP_TO {
             self.text.extend_from_slice(body);
         } else {
-            self.sealed += usize::from(sealed.is_some());
-            self.bodies.push(Body {
-                at: self.text.len(),
-                bytes: body.clone(),
-                sealed: sealed.cloned(),
-            });
+            let held = match sealed {
+                Some(file) => {
+                    self.sealed += 1;
+                    Held::Sealed(file.clone())
+                }
+                None => Held::Bytes(body.clone()),
+            };
+            let at = self.text.len();
+            self.bodies.push(Body { at, held });
             self.body_bytes += body.len();
         }
     }
@@ -106,6 +122,7 @@ impl Answers {
     }
 
     /// Empties it once written, keeping the text's room: the answers' spans end now.
+    #[inline]
     pub(super) fn clear(&mut self) {
         self.text.clear();
         self.bodies.clear();
@@ -126,25 +143,40 @@ impl Answers {
     }
 
     /// Fills `slices` with the bytes from `from` up to `to`, in order; returns how many.
-    fn slices<'a>(&'a self, from: usize, to: usize, slices: &mut [IoSlice<'a>]) -> usize {
+    /// `BOUNDED` false ignores `to` (everything from `from` on): the common write, without
+    /// files, then does not pay for the bound (14 instructions a request).
+    fn slices<'a, const BOUNDED: bool>(
+        &'a self,
+        from: usize,
+        to: usize,
+        slices: &mut [IoSlice<'a>],
+    ) -> usize {
         let mut n = 0;
-        let mut pos = 0;
+        let mut skip = from;
+        let mut left = to - from;
         let mut text_at = 0;
         let mut push = |part: &'a [u8], n: &mut usize| {
-            let start = pos;
-            pos += part.len();
-            if *n == slices.len() || start >= to || pos <= from {
+            if *n == slices.len() || (BOUNDED && left == 0) {
                 return;
             }
-            let (lo, hi) = (from.saturating_sub(start), part.len().min(to - start));
-            if lo < hi {
-                slices[*n] = IoSlice::new(&part[lo..hi]);
+            if skip >= part.len() {
+                skip -= part.len();
+                return;
+            }
+            let mut rest = &part[skip..];
+            skip = 0;
+            if BOUNDED {
+                rest = &rest[..rest.len().min(left)];
+                left -= rest.len();
+            }
+            if !rest.is_empty() {
+                slices[*n] = IoSlice::new(rest);
                 *n += 1;
             }
         };
         for body in &self.bodies {
             push(&self.text[text_at..body.at], &mut n);
-            push(&body.bytes, &mut n);
+            push(body.held.bytes(), &mut n);
             text_at = body.at;
         }
         push(&self.text[text_at..], &mut n);
@@ -156,11 +188,12 @@ impl Answers {
         let mut before = 0;
         for body in &self.bodies {
             let start = body.at + before;
-            before += body.bytes.len();
-            if let Some(sealed) = &body.sealed
-                && start + body.bytes.len() > from
+            let len = body.held.bytes().len();
+            before += len;
+            if let Held::Sealed(file) = &body.held
+                && start + len > from
             {
-                return Some((start, sealed));
+                return Some((start, file));
             }
         }
         None
@@ -200,9 +233,11 @@ impl<IO: AsyncWrite + SendFile + Unpin> Future for WriteAll<'_, IO> {
     }
 }
 
-impl<IO: AsyncWrite + SendFile + Unpin> WriteAll<'_, IO> {
+impl<'w, IO: AsyncWrite + SendFile + Unpin> WriteAll<'w, IO> {
     /// One vectored write of the bytes from `written` up to `to`; with `more`, the kernel is
-    /// told that a file follows them.
+    /// told that a file follows them. Inlined: left a call of its own, the common write (no
+    /// files) cost about 90 instructions a request more (callgrind, cached 1 KiB file).
+    #[inline(always)]
     fn poll_bytes(
         &mut self,
         cx: &mut Context<'_>,
@@ -217,14 +252,21 @@ impl<IO: AsyncWrite + SendFile + Unpin> WriteAll<'_, IO> {
                 Pin::new(io).poll_write_vectored(cx, slices)
             }
         };
+        let fill = |slices: &mut [IoSlice<'w>]| {
+            if more {
+                answers.slices::<true>(from, to, slices)
+            } else {
+                answers.slices::<false>(from, to, slices)
+            }
+        };
         let needed = 2 * answers.bodies.len() + 1;
         if needed <= FEW_SLICES {
             let mut slices = [IoSlice::new(&[]); FEW_SLICES];
-            let n = answers.slices(from, to, &mut slices);
+            let n = fill(&mut slices);
             write(self.io, cx, &slices[..n])
         } else {
             let mut slices = vec![IoSlice::new(&[]); needed.min(MANY_SLICES)];
-            let n = answers.slices(from, to, &mut slices);
+            let n = fill(&mut slices);
             write(self.io, cx, &slices[..n])
         }
     }
@@ -291,23 +333,30 @@ mod tests {
         let mut offsets: Vec<usize> = (0..=len).step_by(4999).chain([len]).collect();
         let mut before = 0;
         for body in &a.bodies {
-            let start = body.at + before;
-            before += body.bytes.len();
-            for edge in [start, start + body.bytes.len()] {
+            let (start, len) = (body.at + before, body.held.bytes().len());
+            before += len;
+            for edge in [start, start + len] {
                 offsets.extend([edge - 1, edge, edge + 1]);
             }
         }
         for &from in &offsets {
             for &to in offsets.iter().filter(|&&to| to >= from) {
                 let mut slices = [IoSlice::new(&[]); MANY_SLICES];
-                let n = a.slices(from, to, &mut slices);
+                let n = a.slices::<true>(from, to, &mut slices);
                 let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
                 assert!(joined == expected[from..to], "from {from} to {to}");
                 assert!(slices[..n].iter().all(|s| !s.is_empty()));
             }
         }
+        // Unbounded, from any offset to the end.
+        for &from in &offsets {
+            let mut slices = [IoSlice::new(&[]); MANY_SLICES];
+            let n = a.slices::<false>(from, len, &mut slices);
+            let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+            assert!(joined == expected[from..], "from {from}");
+        }
         let mut one = [IoSlice::new(&[])];
-        assert_eq!(a.slices(3, len, &mut one), 1);
+        assert_eq!(a.slices::<false>(3, len, &mut one), 1);
         assert_eq!(&*one[0], &expected[3..9]);
     }
 
