@@ -468,7 +468,7 @@ where
 {
     let mut rest = bytes::BytesMut::new();
     if rt.http1_fast_path {
-        let lane = express::Lane::new(&service.0, &rt.fast_path_requests);
+        let lane = express::Lane::new(&service.0, &rt.fast_path_requests, io.sends_files());
         match express::serve(&lane, &rt, &mut io, &mut rest, &watch).await {
             express::Ended::Closed => return None,
             express::Ended::HandOff => {}

@@ -1,6 +1,12 @@
 //! The HTTP/1.1 fast path: plain `GET` and `HEAD` requests for a route's fixed response or a
 //! cached static file, answered from bytes made ahead of time, before hyper is involved.
 //!
+//! On a plain TCP connection (one that takes `sendfile`), a static file not in the cache is
+//! looked up here too: one the cache takes is cached and answered, a larger one is sent from
+//! disk with `sendfile` (unless it is compressed on the fly), a missing or unreadable one gets
+//! the general path's error response. A large file that shrinks while it is sent ends the
+//! connection, as the general path's body error does.
+//!
 //! A keep-alive connection that asks only for such responses is served here from start to
 //! end: the request is parsed with the same parser hyper uses (httparse), routed, and answered
 //! with the response's wire text (made at config load, or when the file was cached), the
@@ -12,7 +18,8 @@
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions or
-//! ranges on a static file, a route with filters, a proxy route, no matching route, an ACME
+//! ranges on a static file, a file not in the cache over TLS, a directory's redirect, a large
+//! file compressed on the fly, a route with filters, a proxy route, no matching route, an ACME
 //! challenge pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
@@ -37,7 +44,7 @@ use super::sendfile::SendFile;
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
-use crate::static_files::{Express, ExpressFile, Recheck, StaticFiles};
+use crate::static_files::{Express, ExpressFile, LargeFile, Looked, Missed, Recheck, StaticFiles};
 use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText, first_line};
 use crate::terminal::Terminal;
@@ -213,11 +220,15 @@ pub struct Lane<'a> {
     listener_lines: Vec<u8>,
     /// What routing gets for the header conditions it never has here.
     no_headers: HeaderMap,
+    /// Whether the connection is a plain socket that takes `sendfile`: a file not in the
+    /// cache is then looked up and answered here (a large one sent from disk).
+    sends_files: bool,
 }
 
 impl<'a> Lane<'a> {
-    /// The fast path of one connection served by `svc`.
-    pub fn new(svc: &'a ConnService, answered: &'a Counter) -> Self {
+    /// The fast path of one connection served by `svc`; `sends_files` as
+    /// [`SendFile::sends_files`] says of the connection.
+    pub fn new(svc: &'a ConnService, answered: &'a Counter, sends_files: bool) -> Self {
         let mut listener_lines = Vec::new();
         let lines = [
             ("strict-transport-security", svc.policy.hsts.as_ref()),
@@ -233,6 +244,7 @@ impl<'a> Lane<'a> {
             answered,
             listener_lines,
             no_headers: HeaderMap::new(),
+            sends_files,
         }
     }
 
@@ -296,7 +308,7 @@ impl<'a> Lane<'a> {
                     return Outcome::HandOff;
                 }
                 svc.activity.request_started(false);
-                match files.express(req.path, req.accept_encoding) {
+                let job = match files.express(req.path, req.accept_encoding, self.sends_files) {
                     None => {
                         svc.activity.request_done();
                         return Outcome::HandOff;
@@ -306,19 +318,22 @@ impl<'a> Lane<'a> {
                         let bytes = file.body.len();
                         let observe = || self.observe(req);
                         self.record(route, StatusCode::OK, bytes, start, observe, answers);
+                        None
                     }
-                    Some(Express::Recheck(recheck)) => {
-                        return Outcome::Recheck(Box::new(Pending {
-                            files: files.clone(),
-                            recheck,
-                            head: req.head,
-                            close: req.close,
-                            observed: self.observe(req),
-                            generation: arc_swap::Guard::into_inner(generation),
-                            index,
-                            start,
-                        }));
-                    }
+                    Some(Express::Recheck(recheck)) => Some(Job::Recheck(recheck)),
+                    Some(Express::Missed(missed)) => Some(Job::LookUp(missed)),
+                };
+                if let Some(job) = job {
+                    return Outcome::Recheck(Box::new(Pending {
+                        files: files.clone(),
+                        job,
+                        head: req.head,
+                        close: req.close,
+                        observed: self.observe(req),
+                        generation: arc_swap::Guard::into_inner(generation),
+                        index,
+                        start,
+                    }));
                 }
             }
             Terminal::Proxy(_) => return Outcome::HandOff,
@@ -396,32 +411,96 @@ impl<'a> Lane<'a> {
         }
     }
 
-    /// Finishes a request whose file needed its re-check: its answer appended to `answers`, or
-    /// `false` when the general path has to answer it.
+    /// Finishes a request whose file needed its re-check or a lookup: its answer appended to
+    /// `answers`, or `false` when the general path has to answer it.
     async fn finish_recheck(&self, pending: Pending, answers: &mut Answers) -> bool {
-        let file = pending.files.recheck(pending.recheck).await;
-        let answered = match file {
-            Some(file) => {
-                let server = pending.generation.server_header.as_ref();
-                self.push_file(&file, (pending.head, pending.close), server, answers);
-                let route = pending.generation.router.route(pending.index);
-                let bytes = file.body.len();
-                let observe = || pending.observed;
-                self.record(
-                    route,
-                    StatusCode::OK,
-                    bytes,
-                    pending.start,
-                    observe,
-                    answers,
-                );
-                self.answered.inc();
-                true
-            }
-            None => false,
+        let looked = match pending.job {
+            Job::Recheck(recheck) => match pending.files.recheck(recheck).await {
+                Some(file) => Looked::File(file),
+                None => Looked::General,
+            },
+            Job::LookUp(missed) => pending.files.look_up(missed).await,
         };
+        let server = pending.generation.server_header.as_ref();
+        let how = (pending.head, pending.close);
+        let (status, bytes) = match looked {
+            Looked::File(file) => {
+                self.push_file(&file, how, server, answers);
+                (StatusCode::OK, file.body.len())
+            }
+            Looked::Large(file) => {
+                self.push_large(&file, how, server, answers);
+                (
+                    StatusCode::OK,
+                    usize::try_from(file.len).unwrap_or(usize::MAX),
+                )
+            }
+            Looked::Error(status) => (status, self.push_error(status, how, server, answers)),
+            Looked::General => {
+                self.svc.activity.request_done();
+                return false;
+            }
+        };
+        let route = pending.generation.router.route(pending.index);
+        let observe = || pending.observed;
+        self.record(route, status, bytes, pending.start, observe, answers);
+        self.answered.inc();
         self.svc.activity.request_done();
-        answered
+        true
+    }
+
+    /// Appends the 200 of a large file sent from disk, as the general path writes it (the
+    /// `Server` line after the file's own, which that path adds last).
+    fn push_large(
+        &self,
+        file: &LargeFile,
+        (head, close): (bool, bool),
+        server: Option<&http::HeaderValue>,
+        answers: &mut Answers,
+    ) {
+        let out = &mut answers.text;
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        out.extend_from_slice(&file.lines);
+        if let Some(server) = server {
+            push_line(out, b"server", server.as_bytes());
+        }
+        out.extend_from_slice(&self.listener_lines);
+        end_head(out, close);
+        if !head && let Ok(len) = usize::try_from(file.len) {
+            answers.push_disk(&file.file, len);
+        }
+    }
+
+    /// Appends the general path's error response for `status` (a static file's 404 or 403);
+    /// returns the body's length.
+    fn push_error(
+        &self,
+        status: StatusCode,
+        (head, close): (bool, bool),
+        server: Option<&http::HeaderValue>,
+        answers: &mut Answers,
+    ) -> usize {
+        let res = crate::error::error_response(status);
+        let body = res.body().as_full().cloned().unwrap_or_default();
+        let out = &mut answers.text;
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in res.headers() {
+            push_line(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+        if let Some(server) = server {
+            push_line(out, b"server", server.as_bytes());
+        }
+        out.extend_from_slice(&self.listener_lines);
+        push_line(out, b"content-length", body.len().to_string().as_bytes());
+        end_head(out, close);
+        if !head {
+            answers.push_body(&body, None);
+        }
+        body.len()
     }
 }
 
@@ -431,14 +510,21 @@ enum Outcome {
     Answered,
     /// hyper answers it.
     HandOff,
-    /// Its cached file is due for a re-check, which this request does before it is answered.
+    /// Its cached file is due for a re-check, or its file is not cached: this request does
+    /// the check or the lookup before it is answered.
     Recheck(Box<Pending>),
 }
 
-/// A request waiting for its file's re-check.
+/// What a request waits for.
+enum Job {
+    Recheck(Recheck),
+    LookUp(Missed),
+}
+
+/// A request waiting for its file's re-check or lookup.
 struct Pending {
     files: Arc<StaticFiles>,
-    recheck: Recheck,
+    job: Job,
     head: bool,
     close: bool,
     observed: Observed,

@@ -58,6 +58,37 @@ pub enum Express {
     Ready(ExpressFile),
     /// The file is due for its re-check and this request does it ([`StaticFiles::recheck`]).
     Recheck(Recheck),
+    /// The file is not cached and this request looks it up ([`StaticFiles::look_up`]).
+    Missed(Missed),
+}
+
+/// A fast-path request for a file not in the cache.
+pub struct Missed {
+    key: String,
+    accept: Accept,
+}
+
+/// What the fast path's lookup of a file not in the cache found ([`StaticFiles::look_up`]).
+pub enum Looked {
+    /// The file, now cached.
+    File(ExpressFile),
+    /// A file too large for the cache, sent whole from disk.
+    Large(LargeFile),
+    /// The error the general path answers with (a missing or unreadable file), as
+    /// [`error_response`] makes it.
+    Error(StatusCode),
+    /// Anything else (a directory's redirect, a large file compressed on the fly): the
+    /// general path answers it, looking the file up again.
+    General,
+}
+
+/// A large file's 200 for the fast path: its header lines (as [`ExpressFile::lines`]) and the
+/// open file, which a plain TCP connection sends with `sendfile`.
+pub struct LargeFile {
+    pub lines: bytes::Bytes,
+    pub file: Arc<std::fs::File>,
+    /// The file's length when it was opened: what `Content-Length` says.
+    pub len: u64,
 }
 
 /// A re-check claimed by a fast-path request.
@@ -195,11 +226,26 @@ impl StaticFiles {
     /// [`StaticFiles::serve`] does: other requests meanwhile get the entry as it is). `None`
     /// when the file is not cached or the path is refused: the general path answers it. The
     /// caller hands on requests with preconditions or ranges.
-    pub fn express(&self, path: &str, accept_encoding: Option<&[u8]>) -> Option<Express> {
+    ///
+    /// With `look_up` (a connection that can send files from disk), a file not in the cache is
+    /// [`Express::Missed`]: the fast path looks it up itself ([`StaticFiles::look_up`]).
+    pub fn express(
+        &self,
+        path: &str,
+        accept_encoding: Option<&[u8]>,
+        look_up: bool,
+    ) -> Option<Express> {
         let key = path::normalize(path).ok()?.key;
-        let entry = self.cache.get(&key)?;
         let accept = accept_encoding
             .map_or_else(Accept::default, |v| Accept::from_values(std::iter::once(v)));
+        let Some(entry) = self.cache.get(&key) else {
+            return look_up.then(|| {
+                Express::Missed(Missed {
+                    key: key.into_owned(),
+                    accept,
+                })
+            });
+        };
         let now = now_ms();
         if entry.claim_revalidation(now, self.revalidate) {
             return Some(Express::Recheck(Recheck {
@@ -248,6 +294,86 @@ impl StaticFiles {
                 self.cache.remove(&key);
                 None
             }
+        }
+    }
+
+    /// Looks up a file the fast path found missing from the cache, sharing the lookup with
+    /// concurrent misses as [`StaticFiles::serve`] does: the file (now cached), a large file
+    /// to send from disk, the error status to answer with, or [`Looked::General`].
+    pub async fn look_up(&self, missed: Missed) -> Looked {
+        let Missed { key, accept } = missed;
+        let now = now_ms();
+        let lead = match self.misses.join(&key) {
+            Miss::Lead(lead) => {
+                // As in `serve`: a lookup that ended since the cache was read left its entry.
+                if let Some(e) = self.cache.get(&key)
+                    && e.is_fresh(now, self.revalidate)
+                {
+                    return Looked::File(ExpressFile::of(&e, &accept));
+                }
+                Some(lead)
+            }
+            Miss::Follow(done) => {
+                if let Some(status) = follow(done).await {
+                    return Looked::Error(status);
+                }
+                if let Some(e) = self.cache.get(&key) {
+                    return Looked::File(ExpressFile::of(&e, &accept));
+                }
+                None
+            }
+        };
+        #[cfg(test)]
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let settings = self.settings.clone();
+        let want = Want {
+            accept,
+            range: false,
+            preconditions: false,
+        };
+        let job = tokio::task::spawn_blocking(move || {
+            let found = resolve::lookup(&settings, &key, want, None);
+            (key, found)
+        });
+        let Ok((key, found)) = job.await else {
+            return Looked::General;
+        };
+        match found {
+            Ok(Found::Cached(e)) => {
+                e.set_checked(now);
+                self.cache.insert(&key, e.clone());
+                Looked::File(ExpressFile::of(&e, &accept))
+            }
+            Ok(Found::Stream(s)) if !s.compress => Looked::Large(self.large(s)),
+            Err(status) => {
+                if let Some(lead) = &lead {
+                    lead.failed(status);
+                }
+                Looked::Error(status)
+            }
+            Ok(_) => Looked::General,
+        }
+    }
+
+    /// The fast path's answer for a large file sent whole: the headers of the general path's
+    /// 200 for it ([`StaticFiles::serve_streamed`]) and the open file.
+    fn large(&self, s: Streamed) -> LargeFile {
+        let last_modified = s.version.last_modified();
+        let h = Head {
+            content_type: &s.content_type,
+            last_modified: &last_modified,
+            etag: &s.etag,
+            vary: s.vary,
+            encoding: s.encoding,
+            cache_control: self.settings.cache_control.as_ref(),
+        };
+        let len = Some(HeaderValue::from(s.len));
+        let res = response::ok(fresh_map(), &h, Body::empty(), len);
+        LargeFile {
+            lines: response::wire_lines(res.headers()),
+            file: Arc::new(s.file),
+            len: s.len,
         }
     }
 

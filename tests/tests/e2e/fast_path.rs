@@ -316,11 +316,6 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
         ),
         ("GET /hello\"x HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
         ("GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
-        (
-            "GET /files/missing.txt HTTP/1.1\r\nHost: a\r\n\r\n",
-            404,
-            false,
-        ),
         ("DELETE /hello HTTP/1.1\r\nHost: a\r\n\r\n", 200, false),
         ("GET /hello HTTP/1.1\r\nHost a\r\n\r\n", 400, true),
     ];
@@ -699,12 +694,20 @@ async fn large_cached_files_are_written_whole_and_in_order_when_pipelined() {
     );
 }
 
-/// Memory files the gateway (in this process) holds cached bodies in, for `sendfile`.
-fn sealed_files() -> usize {
+/// Memory files of `len` bytes that the gateways of this process hold cached bodies in, for
+/// `sendfile` (by size: other tests' gateways make and drop their own meanwhile).
+fn sealed_files_of(len: usize) -> usize {
     std::fs::read_dir("/proc/self/fd")
         .expect("fd list")
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains("gateway-static-file"))
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let target = std::fs::read_link(&path).ok()?;
+            let size = std::fs::metadata(&path).ok()?.len();
+            Some((target, size))
+        })
+        .filter(|(target, size)| {
+            target.to_string_lossy().contains("gateway-static-file") && *size == len as u64
+        })
         .count()
 }
 
@@ -723,11 +726,12 @@ async fn large_files_sent_from_memory_files_reach_a_slow_reader_whole() {
         })
         .collect();
     write_file(gw.dir(), "public/files/digits.txt", &text);
-    let files_before = sealed_files();
+    assert_eq!(sealed_files_of(text.len()), 0);
     cache(fast, "/files/digits.txt").await;
-    assert!(
-        sealed_files() >= files_before + 2,
-        "the body and its gzip variant are in memory files"
+    assert_eq!(
+        sealed_files_of(text.len()),
+        1,
+        "the body is in a memory file"
     );
     let before = fast_path_count(&gw, "fast").await;
     // Sixteen answers, about 3 MB: more than the socket buffers hold, so sending stops in the
@@ -772,6 +776,85 @@ async fn large_files_sent_from_memory_files_reach_a_slow_reader_whole() {
         assert!(body == text, "answer {i}: the file's bytes");
     }
     assert_eq!(fast_path_count(&gw, "fast").await - before, 16);
+}
+
+#[tokio::test]
+async fn files_not_in_the_cache_are_looked_up_here_and_large_ones_sent_from_disk() {
+    let gw = start().await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    // Over the cache's 256 KiB: sent from the file on disk. Random bytes, so that gzip (on
+    // for this route) does not make them smaller and no compressed variant is offered.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let large: Vec<u8> = (0..1024 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    write_file(gw.dir(), "public/files/large.bin", &large);
+    write_file(
+        gw.dir(),
+        "public/files/small.txt",
+        "not cached until asked for\n",
+    );
+    let requests = concat!(
+        "GET /files/large.bin HTTP/1.1\r\nHost: a\r\n\r\n",
+        "HEAD /files/large.bin HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /files/missing.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+        "HEAD /files/missing.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /files/small.txt HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /files/large.bin HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    let heads = [false, true, false, true, false, false];
+    let before = fast_path_count(&gw, "fast").await;
+    let from_fast = answers(&exchange_bytes(fast, requests.as_bytes()).await, &heads);
+    // Every one of them answered here, the small file's miss and the 404s included.
+    assert_eq!(
+        fast_path_count(&gw, "fast").await - before,
+        heads.len() as u64
+    );
+    let from_general = answers(&exchange_bytes(general, requests.as_bytes()).await, &heads);
+    for (i, (f, g)) in from_fast.iter().zip(&from_general).enumerate() {
+        assert_eq!(f, g, "answer {i}: the same as the general path's");
+    }
+    // What the answers say, so that the comparison is not of two wrong answers.
+    assert_eq!(from_fast[0].status, 200);
+    assert!(from_fast[0].body == large && from_fast[5].body == large);
+    assert!(from_fast[1].body.is_empty());
+    assert!(
+        from_fast[1]
+            .headers
+            .contains(&("content-length".into(), large.len().to_string()))
+    );
+    assert_eq!(
+        (from_fast[2].status, &from_fast[2].body[..]),
+        (404, &b"404 Not Found\n"[..])
+    );
+    assert!(from_fast[3].status == 404 && from_fast[3].body.is_empty());
+    assert_eq!(from_fast[4].body, b"not cached until asked for\n");
+    // A large text file is compressed on the fly for a client that takes gzip: that answer is
+    // the general path's (its length is not known); the identity one is sent from here.
+    let text: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+    write_file(gw.dir(), "public/files/large.txt", &text);
+    let identity = b"GET /files/large.txt HTTP/1.1\r\nHost: a\r\n\r\n";
+    let gzip = b"GET /files/large.txt HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n";
+    let before = fast_path_count(&gw, "fast").await;
+    let plain = answers(&exchange_bytes(fast, identity).await, &[false]);
+    assert!(plain[0].body == text.as_bytes());
+    assert!(
+        plain[0]
+            .headers
+            .contains(&("vary".into(), "accept-encoding".into()))
+    );
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
+    let out = exchange_bytes(fast, gzip).await;
+    let head = String::from_utf8_lossy(&out[..out.len().min(512)]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
 }
 
 /// A `traceparent` of trace `trace` (hex) from the client's span `00f067aa0ba902b7`.

@@ -12,7 +12,9 @@
 //! copying the bytes, and the head before it is written with `MSG_MORE` so that both leave in
 //! the same segments.
 
+use std::fs::File;
 use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -53,13 +55,34 @@ enum Held {
     Bytes(Bytes),
     /// In a sealed memory file, which a plain socket is sent from (its mapping otherwise).
     Sealed(Arc<SealedFile>),
+    /// The first `len` bytes of a file on disk, which only a plain socket takes (the fast path
+    /// answers from disk only on such connections).
+    Disk(Arc<File>, usize),
 }
 
 impl Held {
+    /// The bytes, for a write; a file on disk has none in memory.
     fn bytes(&self) -> &[u8] {
         match self {
             Held::Bytes(b) => b,
             Held::Sealed(f) => f.as_slice(),
+            Held::Disk(..) => &[],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Held::Disk(_, len) => *len,
+            held => held.bytes().len(),
+        }
+    }
+
+    /// The file `sendfile` reads, if it is in one.
+    fn file(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Held::Bytes(_) => None,
+            Held::Sealed(f) => Some(f.fd()),
+            Held::Disk(f, _) => Some(f.as_fd()),
         }
     }
 }
@@ -73,8 +96,8 @@ pub(super) struct Answers {
     bodies: Vec<Body>,
     /// The bodies' total length.
     body_bytes: usize,
-    /// How many of the bodies are in a sealed file.
-    sealed: usize,
+    /// How many of the bodies are in a file (sealed, or on disk).
+    files: usize,
     /// The recorded spans of these answers' requests, ended when the answers have been
     /// written ([`Answers::clear`]); dropped unwritten, they record that the client left.
     spans: Vec<OpenSpan>,
@@ -96,7 +119,7 @@ impl Answers {
         } else {
             let held = match sealed {
                 Some(file) => {
-                    self.sealed += 1;
+                    self.files += 1;
                     Held::Sealed(file.clone())
                 }
                 None => Held::Bytes(body.clone()),
@@ -105,6 +128,18 @@ impl Answers {
             self.bodies.push(Body { at, held });
             self.body_bytes += body.len();
         }
+    }
+
+    /// Appends the first `len` bytes of a file on disk after the text so far, to be sent with
+    /// `sendfile` (only on a stream that [`SendFile::sends_files`]).
+    pub(super) fn push_disk(&mut self, file: &Arc<File>, len: usize) {
+        self.files += 1;
+        let at = self.text.len();
+        self.bodies.push(Body {
+            at,
+            held: Held::Disk(file.clone(), len),
+        });
+        self.body_bytes += len;
     }
 
     /// Bytes gathered.
@@ -127,7 +162,7 @@ impl Answers {
         self.text.clear();
         self.bodies.clear();
         self.body_bytes = 0;
-        self.sealed = 0;
+        self.files = 0;
         // Checked here and ended out of line, so that without spans (traces off, or the
         // request not sampled) this stays a few stores inlined into the write loop.
         if !self.spans.is_empty() {
@@ -144,59 +179,82 @@ impl Answers {
 
     /// Fills `slices` with the bytes from `from` up to `to`, in order; returns how many.
     /// `BOUNDED` false ignores `to` (everything from `from` on): the common write, without
-    /// files, then does not pay for the bound (14 instructions a request).
+    /// files, then does not pay for the bound (14 instructions a request). A body on disk has
+    /// no bytes in memory: the range asked for must not include any of it (bytes are asked for
+    /// up to the next file only, bounded), and filling stops there if it does.
     fn slices<'a, const BOUNDED: bool>(
         &'a self,
         from: usize,
         to: usize,
         slices: &mut [IoSlice<'a>],
     ) -> usize {
-        let mut n = 0;
-        let mut skip = from;
-        let mut left = to - from;
-        let mut text_at = 0;
-        let mut push = |part: &'a [u8], n: &mut usize| {
-            if *n == slices.len() || (BOUNDED && left == 0) {
-                return;
-            }
-            if skip >= part.len() {
-                skip -= part.len();
-                return;
-            }
-            let mut rest = &part[skip..];
-            skip = 0;
-            if BOUNDED {
-                rest = &rest[..rest.len().min(left)];
-                left -= rest.len();
-            }
-            if !rest.is_empty() {
-                slices[*n] = IoSlice::new(rest);
-                *n += 1;
-            }
+        let mut fill = Fill {
+            slices,
+            n: 0,
+            skip: from,
+            left: to - from,
         };
+        let mut text_at = 0;
         for body in &self.bodies {
-            push(&self.text[text_at..body.at], &mut n);
-            push(body.held.bytes(), &mut n);
+            fill.push::<BOUNDED>(&self.text[text_at..body.at]);
+            match &body.held {
+                Held::Disk(_, len) if fill.skip >= *len => fill.skip -= len,
+                Held::Disk(..) => return fill.n,
+                held => fill.push::<BOUNDED>(held.bytes()),
+            }
             text_at = body.at;
         }
-        push(&self.text[text_at..], &mut n);
-        n
+        fill.push::<BOUNDED>(&self.text[text_at..]);
+        fill.n
     }
 
-    /// The first sealed body that ends after byte `from`: where it starts, and its file.
-    fn next_sealed(&self, from: usize) -> Option<(usize, &SealedFile)> {
+    /// The first body in a file that ends after byte `from`: where it starts, its file and
+    /// its length.
+    fn next_file(&self, from: usize) -> Option<(usize, BorrowedFd<'_>, usize)> {
         let mut before = 0;
         for body in &self.bodies {
-            let start = body.at + before;
-            let len = body.held.bytes().len();
+            let (start, len) = (body.at + before, body.held.len());
             before += len;
-            if let Held::Sealed(file) = &body.held
+            if let Some(file) = body.held.file()
                 && start + len > from
             {
-                return Some((start, file));
+                return Some((start, file, len));
             }
         }
         None
+    }
+}
+
+/// Slices being filled ([`Answers::slices`]).
+struct Fill<'s, 'a> {
+    slices: &'s mut [IoSlice<'a>],
+    n: usize,
+    /// Bytes still to pass over before the first one written.
+    skip: usize,
+    /// Bytes still to take, when bounded.
+    left: usize,
+}
+
+impl<'a> Fill<'_, 'a> {
+    #[inline(always)]
+    fn push<const BOUNDED: bool>(&mut self, part: &'a [u8]) {
+        if self.n == self.slices.len() || (BOUNDED && self.left == 0) {
+            return;
+        }
+        if self.skip >= part.len() {
+            self.skip -= part.len();
+            return;
+        }
+        let mut rest = &part[self.skip..];
+        self.skip = 0;
+        if BOUNDED {
+            rest = &rest[..rest.len().min(self.left)];
+            self.left -= rest.len();
+        }
+        if !rest.is_empty() {
+            self.slices[self.n] = IoSlice::new(rest);
+            self.n += 1;
+        }
     }
 }
 
@@ -215,7 +273,7 @@ impl<IO: AsyncWrite + SendFile + Unpin> Future for WriteAll<'_, IO> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let total = this.answers.len();
-        let send_files = this.answers.sealed > 0 && this.io.sends_files();
+        let send_files = this.answers.files > 0 && this.io.sends_files();
         while this.written < total {
             let k = if send_files {
                 std::task::ready!(this.poll_with_files(cx, total))?
@@ -252,8 +310,10 @@ impl<'w, IO: AsyncWrite + SendFile + Unpin> WriteAll<'w, IO> {
                 Pin::new(io).poll_write_vectored(cx, slices)
             }
         };
+        // Bounded when files are among the answers (`to` may stop short of the end).
+        let bounded = answers.files > 0;
         let fill = |slices: &mut [IoSlice<'w>]| {
-            if more {
+            if bounded {
                 answers.slices::<true>(from, to, slices)
             } else {
                 answers.slices::<false>(from, to, slices)
@@ -278,13 +338,15 @@ impl<'w, IO: AsyncWrite + SendFile + Unpin> WriteAll<'w, IO> {
         cx: &mut Context<'_>,
         total: usize,
     ) -> Poll<std::io::Result<usize>> {
-        match self.answers.next_sealed(self.written) {
-            Some((start, sealed)) if self.written >= start => {
+        match self.answers.next_file(self.written) {
+            Some((start, file, len)) if self.written >= start => {
                 let offset = self.written - start;
-                let left = sealed.len() - offset;
-                self.io.poll_send_file(cx, sealed.fd(), offset as u64, left)
+                // A file on disk that shrank since it was opened ends early: `sendfile` sends
+                // nothing, and the write ends with the connection (`WriteZero`).
+                self.io
+                    .poll_send_file(cx, file, offset as u64, len - offset)
             }
-            Some((start, _)) => self.poll_bytes(cx, start, true),
+            Some((start, ..)) => self.poll_bytes(cx, start, true),
             None => self.poll_bytes(cx, total, false),
         }
     }
@@ -323,6 +385,58 @@ mod tests {
         (a, expected)
     }
 
+    /// Answers with a body on disk between others: (answers, what they write, the file).
+    fn with_disk(len_claimed: usize) -> (Answers, Vec<u8>, tempfile::NamedTempFile) {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+        let mut disk = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut disk, &data).expect("write");
+        let file = Arc::new(disk.reopen().expect("reopen"));
+        let (mut a, mut expected) = sample(true);
+        a.text.extend_from_slice(b"DISK\r\n\r\n");
+        a.push_disk(&file, len_claimed);
+        a.text.extend_from_slice(b"after");
+        expected.extend_from_slice(b"DISK\r\n\r\n");
+        expected.extend_from_slice(&data[..len_claimed.min(data.len())]);
+        expected.extend_from_slice(b"after");
+        (a, expected, disk)
+    }
+
+    #[tokio::test]
+    async fn a_body_on_disk_is_sent_in_its_place() {
+        let (a, expected, _disk) = with_disk(300_000);
+        for step in [1000, 4096, 65_536, 1 << 20] {
+            let mut io = Trickle::new(step, true, true);
+            let written = WriteAll {
+                io: &mut io,
+                answers: &a,
+                written: 0,
+                done: false,
+            }
+            .await
+            .expect("write");
+            assert_eq!(written, expected.len());
+            assert!(*io.got.borrow() == expected, "step {step}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_on_disk_shorter_than_its_answer_says_ends_the_write() {
+        // The file shrank after it was opened: its answer claims more than there is.
+        let (a, _, _disk) = with_disk(400_000);
+        let mut io = Trickle::new(1 << 20, true, true);
+        let ended = WriteAll {
+            io: &mut io,
+            answers: &a,
+            written: 0,
+            done: false,
+        }
+        .await;
+        assert_eq!(
+            ended.expect_err("cut short").kind(),
+            std::io::ErrorKind::WriteZero
+        );
+    }
+
     #[test]
     fn the_slices_between_any_offsets_are_the_bytes_in_order() {
         let (a, expected) = sample(false);
@@ -333,7 +447,7 @@ mod tests {
         let mut offsets: Vec<usize> = (0..=len).step_by(4999).chain([len]).collect();
         let mut before = 0;
         for body in &a.bodies {
-            let (start, len) = (body.at + before, body.held.bytes().len());
+            let (start, len) = (body.at + before, body.held.len());
             before += len;
             for edge in [start, start + len] {
                 offsets.extend([edge - 1, edge, edge + 1]);
@@ -361,19 +475,19 @@ mod tests {
     }
 
     #[test]
-    fn the_next_sealed_body_is_found_from_any_offset() {
+    fn the_next_file_is_found_from_any_offset() {
         let (a, _) = sample(true);
         // The first file starts after "HEAD1\r\n\r\n"; the second after the other answers.
         let second = 9 + 40_000 + 6 + 5 + 6 + 300 + 1000 + 6;
-        assert_eq!(a.next_sealed(0).map(|(at, _)| at), Some(9));
-        assert_eq!(a.next_sealed(40_008).map(|(at, _)| at), Some(9));
-        assert_eq!(a.next_sealed(40_009).map(|(at, _)| at), Some(second));
+        assert_eq!(a.next_file(0).map(|(at, ..)| at), Some(9));
+        assert_eq!(a.next_file(40_008).map(|(at, ..)| at), Some(9));
+        assert_eq!(a.next_file(40_009).map(|(at, ..)| at), Some(second));
         assert_eq!(
-            a.next_sealed(second + 39_999).map(|(at, _)| at),
+            a.next_file(second + 39_999).map(|(at, ..)| at),
             Some(second)
         );
-        assert!(a.next_sealed(second + 40_000).is_none());
-        assert!(sample(false).0.next_sealed(0).is_none());
+        assert!(a.next_file(second + 40_000).is_none());
+        assert!(sample(false).0.next_file(0).is_none());
     }
 
     /// A writer that takes at most `step` bytes a call, through vectored writes or not, and
@@ -511,7 +625,7 @@ mod tests {
                 );
                 // Sealed bodies are sent as files exactly when the stream sends files.
                 let sent = io.files_sent.get() > 0;
-                assert_eq!(sent, files && a.sealed > 0, "step {step}");
+                assert_eq!(sent, files && a.files > 0, "step {step}");
             }
         }
     }
