@@ -358,6 +358,20 @@ mod tests {
 
     use super::*;
 
+    /// Writes all of `answers` to `io`.
+    async fn write_all<IO: AsyncWrite + SendFile + Unpin>(
+        io: &mut IO,
+        answers: &Answers,
+    ) -> std::io::Result<usize> {
+        WriteAll {
+            io,
+            answers,
+            written: 0,
+            done: false,
+        }
+        .await
+    }
+
     /// Answers with small and large bodies between text; with `sealed`, two of the large ones
     /// are in sealed files.
     fn sample(sealed: bool) -> (Answers, Vec<u8>) {
@@ -406,14 +420,7 @@ mod tests {
         let (a, expected, _disk) = with_disk(300_000);
         for step in [1000, 4096, 65_536, 1 << 20] {
             let mut io = Trickle::new(step, true, true);
-            let written = WriteAll {
-                io: &mut io,
-                answers: &a,
-                written: 0,
-                done: false,
-            }
-            .await
-            .expect("write");
+            let written = write_all(&mut io, &a).await.expect("write");
             assert_eq!(written, expected.len());
             assert!(*io.got.borrow() == expected, "step {step}");
         }
@@ -424,13 +431,7 @@ mod tests {
         // The file shrank after it was opened: its answer claims more than there is.
         let (a, _, _disk) = with_disk(400_000);
         let mut io = Trickle::new(1 << 20, true, true);
-        let ended = WriteAll {
-            io: &mut io,
-            answers: &a,
-            written: 0,
-            done: false,
-        }
-        .await;
+        let ended = write_all(&mut io, &a).await;
         assert_eq!(
             ended.expect_err("cut short").kind(),
             std::io::ErrorKind::WriteZero
@@ -609,14 +610,7 @@ mod tests {
         for (vectored, files) in [(true, false), (false, false), (true, true)] {
             for step in [1, 7, 999, 1000, 1001, 1 << 20] {
                 let mut io = Trickle::new(step, vectored, files);
-                let written = WriteAll {
-                    io: &mut io,
-                    answers: a,
-                    written: 0,
-                    done: false,
-                }
-                .await
-                .unwrap();
+                let written = write_all(&mut io, a).await.unwrap();
                 assert_eq!(written, expected.len());
                 let got = io.got.borrow();
                 assert!(
@@ -650,14 +644,7 @@ mod tests {
             got
         });
         let (a, expected) = sample(true);
-        let written = WriteAll {
-            io: &mut server,
-            answers: &a,
-            written: 0,
-            done: false,
-        }
-        .await
-        .expect("write");
+        let written = write_all(&mut server, &a).await.expect("write");
         assert_eq!(written, expected.len());
         drop(server);
         assert!(reader.await.expect("reader") == expected);
