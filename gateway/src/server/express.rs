@@ -324,7 +324,7 @@ impl<'a> Lane<'a> {
                     Some(Express::Missed(missed)) => Some(Job::LookUp(missed)),
                 };
                 if let Some(job) = job {
-                    return Outcome::Recheck(Box::new(Pending {
+                    return Outcome::Waits(Box::new(Pending {
                         files: files.clone(),
                         job,
                         head: req.head,
@@ -413,7 +413,7 @@ impl<'a> Lane<'a> {
 
     /// Finishes a request whose file needed its re-check or a lookup: its answer appended to
     /// `answers`, or `false` when the general path has to answer it.
-    async fn finish_recheck(&self, pending: Pending, answers: &mut Answers) -> bool {
+    async fn finish_waiting(&self, pending: Pending, answers: &mut Answers) -> bool {
         let looked = match pending.job {
             Job::Recheck(recheck) => match pending.files.recheck(recheck).await {
                 Some(file) => Looked::File(file),
@@ -512,7 +512,7 @@ enum Outcome {
     HandOff,
     /// Its cached file is due for a re-check, or its file is not cached: this request does
     /// the check or the lookup before it is answered.
-    Recheck(Box<Pending>),
+    Waits(Box<Pending>),
 }
 
 /// What a request waits for.
@@ -584,8 +584,8 @@ enum Front {
     HandOff,
     /// The last answer ends the connection: the client asked for it to close.
     Close,
-    /// The request at the front, `len` bytes, waits for its file's re-check.
-    Recheck(Box<Pending>, usize),
+    /// The request at the front, `len` bytes, waits for its file's re-check or lookup.
+    Waits(Box<Pending>, usize),
 }
 
 /// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
@@ -612,7 +612,7 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
             Outcome::Answered if plain.close => return Front::Close,
             Outcome::Answered => {}
             Outcome::HandOff => return Front::HandOff,
-            Outcome::Recheck(pending) => return Front::Recheck(pending, len),
+            Outcome::Waits(pending) => return Front::Waits(pending, len),
         }
         buf.advance(len);
     }
@@ -634,11 +634,11 @@ where
     let mut out = Answers::with_room();
     loop {
         let front = match answer_front(lane, buf, &mut out) {
-            // The re-check goes to the blocking pool; the answer joins the others after it,
+            // The re-check or lookup goes to the blocking pool; the answer joins the others after it,
             // in order.
-            Front::Recheck(pending, len) => {
+            Front::Waits(pending, len) => {
                 let close = pending.close;
-                if !lane.finish_recheck(*pending, &mut out).await {
+                if !lane.finish_waiting(*pending, &mut out).await {
                     Front::HandOff
                 } else if close {
                     Front::Close
@@ -670,7 +670,7 @@ where
         match front {
             Front::HandOff => return Ended::HandOff,
             Front::Close => return close(lane, io, watch, rt).await,
-            Front::Full | Front::Recheck(..) => continue,
+            Front::Full | Front::Waits(..) => continue,
             Front::NeedMore => {}
         }
         if buf.len() >= rt.max_head {
