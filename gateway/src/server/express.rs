@@ -634,8 +634,8 @@ where
     let mut out = Answers::with_room();
     loop {
         let front = match answer_front(lane, buf, &mut out) {
-            // The re-check or lookup goes to the blocking pool; the answer joins the others after it,
-            // in order.
+            // The re-check or lookup goes to the blocking pool; the answer joins the others
+            // after it, in order.
             Front::Waits(pending, len) => {
                 let close = pending.close;
                 if !lane.finish_waiting(*pending, &mut out).await {
