@@ -172,6 +172,9 @@ def prepare_files(work: Path) -> Env:
     for name, size in STATIC_FILES.items():
         (root / "static" / name).write_bytes(os.urandom(size))
     (root / "static" / "index.html").write_text("<!doctype html><title>bench</title>\n")
+    # Served by a route whose cache (the default, 256 KiB) does not take it: sent from disk.
+    (root / "disk").mkdir()
+    (root / "disk" / "1m.bin").write_bytes(os.urandom(1048576))
     cert, key = work / "cert.pem", work / "key.pem"
     subprocess.run(
         [
