@@ -1,6 +1,7 @@
 //! Writing a file's bytes to a client connection without copying them through user memory:
-//! `sendfile(2)` on a plain TCP socket, for the HTTP/1.1 fast path's large cached bodies
-//! ([`crate::static_files::SealedFile`]).
+//! `sendfile(2)` on a plain TCP socket, for the HTTP/1.1 fast path's large bodies: cached ones
+//! in sealed memory files ([`crate::static_files::SealedFile`]) and files too large for the
+//! cache, from disk ([`crate::static_files::LargeFile`]).
 //!
 //! A connection's stream is layers (activity tracking, framing checks, the PROXY header's
 //! replay, the lingering close) around a `TcpStream`, or a TLS session, or a pipe in the fuzz
