@@ -909,6 +909,9 @@ pub struct StaticCacheConfig {
     pub max_total_size: ByteSize,
     /// How long a cached entry is trusted before its mtime and size are checked again.
     pub revalidate_after: Duration,
+    /// Files larger than `max_file_size` kept open for the HTTP/1.1 fast path, which sends
+    /// them with `sendfile` without looking them up again (0: none).
+    pub max_open_files: usize,
 }
 
 impl Default for StaticCacheConfig {
@@ -917,6 +920,7 @@ impl Default for StaticCacheConfig {
             max_file_size: ByteSize::kib(256),
             max_total_size: ByteSize::mib(64),
             revalidate_after: Duration::from_secs(1),
+            max_open_files: 1000,
         }
     }
 }

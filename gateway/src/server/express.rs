@@ -320,6 +320,13 @@ impl<'a> Lane<'a> {
                         self.record(route, StatusCode::OK, bytes, start, observe, answers);
                         None
                     }
+                    Some(Express::Large(file)) => {
+                        self.push_large(&file, (req.head, req.close), server, answers);
+                        let bytes = usize::try_from(file.len).unwrap_or(usize::MAX);
+                        let observe = || self.observe(req);
+                        self.record(route, StatusCode::OK, bytes, start, observe, answers);
+                        None
+                    }
                     Some(Express::Recheck(recheck)) => Some(Job::Recheck(recheck)),
                     Some(Express::Missed(missed)) => Some(Job::LookUp(missed)),
                 };

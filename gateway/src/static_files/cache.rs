@@ -94,9 +94,7 @@ pub(super) struct Entry {
     pub(super) identity: Variant,
     /// Encoded variants, in server preference order.
     encoded: Box<[Variant]>,
-    /// When the file was last checked, in ms of the terminal's clock.
-    checked: AtomicU64,
-    used: AtomicBool,
+    marks: Marks,
     weight: usize,
 }
 
@@ -143,10 +141,7 @@ impl Entry {
             identity,
             encoded,
             stamp,
-            checked: AtomicU64::new(0),
-            // New entries start cold: a file requested once (a crawler's scan) is the first to
-            // go. The insert that brings one in does not evict it (see `Cache::evict`).
-            used: AtomicBool::new(false),
+            marks: Marks::default(),
             weight,
         }
     }
@@ -163,32 +158,62 @@ impl Entry {
         }
         best
     }
+}
+
+impl Cached for Entry {
+    fn weight(&self) -> usize {
+        self.weight
+    }
+
+    fn marks(&self) -> &Marks {
+        &self.marks
+    }
+}
+
+/// When an entry was last checked against the disk, and its CLOCK bit.
+#[derive(Default)]
+pub(super) struct Marks {
+    /// In ms of the terminal's clock.
+    checked: AtomicU64,
+    /// New entries start cold: a file requested once (a crawler's scan) is the first to go.
+    /// The insert that brings one in does not evict it (see `Cache::evict`).
+    used: AtomicBool,
+}
+
+/// What the sharded map holds: an entry with a weight against the map's budget and its
+/// [`Marks`].
+pub(super) trait Cached {
+    /// What the entry costs against the map's budget.
+    fn weight(&self) -> usize;
+
+    fn marks(&self) -> &Marks;
 
     /// Records that the file was just checked against the disk.
-    pub(super) fn set_checked(&self, now: u64) {
-        self.checked.store(now, Relaxed);
+    fn set_checked(&self, now: u64) {
+        self.marks().checked.store(now, Relaxed);
     }
 
     /// Whether the entry was checked less than `ttl` ago (no request needs to claim a re-check).
-    pub(super) fn is_fresh(&self, now: u64, ttl: u64) -> bool {
-        !recheck_due(self.checked.load(Relaxed), now, ttl)
+    fn is_fresh(&self, now: u64, ttl: u64) -> bool {
+        !recheck_due(self.marks().checked.load(Relaxed), now, ttl)
     }
 
     /// Whether this request should re-check the file. Exactly one request claims each expired
     /// window; concurrent ones keep using the entry until the check is done.
-    pub(super) fn claim_revalidation(&self, now: u64, ttl: u64) -> bool {
-        let checked = self.checked.load(Relaxed);
-        recheck_due(checked, now, ttl)
-            && self
-                .checked
-                .compare_exchange(checked, now, Relaxed, Relaxed)
+    fn claim_revalidation(&self, now: u64, ttl: u64) -> bool {
+        let checked = &self.marks().checked;
+        let last = checked.load(Relaxed);
+        recheck_due(last, now, ttl)
+            && checked
+                .compare_exchange(last, now, Relaxed, Relaxed)
                 .is_ok()
     }
 
     fn touch(&self) {
         // Read first: writing a shared cache line on every hit would make cores contend.
-        if !self.used.load(Relaxed) {
-            self.used.store(true, Relaxed);
+        let used = &self.marks().used;
+        if !used.load(Relaxed) {
+            used.store(true, Relaxed);
         }
     }
 }
@@ -205,11 +230,11 @@ fn recheck_due(checked: u64, now: u64, ttl: u64) -> bool {
 /// file names chosen to collide from being aimed at one slot.
 type Hasher = foldhash::fast::RandomState;
 
-type Shard = RwLock<HashMap<Box<str>, Arc<Entry>, Hasher>>;
+type Shard<E> = RwLock<HashMap<Box<str>, Arc<E>, Hasher>>;
 
-/// The sharded map with a byte budget.
-pub(super) struct Cache {
-    shards: Box<[Shard]>,
+/// The sharded map with a budget: bytes for the memory cache, descriptors for the open files.
+pub(super) struct Cache<E> {
+    shards: Box<[Shard<E>]>,
     /// Picks the shard; each shard's map has a hasher of its own (other seeds), so the keys of
     /// one shard do not share the bits their map indexes by.
     hasher: Hasher,
@@ -219,7 +244,7 @@ pub(super) struct Cache {
     hand: AtomicUsize,
 }
 
-impl Cache {
+impl<E: Cached> Cache<E> {
     pub(super) fn new(max_total: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
@@ -230,13 +255,13 @@ impl Cache {
         }
     }
 
-    fn shard(&self, key: &str) -> &Shard {
+    fn shard(&self, key: &str) -> &Shard<E> {
         // Truncating the hash is fine: only its low bits pick the shard.
         let h = self.hasher.hash_one(key) as usize;
         &self.shards[h % SHARDS]
     }
 
-    pub(super) fn get(&self, key: &str) -> Option<Arc<Entry>> {
+    pub(super) fn get(&self, key: &str) -> Option<Arc<E>> {
         let entry = read(self.shard(key)).get(key).cloned();
         if let Some(e) = &entry {
             e.touch();
@@ -246,14 +271,14 @@ impl Cache {
 
     /// Adds or replaces an entry, then evicts down to the budget. An entry larger than the
     /// whole budget is not kept.
-    pub(super) fn insert(&self, key: &str, entry: Arc<Entry>) {
-        if entry.weight > self.max_total {
+    pub(super) fn insert(&self, key: &str, entry: Arc<E>) {
+        let weight = entry.weight();
+        if weight > self.max_total {
             self.remove(key);
             return;
         }
-        let weight = entry.weight;
         if let Some(old) = write(self.shard(key)).insert(key.into(), entry) {
-            self.total.fetch_sub(old.weight, Relaxed);
+            self.total.fetch_sub(old.weight(), Relaxed);
         }
         if self.total.fetch_add(weight, Relaxed) + weight > self.max_total {
             self.evict(key);
@@ -262,7 +287,21 @@ impl Cache {
 
     pub(super) fn remove(&self, key: &str) {
         if let Some(old) = write(self.shard(key)).remove(key) {
-            self.total.fetch_sub(old.weight, Relaxed);
+            self.total.fetch_sub(old.weight(), Relaxed);
+        }
+    }
+
+    /// Drops every entry last checked before `since`: files nobody asked for since they fell
+    /// due.
+    pub(super) fn drop_checked_before(&self, since: u64) {
+        for shard in &self.shards {
+            write(shard).retain(|_, e| {
+                let keep = e.marks().checked.load(Relaxed) >= since;
+                if !keep {
+                    self.total.fetch_sub(e.weight(), Relaxed);
+                }
+                keep
+            });
         }
     }
 
@@ -281,10 +320,13 @@ impl Cache {
             }
             let i = self.hand.fetch_add(1, Relaxed) % SHARDS;
             write(&self.shards[i]).retain(|k, e| {
-                if self.total() <= self.max_total || **k == *keep || e.used.swap(false, Relaxed) {
+                if self.total() <= self.max_total
+                    || **k == *keep
+                    || e.marks().used.swap(false, Relaxed)
+                {
                     return true;
                 }
-                self.total.fetch_sub(e.weight, Relaxed);
+                self.total.fetch_sub(e.weight(), Relaxed);
                 false
             });
         }
@@ -293,11 +335,11 @@ impl Cache {
 
 // A panic while a lock was held cannot leave a map half-updated (each operation is a single
 // insert, remove or retain), so a poisoned lock is still safe to use.
-fn read(s: &Shard) -> RwLockReadGuard<'_, HashMap<Box<str>, Arc<Entry>, Hasher>> {
+fn read<E>(s: &Shard<E>) -> RwLockReadGuard<'_, HashMap<Box<str>, Arc<E>, Hasher>> {
     s.read().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn write(s: &Shard) -> RwLockWriteGuard<'_, HashMap<Box<str>, Arc<Entry>, Hasher>> {
+fn write<E>(s: &Shard<E>) -> RwLockWriteGuard<'_, HashMap<Box<str>, Arc<E>, Hasher>> {
     s.write().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -349,6 +391,21 @@ mod tests {
         c.insert("/huge", entry(budget));
         assert!(c.get("/huge").is_none());
         assert!(c.total() <= budget);
+    }
+
+    #[test]
+    fn entries_not_checked_since_a_time_are_dropped() {
+        let c = Cache::new(1 << 20);
+        for (key, checked) in [("/old", 1_000), ("/new", 5_000)] {
+            let e = entry(10);
+            e.set_checked(checked);
+            c.insert(key, e);
+        }
+        let before = c.total();
+        c.drop_checked_before(2_000);
+        assert!(c.get("/old").is_none());
+        assert!(c.get("/new").is_some());
+        assert_eq!(c.total(), before / 2);
     }
 
     #[test]

@@ -10,9 +10,11 @@
 
 mod cache;
 mod conditional;
+mod descriptors;
 mod encoding;
 mod mime;
 mod misses;
+mod open_files;
 mod path;
 mod resolve;
 mod response;
@@ -26,10 +28,11 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyDataStream;
 use tokio_util::io::StreamReader;
 
-use self::cache::{Cache, Entry};
+use self::cache::{Cache, Cached, Entry};
 use self::conditional::{Asked, Plan, Validators};
 use self::encoding::{Accept, Encoding};
 use self::misses::{Miss, Misses, follow};
+use self::open_files::{INACTIVE_MS, OpenFile, OpenFiles};
 use self::resolve::{Found, Settings, Streamed, Want};
 use self::response::Head;
 pub use self::sealed::SealedFile;
@@ -40,7 +43,11 @@ use crate::error::error_response;
 /// A compiled `static` terminal.
 pub struct StaticFiles {
     settings: Arc<Settings>,
-    cache: Cache,
+    cache: Cache<Entry>,
+    /// Large files kept open for the HTTP/1.1 fast path.
+    open: OpenFiles,
+    /// When `open` was last swept of files nobody asks for, in ms of [`now_ms`].
+    swept: std::sync::atomic::AtomicU64,
     /// Lookups in progress, which concurrent misses for the same file wait for.
     misses: Misses,
     /// Lookups sent to the blocking pool, for tests.
@@ -60,12 +67,16 @@ pub enum Express {
     Recheck(Recheck),
     /// The file is not cached and this request looks it up ([`StaticFiles::look_up`]).
     Missed(Missed),
+    /// A file too large for the cache, kept open: the answer, sent from disk.
+    Large(LargeFile),
 }
 
 /// A fast-path request for a file not in the cache.
 pub struct Missed {
     key: String,
     accept: Accept,
+    /// The file is kept open and due for its re-check, which this request claimed.
+    due: bool,
 }
 
 /// What the fast path's lookup of a file not in the cache found ([`StaticFiles::look_up`]).
@@ -84,6 +95,7 @@ pub enum Looked {
 
 /// A large file's 200 for the fast path: its header lines (as [`ExpressFile::lines`]) and the
 /// open file, which a plain TCP connection sends with `sendfile`.
+#[derive(Clone)]
 pub struct LargeFile {
     pub lines: bytes::Bytes,
     pub file: Arc<std::fs::File>,
@@ -173,9 +185,16 @@ impl StaticFiles {
             cache_max_file: (max_file > 0 && max_total > 0).then_some(max_file),
             cache_control,
         };
+        // With the memory cache off, nothing is kept open either.
+        let max_open = match settings.cache_max_file {
+            Some(_) => cfg.cache.max_open_files,
+            None => 0,
+        };
         Ok(Self {
             settings: Arc::new(settings),
             cache: Cache::new(max_total),
+            open: OpenFiles::new(max_open),
+            swept: std::sync::atomic::AtomicU64::new(0),
             misses: Misses::default(),
             #[cfg(test)]
             lookups: std::sync::atomic::AtomicUsize::new(0),
@@ -239,12 +258,21 @@ impl StaticFiles {
         let accept = accept_encoding
             .map_or_else(Accept::default, |v| Accept::from_values(std::iter::once(v)));
         let Some(entry) = self.cache.get(&key) else {
-            return look_up.then(|| {
-                Express::Missed(Missed {
-                    key: key.into_owned(),
-                    accept,
-                })
-            });
+            if !look_up {
+                return None;
+            }
+            let open = self.open.get(&key);
+            if let Some(open) = &open
+                && open.unchanged()
+                && !open.claim_revalidation(now_ms(), self.revalidate)
+            {
+                return Some(Express::Large(open.large.clone()));
+            }
+            return Some(Express::Missed(Missed {
+                key: key.into_owned(),
+                accept,
+                due: open.is_some(),
+            }));
         };
         let now = now_ms();
         if entry.claim_revalidation(now, self.revalidate) {
@@ -301,7 +329,7 @@ impl StaticFiles {
     /// concurrent misses as [`StaticFiles::serve`] does: the file (now cached), a large file
     /// to send from disk, the error status to answer with, or [`Looked::General`].
     pub async fn look_up(&self, missed: Missed) -> Looked {
-        let Missed { key, accept } = missed;
+        let Missed { key, accept, due } = missed;
         let now = now_ms();
         let lead = match self.misses.join(&key) {
             Miss::Lead(lead) => {
@@ -311,6 +339,13 @@ impl StaticFiles {
                 {
                     return Looked::File(ExpressFile::of(&e, &accept));
                 }
+                // (Fresh also when this request claimed its re-check: that set the time.)
+                if !due
+                    && let Some(open) = self.open.get(&key)
+                    && open.is_fresh(now, self.revalidate)
+                {
+                    return Looked::Large(open.large.clone());
+                }
                 Some(lead)
             }
             Miss::Follow(done) => {
@@ -319,6 +354,9 @@ impl StaticFiles {
                 }
                 if let Some(e) = self.cache.get(&key) {
                     return Looked::File(ExpressFile::of(&e, &accept));
+                }
+                if let Some(open) = self.open.get(&key) {
+                    return Looked::Large(open.large.clone());
                 }
                 None
             }
@@ -339,13 +377,23 @@ impl StaticFiles {
         let Ok((key, found)) = job.await else {
             return Looked::General;
         };
+        if !matches!(&found, Ok(Found::Stream(s)) if !s.vary) {
+            self.open.remove(&key);
+        }
         match found {
             Ok(Found::Cached(e)) => {
                 e.set_checked(now);
                 self.cache.insert(&key, e.clone());
                 Looked::File(ExpressFile::of(&e, &accept))
             }
-            Ok(Found::Stream(s)) if !s.compress => Looked::Large(self.large(s)),
+            Ok(Found::Stream(s)) if !s.compress => {
+                let (keep, version) = (!s.vary, s.version);
+                let large = self.large(s);
+                if keep {
+                    self.keep_open(&key, &large, version, now);
+                }
+                Looked::Large(large)
+            }
             Err(status) => {
                 if let Some(lead) = &lead {
                     lead.failed(status);
@@ -353,6 +401,29 @@ impl StaticFiles {
                 Looked::Error(status)
             }
             Ok(_) => Looked::General,
+        }
+    }
+
+    /// Keeps a large file open for the next requests (see [`open_files`]), and closes those
+    /// nobody asked for in the minute after they fell due (at most one sweep a second).
+    fn keep_open(&self, key: &str, large: &LargeFile, version: conditional::Version, now: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match OpenFile::new(large.clone(), version, now) {
+            Ok(open) => self.open.insert(key, Arc::new(open)),
+            Err(e) => {
+                tracing::debug!(error = %e, "a large file is not kept open; it is opened per request");
+                self.open.remove(key);
+            }
+        }
+        let swept = self.swept.load(Relaxed);
+        if now.saturating_sub(swept) >= 1_000
+            && self
+                .swept
+                .compare_exchange(swept, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            let due = now.saturating_sub(self.revalidate.saturating_add(INACTIVE_MS));
+            self.open.drop_checked_before(due);
         }
     }
 
@@ -807,6 +878,138 @@ mod tests {
         *req.headers_mut() = HeaderMap::with_capacity(16 * response::HEADERS);
         let res = files.serve_now_alone(&mut req, None).expect("cached");
         assert!(res.headers().capacity() <= fresh_map().capacity());
+    }
+
+    /// The fast path's view of `path` on `files` (a connection that sends files).
+    fn express(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Express {
+        files
+            .express(path, accept, true)
+            .expect("a plain GET is the fast path's")
+    }
+
+    /// Looks `path` up as the fast path does after a miss.
+    async fn looked_up(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Looked {
+        match express(files, path, accept) {
+            Express::Missed(missed) => files.look_up(missed).await,
+            _ => panic!("{path}: expected a miss"),
+        }
+    }
+
+    fn read_all(large: &LargeFile) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; usize::try_from(large.len).expect("len")];
+        large.file.read_exact_at(&mut buf, 0).expect("read");
+        buf
+    }
+
+    #[tokio::test]
+    async fn large_files_are_kept_open_until_due_then_looked_up_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = |byte: u8, len: usize| vec![byte; len];
+        std::fs::write(dir.path().join("big.bin"), big(b'a', 4096)).expect("write");
+        std::fs::write(dir.path().join("big.txt"), big(b't', 4096)).expect("write");
+        let cfg: gateway_config::model::StaticConfig = serde_yaml::from_str(&format!(
+            "{{ root: {}, compress: [gzip], cache: {{ max_file_size: 1KiB, revalidate_after: 1s }} }}",
+            dir.path().display()
+        ))
+        .expect("config");
+        let files = StaticFiles::new(&cfg).expect("static");
+        let lookups = || files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+
+        let Looked::Large(first) = looked_up(&files, "/big.bin", None).await else {
+            panic!("a file over the cache's limit is sent from disk");
+        };
+        assert_eq!(lookups(), 1);
+        // Answered at once from the kept descriptor, the same headers and file.
+        for _ in 0..3 {
+            let Express::Large(kept) = express(&files, "/big.bin", Some(b"gzip")) else {
+                panic!("kept open");
+            };
+            assert_eq!(kept.lines, first.lines);
+            assert!(Arc::ptr_eq(&kept.file, &first.file));
+        }
+        assert_eq!(lookups(), 1, "no lookup while the kept file is fresh");
+
+        // A new file under the same name: the kept one answers until its re-check is due...
+        let tmp = dir.path().join("new.bin");
+        std::fs::write(&tmp, big(b'b', 8192)).expect("write");
+        std::fs::rename(&tmp, dir.path().join("big.bin")).expect("rename");
+        let Express::Large(old) = express(&files, "/big.bin", None) else {
+            panic!("kept open");
+        };
+        assert!(read_all(&old) == big(b'a', 4096), "the old file's bytes");
+        // ...then one request looks it up again and the others keep the old one meanwhile.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let Express::Missed(missed) = express(&files, "/big.bin", None) else {
+            panic!("due: this request looks the file up");
+        };
+        assert!(
+            matches!(express(&files, "/big.bin", None), Express::Large(_)),
+            "the re-check is claimed once"
+        );
+        let Looked::Large(new) = files.look_up(missed).await else {
+            panic!("still large");
+        };
+        assert!(read_all(&new) == big(b'b', 8192), "the new file's bytes");
+        let Express::Large(kept) = express(&files, "/big.bin", None) else {
+            panic!("kept open");
+        };
+        assert!(Arc::ptr_eq(&kept.file, &new.file), "the new file is kept");
+        assert_eq!(lookups(), 2);
+
+        // Written in place (same descriptor, new length): seen at once, not when due.
+        std::fs::write(dir.path().join("big.bin"), big(b'c', 5000)).expect("write");
+        let Looked::Large(rewritten) = looked_up(&files, "/big.bin", None).await else {
+            panic!("still large");
+        };
+        assert_eq!(rewritten.len, 5000);
+        assert!(matches!(
+            express(&files, "/big.bin", None),
+            Express::Large(l) if l.len == 5000
+        ));
+        assert_eq!(lookups(), 3);
+
+        // Gone: once due, the lookup answers 404 and the descriptor is closed.
+        std::fs::remove_file(dir.path().join("big.bin")).expect("remove");
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let looked = looked_up(&files, "/big.bin", None).await;
+        assert!(matches!(looked, Looked::Error(StatusCode::NOT_FOUND)));
+        assert!(matches!(
+            express(&files, "/big.bin", None),
+            Express::Missed(_)
+        ));
+        drop((first, old, new, kept, rewritten));
+        assert!(files.open.get("/big.bin").is_none());
+
+        // A file whose answer depends on Accept-Encoding is not kept (here: compressed on the
+        // fly for a client that takes gzip, sent as it is to one that does not).
+        assert!(matches!(
+            looked_up(&files, "/big.txt", None).await,
+            Looked::Large(_)
+        ));
+        assert!(matches!(
+            express(&files, "/big.txt", Some(b"gzip")),
+            Express::Missed(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn no_file_is_kept_open_with_max_open_files_zero() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("big.bin"), vec![0u8; 4096]).expect("write");
+        let cfg: gateway_config::model::StaticConfig = serde_yaml::from_str(&format!(
+            "{{ root: {}, cache: {{ max_file_size: 1KiB, max_open_files: 0 }} }}",
+            dir.path().display()
+        ))
+        .expect("config");
+        let files = StaticFiles::new(&cfg).expect("static");
+        for _ in 0..2 {
+            assert!(matches!(
+                looked_up(&files, "/big.bin", None).await,
+                Looked::Large(_)
+            ));
+        }
+        assert_eq!(files.lookups.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

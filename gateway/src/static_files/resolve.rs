@@ -207,7 +207,7 @@ fn find_index(s: &Settings, dir: &Path) -> Result<(PathBuf, Opened), StatusCode>
     Err(StatusCode::NOT_FOUND)
 }
 
-fn version(meta: &Metadata) -> Version {
+pub(super) fn version(meta: &Metadata) -> Version {
     Version {
         len: meta.len(),
         mtime: meta.mtime(),

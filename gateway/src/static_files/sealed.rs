@@ -11,24 +11,26 @@
 //! references after `sendfile` returns never change under it. The mapping means the bytes are
 //! held once: the cache's budget charges them as before.
 //!
-//! Each memory file is a descriptor, and descriptors are what connections need: at most a
-//! quarter of the process's open-files limit is spent on them ([`fd_budget`]); past that, bodies
+//! Each memory file is a descriptor, and descriptors are what connections need: memory files
+//! take a place in the static files' share of them ([`super::descriptors`]); past that, bodies
 //! stay on the heap and are written.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
+
+use super::descriptors::{self, Slot};
 
 /// A sealed memory file with the bytes it was made from, mapped read-only.
 pub struct SealedFile {
     file: OwnedFd,
     map: NonNull<u8>,
     len: usize,
+    _slot: Slot<'static>,
 }
 
 // SAFETY: the mapping is read-only and lives as long as the value; sharing or sending a pointer
@@ -45,19 +47,18 @@ impl SealedFile {
         if bytes.is_empty() {
             return Err(io::ErrorKind::InvalidInput.into());
         }
-        let slot = Slot::take(&LIVE, fd_budget())?;
+        let slot = descriptors::slot()?;
         let file = memfd()?;
         let mut writer = File::from(file);
         writer.write_all(bytes)?;
         let file = OwnedFd::from(writer);
         seal(file.as_fd())?;
         let map = map_read_only(file.as_fd(), bytes.len())?;
-        // Given back when the value drops.
-        std::mem::forget(slot);
         Ok(Self {
             file,
             map,
             len: bytes.len(),
+            _slot: slot,
         })
     }
 
@@ -99,48 +100,6 @@ impl Drop for SealedFile {
         unsafe {
             libc::munmap(self.map.as_ptr().cast(), self.len);
         }
-        LIVE.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Memory files alive in the process.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// How many memory files the process may hold: a quarter of its open-files limit (read once).
-fn fd_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the struct it is given and nothing else.
-        #[allow(unsafe_code, reason = "getrlimit")]
-        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-        if rc != 0 {
-            return 0;
-        }
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX) / 4
-    })
-}
-
-/// One memory file's place in the budget, given back if making the file fails.
-struct Slot<'a>(&'a AtomicUsize);
-
-impl<'a> Slot<'a> {
-    /// A place among `live` if fewer than `budget` are taken.
-    fn take(live: &'a AtomicUsize, budget: usize) -> io::Result<Self> {
-        live.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < budget).then_some(n + 1)
-        })
-        .map(|_| Slot(live))
-        .map_err(|_| io::Error::other("the memory files' share of the open-files limit is used"))
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -240,21 +199,5 @@ mod tests {
     #[test]
     fn an_empty_body_is_refused() {
         assert!(SealedFile::copy_of(&[]).is_err());
-    }
-
-    #[test]
-    fn memory_files_stay_within_their_share_of_the_descriptors() {
-        assert!(fd_budget() > 0, "a quarter of the open-files limit");
-        let live = AtomicUsize::new(0);
-        let (a, b) = (Slot::take(&live, 2), Slot::take(&live, 2));
-        assert!(a.is_ok() && b.is_ok());
-        assert!(Slot::take(&live, 2).is_err(), "the budget is spent");
-        assert_eq!(live.load(Ordering::Relaxed), 2);
-        drop(a);
-        assert!(
-            Slot::take(&live, 2).is_ok(),
-            "room again once one is given back"
-        );
-        assert_eq!(live.load(Ordering::Relaxed), 1);
     }
 }

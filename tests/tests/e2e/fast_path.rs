@@ -857,6 +857,73 @@ async fn files_not_in_the_cache_are_looked_up_here_and_large_ones_sent_from_disk
     assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
 }
 
+/// Descriptors of this process open on `path` (on a file deleted since, too: the kernel's link
+/// then ends in " (deleted)").
+fn descriptors_on(path: &std::path::Path) -> usize {
+    let name = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fd list")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| {
+            let target = target.to_string_lossy();
+            target == name || target.strip_suffix(" (deleted)") == Some(&name)
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn large_files_stay_open_for_the_next_requests_and_a_replaced_one_is_seen_when_due() {
+    let gw = start().await;
+    let fast = gw.addr("fast");
+    let path = gw.dir().join("public/files/kept.bin");
+    let content =
+        |seed: u8, len: usize| -> Vec<u8> { (0..len).map(|i| (i % 251) as u8 ^ seed).collect() };
+    let first = content(1, 600 * 1024);
+    write_file(gw.dir(), "public/files/kept.bin", &first);
+    let get = b"GET /files/kept.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let body_of = |out: Vec<u8>| answers(&out, &[false]).remove(0).body;
+
+    // The first request looks the file up and keeps it open; the next ones are answered from
+    // that descriptor, and no other is opened for them.
+    assert!(body_of(exchange_bytes(fast, get).await) == first);
+    assert_eq!(descriptors_on(&path), 1, "kept open after its answer");
+    let before = fast_path_count(&gw, "fast").await;
+    for _ in 0..3 {
+        assert!(body_of(exchange_bytes(fast, get).await) == first);
+    }
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 3);
+    assert_eq!(descriptors_on(&path), 1);
+
+    // Replaced (a new file renamed over it, as deployments do): the kept file answers until its
+    // re-check is due (`revalidate_after`, 1 s), then the new one does and the old one's
+    // descriptor is closed.
+    let second = content(2, 700 * 1024);
+    write_file(gw.dir(), "public/files/kept.new", &second);
+    std::fs::rename(gw.dir().join("public/files/kept.new"), &path).expect("rename");
+    assert!(body_of(exchange_bytes(fast, get).await) == first);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(body_of(exchange_bytes(fast, get).await) == second);
+    assert!(body_of(exchange_bytes(fast, get).await) == second);
+    assert_eq!(
+        descriptors_on(&path),
+        1,
+        "the new file kept, the old one closed"
+    );
+
+    // Written in place with another length: seen by the next request (its descriptor's
+    // status changed), with the new length.
+    let third = content(3, 300 * 1024);
+    std::fs::write(&path, &third).expect("write");
+    assert!(body_of(exchange_bytes(fast, get).await) == third);
+
+    // Deleted: a 404 once due, and nothing left open on it.
+    std::fs::remove_file(&path).expect("remove");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let out = exchange_bytes(fast, get).await;
+    assert_eq!(answers(&out, &[false])[0].status, 404);
+    assert_eq!(descriptors_on(&path), 0);
+}
+
 /// A `traceparent` of trace `trace` (hex) from the client's span `00f067aa0ba902b7`.
 fn traceparent_of(trace: &str, flags: &str) -> String {
     format!("00-{trace}-00f067aa0ba902b7-{flags}")
