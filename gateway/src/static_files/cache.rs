@@ -4,6 +4,9 @@
 //! for `revalidate_after`, then one request re-checks the file (path, inode, size, mtime) while
 //! the others keep being served. The map is sharded behind read-write locks, so readers never
 //! wait on each other; total bytes are bounded with CLOCK eviction (a "used" bit per entry).
+//!
+//! The map is generic over what it holds ([`Cached`]): the same map keeps the descriptors of
+//! files too large for it ([`super::open_files`]), with a budget in descriptors.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
