@@ -909,8 +909,8 @@ pub struct StaticCacheConfig {
     pub max_total_size: ByteSize,
     /// How long a cached entry is trusted before its mtime and size are checked again.
     pub revalidate_after: Duration,
-    /// Files larger than `max_file_size` kept open for the HTTP/1.1 fast path, which sends
-    /// them with `sendfile` without looking them up again (0: none).
+    /// Files larger than `max_file_size` kept open, so that later requests for them are
+    /// answered without looking them up again (0: none).
     pub max_open_files: usize,
 }
 

@@ -308,6 +308,11 @@ impl<E: Cached> Cache<E> {
         }
     }
 
+    /// What the map may hold (0: nothing is kept).
+    pub(super) fn budget(&self) -> usize {
+        self.max_total
+    }
+
     /// Bytes held.
     pub(super) fn total(&self) -> usize {
         self.total.load(Relaxed)

@@ -266,7 +266,7 @@ impl StaticFiles {
                 && open.unchanged()
                 && !open.claim_revalidation(now_ms(), self.revalidate)
             {
-                return Some(Express::Large(open.large.clone()));
+                return Some(Express::Large(open.large()));
             }
             return Some(Express::Missed(Missed {
                 key: key.into_owned(),
@@ -344,7 +344,7 @@ impl StaticFiles {
                     && let Some(open) = self.open.get(&key)
                     && open.is_fresh(now, self.revalidate)
                 {
-                    return Looked::Large(open.large.clone());
+                    return Looked::Large(open.large());
                 }
                 Some(lead)
             }
@@ -356,7 +356,7 @@ impl StaticFiles {
                     return Looked::File(ExpressFile::of(&e, &accept));
                 }
                 if let Some(open) = self.open.get(&key) {
-                    return Looked::Large(open.large.clone());
+                    return Looked::Large(open.large());
                 }
                 None
             }
@@ -377,23 +377,14 @@ impl StaticFiles {
         let Ok((key, found)) = job.await else {
             return Looked::General;
         };
-        if !matches!(&found, Ok(Found::Stream(s)) if !s.vary) {
-            self.open.remove(&key);
-        }
+        self.track_open(&key, &found, now);
         match found {
             Ok(Found::Cached(e)) => {
                 e.set_checked(now);
                 self.cache.insert(&key, e.clone());
                 Looked::File(ExpressFile::of(&e, &accept))
             }
-            Ok(Found::Stream(s)) if !s.compress => {
-                let (keep, version) = (!s.vary, s.version);
-                let large = self.large(s);
-                if keep {
-                    self.keep_open(&key, &large, version, now);
-                }
-                Looked::Large(large)
-            }
+            Ok(Found::Stream(s)) if !s.compress => Looked::Large(self.large(&s)),
             Err(status) => {
                 if let Some(lead) = &lead {
                     lead.failed(status);
@@ -404,11 +395,21 @@ impl StaticFiles {
         }
     }
 
-    /// Keeps a large file open for the next requests (see [`open_files`]), and closes those
+    /// Keeps a large file a lookup found open for the next requests (see [`open_files`]), or
+    /// forgets the one kept under `key` when the lookup found something else; and closes files
     /// nobody asked for in the minute after they fell due (at most one sweep a second).
-    fn keep_open(&self, key: &str, large: &LargeFile, version: conditional::Version, now: u64) {
+    fn track_open(&self, key: &str, found: &Result<Found, StatusCode>, now: u64) {
         use std::sync::atomic::Ordering::Relaxed;
-        match OpenFile::new(large.clone(), version, now) {
+        let kept = match found {
+            Ok(Found::Stream(s)) if !s.vary && self.open.budget() > 0 => {
+                OpenFile::new(s.clone(), self.large(s).lines, now)
+            }
+            _ => {
+                self.open.remove(key);
+                return;
+            }
+        };
+        match kept {
             Ok(open) => self.open.insert(key, Arc::new(open)),
             Err(e) => {
                 tracing::debug!(error = %e, "a large file is not kept open; it is opened per request");
@@ -429,22 +430,31 @@ impl StaticFiles {
 
     /// The fast path's answer for a large file sent whole: the headers of the general path's
     /// 200 for it ([`StaticFiles::serve_streamed`]) and the open file.
-    fn large(&self, s: Streamed) -> LargeFile {
+    fn large(&self, s: &Streamed) -> LargeFile {
         let last_modified = s.version.last_modified();
-        let h = Head {
+        let len = Some(HeaderValue::from(s.len));
+        let res = response::ok(
+            fresh_map(),
+            &self.head(s, &last_modified),
+            Body::empty(),
+            len,
+        );
+        LargeFile {
+            lines: response::wire_lines(res.headers()),
+            file: s.file.clone(),
+            len: s.len,
+        }
+    }
+
+    /// The headers of a large file's answers (`last_modified` made from its version).
+    fn head<'a>(&'a self, s: &'a Streamed, last_modified: &'a HeaderValue) -> Head<'a> {
+        Head {
             content_type: &s.content_type,
-            last_modified: &last_modified,
+            last_modified,
             etag: &s.etag,
             vary: s.vary,
             encoding: s.encoding,
             cache_control: self.settings.cache_control.as_ref(),
-        };
-        let len = Some(HeaderValue::from(s.len));
-        let res = response::ok(fresh_map(), &h, Body::empty(), len);
-        LargeFile {
-            lines: response::wire_lines(res.headers()),
-            file: Arc::new(s.file),
-            len: s.len,
         }
     }
 
@@ -484,6 +494,14 @@ impl StaticFiles {
             && !e.claim_revalidation(now, self.revalidate)
         {
             return self.serve_cached(e, RequestHeaders::Read(headers), head, want);
+        }
+        // A large file kept open: streamed from the kept descriptor (see `express`).
+        if prev.is_none()
+            && let Some(open) = self.open.get(&key)
+            && open.unchanged()
+            && !open.claim_revalidation(now, self.revalidate)
+        {
+            return self.serve_streamed(open.streamed(), headers, head, want);
         }
 
         // A miss waits for a lookup of the same file already in progress; if that one left
@@ -528,6 +546,7 @@ impl StaticFiles {
         let Ok((key, found)) = job.await else {
             return error_response(StatusCode::INTERNAL_SERVER_ERROR);
         };
+        self.track_open(&key, &found, now);
         match (found, prev) {
             (Ok(Found::Unchanged), Some(e)) => {
                 self.serve_cached(&e, RequestHeaders::Read(headers), head, want)
@@ -629,14 +648,7 @@ impl StaticFiles {
         want: Want,
     ) -> Response<Body> {
         let last_modified = s.version.last_modified();
-        let h = Head {
-            content_type: &s.content_type,
-            last_modified: &last_modified,
-            etag: &s.etag,
-            vary: s.vary,
-            encoding: s.encoding,
-            cache_control: self.settings.cache_control.as_ref(),
-        };
+        let h = self.head(&s, &last_modified);
         let validators = Validators {
             etag: &s.etag,
             modified: s.version.http_secs(),
@@ -649,17 +661,17 @@ impl StaticFiles {
             }
             Plan::Full => match s.encoding.filter(|_| s.compress) {
                 Some(e) => {
-                    let raw = FileBody::new(s.file, 0, s.len);
+                    let raw = FileBody::new(s.file.clone(), 0, s.len);
                     let input = StreamReader::new(BodyDataStream::new(raw));
                     response::ok(fresh_map(), &h, encoding::compress_stream(e, input), None)
                 }
                 None => {
-                    let body = Body::new(FileBody::new(s.file, 0, s.len));
+                    let body = Body::new(FileBody::new(s.file.clone(), 0, s.len));
                     response::ok(fresh_map(), &h, body, Some(HeaderValue::from(s.len)))
                 }
             },
             Plan::Partial { start, end } => {
-                let body = Body::new(FileBody::new(s.file, start, end - start + 1));
+                let body = Body::new(FileBody::new(s.file.clone(), start, end - start + 1));
                 response::partial(fresh_map(), &h, body, start, end, s.len)
             }
             Plan::NotModified => response::not_modified(fresh_map(), &h),
@@ -991,6 +1003,67 @@ mod tests {
             express(&files, "/big.txt", Some(b"gzip")),
             Express::Missed(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn the_general_path_streams_a_kept_file_without_a_lookup() {
+        use http_body_util::BodyExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big.bin"), &data).expect("write");
+        let cfg: gateway_config::model::StaticConfig = serde_yaml::from_str(&format!(
+            "{{ root: {}, cache: {{ max_file_size: 1KiB, revalidate_after: 60s }} }}",
+            dir.path().display()
+        ))
+        .expect("config");
+        let files = Arc::new(StaticFiles::new(&cfg).expect("static"));
+        let lookups = || files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+        let send = |req: Request<Body>| {
+            let files = files.clone();
+            async move {
+                let (parts, body) = files.serve(req).await.into_parts();
+                let bytes = body.collect().await.expect("body").to_bytes();
+                (parts, bytes)
+            }
+        };
+        let get = |range: Option<&str>| {
+            let mut b = Request::get("/big.bin");
+            if let Some(r) = range {
+                b = b.header(header::RANGE, r);
+            }
+            b.body(Body::empty()).expect("request")
+        };
+
+        let (res, body) = send(get(None)).await;
+        assert_eq!(res.status, StatusCode::OK);
+        assert!(body == data);
+        assert_eq!(lookups(), 1);
+        // From the kept descriptor: a range, a HEAD, the whole file again; and the fast path
+        // finds it kept too.
+        let (res, body) = send(get(Some("bytes=10-19"))).await;
+        assert_eq!(res.status, StatusCode::PARTIAL_CONTENT);
+        assert_eq!(res.headers[header::CONTENT_RANGE], "bytes 10-19/4096");
+        assert_eq!(&body[..], &data[10..20]);
+        let head = Request::head("/big.bin")
+            .body(Body::empty())
+            .expect("request");
+        let (res, body) = send(head).await;
+        assert_eq!(res.headers[header::CONTENT_LENGTH], "4096");
+        assert!(body.is_empty());
+        let (_, body) = send(get(None)).await;
+        assert!(body == data);
+        assert!(matches!(
+            express(&files, "/big.bin", None),
+            Express::Large(_)
+        ));
+        assert_eq!(lookups(), 1, "no lookup while the file is kept");
+
+        // Written in place: looked up again at once.
+        std::fs::write(dir.path().join("big.bin"), vec![7u8; 5000]).expect("write");
+        let (res, body) = send(get(None)).await;
+        assert_eq!(res.headers[header::CONTENT_LENGTH], "5000");
+        assert!(body == vec![7u8; 5000]);
+        assert_eq!(lookups(), 2);
     }
 
     #[tokio::test]

@@ -1,11 +1,11 @@
-//! Open descriptors of files too large for the memory cache, for the HTTP/1.1 fast path
-//! (nginx's `open_file_cache`): a request for one is answered from the kept descriptor and its
-//! 200's header lines, sent with `sendfile`, with no lookup on the blocking pool (path
-//! resolution, `open`, `fstat`, the precompressed siblings' probes).
+//! Open descriptors of files too large for the memory cache (nginx's `open_file_cache`): a
+//! request for one is answered from the kept descriptor with no lookup on the blocking pool
+//! (path resolution, `open`, `fstat`, the precompressed siblings' probes). The HTTP/1.1 fast
+//! path sends it with `sendfile` after its 200's header lines, kept as wire text; the general
+//! path (TLS, HTTP/2 and HTTP/3, ranges, conditional requests) streams it.
 //!
-//! Only `sendfile` reads these descriptors: it takes the offset as an argument and leaves the
-//! file position alone, so any number of responses share one. The streamed path reads with the
-//! file position and opens its own.
+//! Any number of responses share one descriptor: `sendfile` and the streamed path's positional
+//! reads take their offset as an argument and leave the file position alone.
 //!
 //! The answer's `Content-Length` is the file's length when it was opened, and a file written
 //! in place changes under the descriptor: so each answer first reads the descriptor's status
@@ -20,11 +20,12 @@
 
 use std::io;
 
+use bytes::Bytes;
+
 use super::LargeFile;
 use super::cache::{Cache, Cached, Marks};
-use super::conditional::Version;
 use super::descriptors::{self, Slot};
-use super::resolve;
+use super::resolve::{self, Streamed};
 
 /// How long after falling due an entry nobody asked for is kept (nginx's `inactive`).
 pub(super) const INACTIVE_MS: u64 = 60_000;
@@ -32,22 +33,23 @@ pub(super) const INACTIVE_MS: u64 = 60_000;
 /// The open files of one `static` terminal; its budget is `cache.max_open_files`.
 pub(super) type OpenFiles = Cache<OpenFile>;
 
-/// A large file's descriptor and answer, kept open.
+/// A large file's descriptor and what its answers need, kept open.
 pub(super) struct OpenFile {
-    pub(super) large: LargeFile,
-    /// The file's length and modification time when it was opened.
-    version: Version,
+    /// The file as its lookup found it (identity, nothing offered by `Accept-Encoding`).
+    streamed: Streamed,
+    /// Its 200's header lines for the fast path ([`LargeFile::lines`]).
+    lines: Bytes,
     marks: Marks,
     _slot: Slot<'static>,
 }
 
 impl OpenFile {
-    /// Keeps `large` (of `version`) open, checked at `now`, if the static files' share of
-    /// descriptors has room.
-    pub(super) fn new(large: LargeFile, version: Version, now: u64) -> io::Result<Self> {
+    /// Keeps `streamed` open with its fast-path header `lines`, checked at `now`, if the static
+    /// files' share of descriptors has room.
+    pub(super) fn new(streamed: Streamed, lines: Bytes, now: u64) -> io::Result<Self> {
         let kept = Self {
-            large,
-            version,
+            streamed,
+            lines,
             marks: Marks::default(),
             _slot: descriptors::slot()?,
         };
@@ -55,12 +57,27 @@ impl OpenFile {
         Ok(kept)
     }
 
-    /// Whether the file has not been written since it was opened (its answer still holds).
+    /// Whether the file has not been written since it was opened (its answer still holds):
+    /// the same length and modification time.
     pub(super) fn unchanged(&self) -> bool {
-        self.large
+        self.streamed
             .file
             .metadata()
-            .is_ok_and(|meta| resolve::version(&meta) == self.version)
+            .is_ok_and(|meta| resolve::version(&meta) == self.streamed.version)
+    }
+
+    /// The fast path's answer.
+    pub(super) fn large(&self) -> LargeFile {
+        LargeFile {
+            lines: self.lines.clone(),
+            file: self.streamed.file.clone(),
+            len: self.streamed.len,
+        }
+    }
+
+    /// The general path's: the file to stream, ranges and preconditions applied to it there.
+    pub(super) fn streamed(&self) -> Streamed {
+        self.streamed.clone()
     }
 }
 

@@ -83,12 +83,14 @@ pub(super) enum Found {
 }
 
 /// A large file opened for streaming, with the representation chosen.
+#[derive(Clone)]
 pub(super) struct Streamed {
     pub(super) content_type: http::HeaderValue,
     pub(super) version: Version,
     pub(super) vary: bool,
-    /// The file to send: the original, or the chosen precompressed sibling.
-    pub(super) file: File,
+    /// The file to send: the original, or the chosen precompressed sibling. Shared: a file
+    /// kept open ([`super::open_files`]) answers many requests, each reading at its own offsets.
+    pub(super) file: Arc<File>,
     /// Length of `file`.
     pub(super) len: u64,
     /// ETag of the chosen representation.
@@ -308,7 +310,7 @@ fn choose(
         version: stamp.version,
         vary,
         len: main.meta.len(),
-        file: main.file,
+        file: Arc::new(main.file),
         etag: stamp.version.etag(None),
         encoding: None,
         compress: false,
@@ -318,7 +320,7 @@ fn choose(
         Some(e) => match (siblings[e.index()].take(), stamp.siblings[e.index()]) {
             (Some(sib), Some((_, v))) => Streamed {
                 len: sib.meta.len(),
-                file: sib.file,
+                file: Arc::new(sib.file),
                 etag: v.etag(Some(e.extension())),
                 encoding: Some(e),
                 ..identity(main)

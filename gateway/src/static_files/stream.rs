@@ -43,9 +43,9 @@ pub(super) struct FileBody {
 const KEPT: usize = 2;
 
 impl FileBody {
-    pub(super) fn new(file: File, offset: u64, len: u64) -> Self {
+    pub(super) fn new(file: Arc<File>, offset: u64, len: u64) -> Self {
         let mut body = Self {
-            file: Arc::new(file),
+            file,
             next: offset,
             unread: len,
             remaining: len,
@@ -152,7 +152,7 @@ mod tests {
             .collect();
         std::fs::write(&path, &data).unwrap();
 
-        let body = FileBody::new(File::open(&path).unwrap(), 0, data.len() as u64);
+        let body = FileBody::new(Arc::new(File::open(&path).unwrap()), 0, data.len() as u64);
         assert_eq!(body.size_hint().exact(), Some(data.len() as u64));
         let mut frames = 0;
         let mut out = Vec::new();
@@ -164,11 +164,11 @@ mod tests {
         assert_eq!(out, data);
         assert_eq!(frames, 3);
 
-        let body = FileBody::new(File::open(&path).unwrap(), 10, 20);
+        let body = FileBody::new(Arc::new(File::open(&path).unwrap()), 10, 20);
         let got = body.collect().await.unwrap().to_bytes();
         assert_eq!(&got[..], &data[10..30]);
 
-        let empty = FileBody::new(File::open(&path).unwrap(), 0, 0);
+        let empty = FileBody::new(Arc::new(File::open(&path).unwrap()), 0, 0);
         assert!(empty.is_end_stream());
         assert!(empty.collect().await.unwrap().to_bytes().is_empty());
     }
@@ -181,7 +181,7 @@ mod tests {
             .map(|i| (i % 253) as u8)
             .collect();
         std::fs::write(&path, &data).unwrap();
-        let body = FileBody::new(File::open(&path).unwrap(), 0, data.len() as u64);
+        let body = FileBody::new(Arc::new(File::open(&path).unwrap()), 0, data.len() as u64);
         let mut body = std::pin::pin!(body);
         let mut next = async || body.frame().await.unwrap().unwrap().into_data().unwrap();
         // The first chunk is dropped before the second is asked for: the third is read into
@@ -209,7 +209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"short").unwrap();
-        let body = FileBody::new(File::open(&path).unwrap(), 0, 100);
+        let body = FileBody::new(Arc::new(File::open(&path).unwrap()), 0, 100);
         assert!(body.collect().await.is_err());
     }
 }

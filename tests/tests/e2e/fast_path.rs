@@ -893,6 +893,13 @@ async fn large_files_stay_open_for_the_next_requests_and_a_replaced_one_is_seen_
     }
     assert_eq!(fast_path_count(&gw, "fast").await, before + 3);
     assert_eq!(descriptors_on(&path), 1);
+    // The general path (here a range, on the listener without the fast path) streams it from
+    // the same descriptor.
+    let range = b"GET /files/kept.bin HTTP/1.1\r\nHost: a\r\nRange: bytes=100-199\r\nConnection: close\r\n\r\n";
+    let part = answers(&exchange_bytes(gw.addr("general"), range).await, &[false]).remove(0);
+    assert_eq!(part.status, 206);
+    assert!(part.body == first[100..200]);
+    assert_eq!(descriptors_on(&path), 1);
 
     // Replaced (a new file renamed over it, as deployments do): the kept file answers until its
     // re-check is due (`revalidate_after`, 1 s), then the new one does and the old one's
