@@ -528,6 +528,9 @@ impl StaticFiles {
                     if let Some(e) = self.cache.get(&key) {
                         return self.serve_cached(&e, RequestHeaders::Read(headers), head, want);
                     }
+                    if let Some(open) = self.open.get(&key) {
+                        return self.serve_streamed(open.streamed(), headers, head, want);
+                    }
                     None
                 }
             },
@@ -1064,6 +1067,40 @@ mod tests {
         assert_eq!(res.headers[header::CONTENT_LENGTH], "5000");
         assert!(body == vec![7u8; 5000]);
         assert_eq!(lookups(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_misses_for_a_large_file_share_its_lookup_once_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("big.bin"), vec![3u8; 4096]).expect("write");
+        let cfg: gateway_config::model::StaticConfig = serde_yaml::from_str(&format!(
+            "{{ root: {}, cache: {{ max_file_size: 1KiB }} }}",
+            dir.path().display()
+        ))
+        .expect("config");
+        let files = Arc::new(StaticFiles::new(&cfg).expect("static"));
+        let requests: Vec<_> = (0..200)
+            .map(|_| {
+                let files = files.clone();
+                tokio::spawn(async move {
+                    let req = Request::get("/big.bin")
+                        .body(Body::empty())
+                        .expect("request");
+                    let res = files.serve(req).await;
+                    http_body_util::BodyExt::collect(res.into_body())
+                        .await
+                        .expect("body")
+                        .to_bytes()
+                        .len()
+                })
+            })
+            .collect();
+        for r in requests {
+            assert_eq!(r.await.expect("task"), 4096);
+        }
+        // Those that waited for the first lookup are answered from the file it kept open.
+        let lookups = files.lookups.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(lookups < 50, "200 concurrent misses made {lookups} lookups");
     }
 
     #[tokio::test]
