@@ -263,8 +263,7 @@ impl StaticFiles {
             }
             let open = self.open.get(&key);
             if let Some(open) = &open
-                && open.unchanged()
-                && !open.claim_revalidation(now_ms(), self.revalidate)
+                && open.answers(now_ms(), self.revalidate)
             {
                 return Some(Express::Large(open.large()));
             }
@@ -498,8 +497,7 @@ impl StaticFiles {
         // A large file kept open: streamed from the kept descriptor (see `express`).
         if prev.is_none()
             && let Some(open) = self.open.get(&key)
-            && open.unchanged()
-            && !open.claim_revalidation(now, self.revalidate)
+            && open.answers(now, self.revalidate)
         {
             return self.serve_streamed(open.streamed(), headers, head, want);
         }

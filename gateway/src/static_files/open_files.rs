@@ -66,6 +66,13 @@ impl OpenFile {
             .is_ok_and(|meta| resolve::version(&meta) == self.streamed.version)
     }
 
+    /// Whether this entry answers a request at `now`: the file is unchanged, and not due for
+    /// its re-check (or another request claimed it). `false` leaves the lookup to the caller,
+    /// the re-check claimed when it was due.
+    pub(super) fn answers(&self, now: u64, ttl: u64) -> bool {
+        self.unchanged() && !self.claim_revalidation(now, ttl)
+    }
+
     /// The fast path's answer.
     pub(super) fn large(&self) -> LargeFile {
         LargeFile {
