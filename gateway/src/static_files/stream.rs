@@ -5,8 +5,9 @@
 //!
 //! A chunk the connection has written and dropped is read into again: a fresh 256 KiB buffer
 //! per chunk cost a quarter of a streamed 1 MiB file's CPU in page faults and the kernel's
-//! zeroing of the new pages (`perf`: `exc_page_fault`, `clear_page_erms`), and its `calloc`
-//! zeroed bytes the read then overwrote.
+//! zeroing of the new pages (`perf`: `exc_page_fault`, `clear_page_erms`). Buffers are never
+//! zeroed: reads write into their uninitialised room, so the allocator reuses freed pages as
+//! they are instead of handing out cleared ones.
 //!
 //! A chunk whose pages are all in the page cache is read on the connection's own thread
 //! (`preadv2` with `RWF_NOWAIT`, which fails rather than wait for the disk): the trip to the
@@ -18,7 +19,6 @@ use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +30,8 @@ use tokio::task::JoinHandle;
 
 /// Bytes read per chunk: large enough that the per-read overhead (a trip to the blocking pool)
 /// is small next to the copy, small enough to keep memory per response modest.
-pub(super) const CHUNK: u64 = 256 * 1024;
+pub(super) const CHUNK: u64 = CHUNK_BYTES as u64;
+const CHUNK_BYTES: usize = 256 * 1024;
 
 /// `len` bytes of `file` from `offset`.
 pub(super) struct FileBody {
@@ -79,9 +80,11 @@ impl FileBody {
         let (file, at) = (self.file.clone(), self.next);
         self.next += n;
         self.unread -= n;
-        let mut buf = self.reusable();
-        if let Some(chunk) = read_cached(&file, at, n, &mut buf) {
-            self.pending = Some(Pending::Read(chunk));
+        // At most `CHUNK` bytes, which fits in a usize.
+        let n = usize::try_from(n).unwrap_or(CHUNK_BYTES);
+        let mut buf = buffer(n, self.reusable());
+        if read_cached(&file, at, n, &mut buf) {
+            self.pending = Some(Pending::Read(buf.freeze()));
             return;
         }
         self.pending = Some(Pending::Reading(tokio::task::spawn_blocking(move || {
@@ -104,67 +107,100 @@ impl FileBody {
     }
 }
 
-/// Reads exactly `n` bytes at `at`, into `reused` when given (its bytes are overwritten, not
-/// zeroed first); a short file (truncated since it was opened) is an error, since the
-/// response already promised its length.
-fn read_chunk(file: &File, at: u64, n: u64, reused: Option<BytesMut>) -> io::Result<Bytes> {
-    let mut buf = buffer(n, reused)?;
-    file.read_exact_at(&mut buf, at)?;
+/// Completes `buf` to `n` bytes: `buf` already holds the chunk's first bytes (none, or what a
+/// read that would have waited got), the rest is read at `at` plus that. A short file
+/// (truncated since it was opened) is an error, since the response already promised its length.
+fn read_chunk(file: &File, at: u64, n: usize, mut buf: BytesMut) -> io::Result<Bytes> {
+    while buf.len() < n {
+        match pread_into(file, at, n, &mut buf, 0) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(buf.freeze())
 }
 
-/// A buffer of `n` bytes: `reused` cut to size when it is large enough, else a new one.
-fn buffer(n: u64, reused: Option<BytesMut>) -> io::Result<BytesMut> {
-    let n = usize::try_from(n).map_err(io::Error::other)?;
-    Ok(match reused {
-        Some(mut buf) if buf.len() >= n => {
-            buf.truncate(n);
+/// An empty buffer with room for `n` bytes: `reused` when it is large enough, else a new one.
+/// Never zeroed: the reads write into its spare room. (A zeroed 64 KiB buffer is `calloc`'s
+/// large size, for which the allocator hands out pages the kernel must fault in and clear: 16
+/// page faults per 64 KiB range, most of the system time of serving one over TLS.)
+fn buffer(n: usize, reused: Option<BytesMut>) -> BytesMut {
+    match reused {
+        Some(mut buf) if buf.capacity() >= n => {
+            buf.clear();
             buf
         }
-        _ => BytesMut::zeroed(n),
-    })
+        _ => BytesMut::with_capacity(n),
+    }
 }
 
 /// Whether `preadv2` with `RWF_NOWAIT` may be tried; cleared for good when the kernel or a file
 /// system refuses the flag, so such a host pays one failed call, not one per chunk.
 static NOWAIT: AtomicBool = AtomicBool::new(true);
 
-/// Reads `n` bytes at `at` without waiting for the disk: the chunk when every byte was in the
-/// page cache, `None` when the read would wait (the buffer, if one was made, is left in `buf`
-/// for the blocking pool's read).
-fn read_cached(file: &File, at: u64, n: u64, buf: &mut Option<BytesMut>) -> Option<Bytes> {
+/// Reads what it can of the chunk's `n` bytes at `at` into `buf` without waiting for the disk:
+/// `true` when every byte was in the page cache. Otherwise `buf` keeps what was read, for the
+/// blocking pool's read to complete.
+fn read_cached(file: &File, at: u64, n: usize, buf: &mut BytesMut) -> bool {
     if !NOWAIT.load(Ordering::Relaxed) {
-        return None;
+        return false;
     }
-    let mut chunk = buffer(n, buf.take()).ok()?;
-    let offset = libc::off_t::try_from(at).ok()?;
-    let iov = libc::iovec {
-        iov_base: chunk.as_mut_ptr().cast(),
-        iov_len: chunk.len(),
-    };
-    // SAFETY: one iovec over `chunk`, which is `iov_len` bytes long and outlives the call; the
-    // descriptor is open (borrowed from `file`).
-    #[allow(
-        unsafe_code,
-        reason = "preadv2 with RWF_NOWAIT, which std does not offer"
-    )]
-    let read = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-    if usize::try_from(read).is_ok_and(|r| r == chunk.len()) {
-        return Some(chunk.freeze());
-    }
-    if read < 0 {
-        let e = io::Error::last_os_error();
-        if matches!(
-            e.raw_os_error(),
-            Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
-        ) {
-            NOWAIT.store(false, Ordering::Relaxed);
+    match pread_into(file, at, n, buf, libc::RWF_NOWAIT) {
+        Ok(_) => buf.len() == n,
+        Err(e) => {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+            ) {
+                NOWAIT.store(false, Ordering::Relaxed);
+            }
+            // `EAGAIN`: the first page is not cached.
+            false
         }
     }
-    // Short (some pages not cached, or the file shrank) or would block: the blocking pool
-    // reads the whole chunk again and reports a short file.
-    *buf = Some(chunk);
-    None
+}
+
+/// One positional read of the chunk's next bytes (the chunk is `n` bytes at `at`; `buf` holds
+/// its first `buf.len()`) into `buf`'s spare room; `buf` grows by the count read.
+#[allow(
+    unsafe_code,
+    reason = "reads into the buffer's uninitialised room (and preadv2's RWF_NOWAIT, which std does not offer)"
+)]
+fn pread_into(
+    file: &File,
+    at: u64,
+    n: usize,
+    buf: &mut BytesMut,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let held = buf.len();
+    let offset = at
+        .checked_add(held as u64)
+        .and_then(|o| libc::off_t::try_from(o).ok())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let room = buf.spare_capacity_mut();
+    let want = n.saturating_sub(held).min(room.len());
+    let iov = libc::iovec {
+        iov_base: room.as_mut_ptr().cast(),
+        iov_len: want,
+    };
+    // SAFETY: one iovec over the first `want` bytes of `buf`'s spare room, which it owns and
+    // which outlives the call; the descriptor is open (borrowed from `file`). Flags 0 uses
+    // `pread`, which every kernel has (`preadv2` needs 4.6).
+    let read = unsafe {
+        if flags == 0 {
+            libc::pread(file.as_raw_fd(), iov.iov_base, iov.iov_len, offset)
+        } else {
+            libc::preadv2(file.as_raw_fd(), &iov, 1, offset, flags)
+        }
+    };
+    let read = usize::try_from(read).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the kernel wrote `read` bytes (at most `want`, within the spare room) right
+    // after the `held` ones.
+    unsafe { buf.set_len(held + read.min(want)) };
+    Ok(read)
 }
 
 impl HttpBody for FileBody {
@@ -308,6 +344,41 @@ mod tests {
             eprintln!("the page cache kept the file (tmpfs?): only the bytes are checked");
         }
         assert!(body.collect().await.unwrap().to_bytes() == data);
+    }
+
+    /// A read that would have waited for the disk leaves what it got in the buffer; the blocking
+    /// pool's read continues after it rather than reading the chunk again.
+    #[test]
+    fn the_blocking_read_completes_what_a_cached_read_began() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..10_000).map(|i| (i % 239) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = File::open(&path).unwrap();
+        // A chunk of 6,000 bytes at 1,000 of which 2,500 were read already (marked here with
+        // bytes the file does not have at those places, to tell kept from read again).
+        let mut held = buffer(6_000, None);
+        held.extend_from_slice(&[0xAB; 2_500]);
+        let chunk = read_chunk(&file, 1_000, 6_000, held).unwrap();
+        assert_eq!(chunk.len(), 6_000);
+        assert!(
+            chunk[..2_500].iter().all(|&b| b == 0xAB),
+            "what was held is kept"
+        );
+        assert!(
+            chunk[2_500..] == data[3_500..7_000],
+            "the rest from where it ended"
+        );
+
+        // A reused buffer larger than the chunk starts empty, whatever it held before.
+        let mut reused = BytesMut::with_capacity(8_000);
+        reused.extend_from_slice(&[0xCD; 8_000]);
+        let chunk = read_chunk(&file, 0, 100, buffer(100, Some(reused))).unwrap();
+        assert!(chunk[..] == data[..100]);
+
+        // Past the end: the file shrank since the response promised its length.
+        let err = read_chunk(&file, 9_000, 2_000, buffer(2_000, None)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[tokio::test]
