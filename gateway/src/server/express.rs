@@ -17,8 +17,9 @@
 //! Anything else hands the connection over to hyper for the rest of its life, with the bytes
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
-//! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions or
-//! ranges on a static file, a file not in the cache over TLS, a directory's redirect, a large
+//! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
+//! static file, a range of a file not kept open (or over TLS, or unsatisfiable), a file not in
+//! the cache over TLS, a directory's redirect, a large
 //! file compressed on the fly, a route with filters, a proxy route, no matching route, an ACME
 //! challenge pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
@@ -44,7 +45,9 @@ use super::sendfile::SendFile;
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
-use crate::static_files::{Express, ExpressFile, LargeFile, Looked, Missed, Recheck, StaticFiles};
+use crate::static_files::{
+    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Recheck, StaticFiles,
+};
 use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText, first_line};
 use crate::terminal::Terminal;
@@ -87,8 +90,10 @@ struct Plain<'b> {
     /// Every header line, for the access log (read only when it is on, so that a request
     /// does not pay for what it may not need).
     headers: &'b [httparse::Header<'b>],
-    /// `Range` or a precondition: a static file's answer depends on them.
+    /// A precondition (`If-Range` included): a static file's answer depends on it.
     conditional: bool,
+    /// The one `Range` value: a large file kept open answers it here (a 206 sent from disk).
+    range: Option<&'b [u8]>,
     /// `Connection: close`: the connection ends with this answer.
     close: bool,
 }
@@ -175,7 +180,8 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
             17 if is(b"transfer-encoding") => return None,
             6 if is(b"expect") => return None,
             7 if is(b"upgrade") => return None,
-            5 if is(b"range") => plain.conditional = true,
+            // A second `Range` is hyper's (the general path reads the first).
+            5 if is(b"range") && plain.range.replace(h.value).is_some() => return None,
             8 if is(b"if-match") || is(b"if-range") => plain.conditional = true,
             13 if is(b"if-none-match") => plain.conditional = true,
             17 if is(b"if-modified-since") => plain.conditional = true,
@@ -308,6 +314,19 @@ impl<'a> Lane<'a> {
                     return Outcome::HandOff;
                 }
                 svc.activity.request_started(false);
+                // `HEAD` ignores `Range` (RFC 9110 §14.2): its 200 head below.
+                if let Some(range) = req.range.filter(|_| !req.head) {
+                    let Some((status, bytes)) = self.push_range(req, range, files, server, answers)
+                    else {
+                        svc.activity.request_done();
+                        return Outcome::HandOff;
+                    };
+                    let observe = || self.observe(req);
+                    self.record(route, status, bytes, start, observe, answers);
+                    svc.activity.request_done();
+                    self.answered.inc();
+                    return Outcome::Answered;
+                }
                 let job = match files.express(req.path, req.accept_encoding, self.sends_files) {
                     None => {
                         svc.activity.request_done();
@@ -474,8 +493,51 @@ impl<'a> Lane<'a> {
         out.extend_from_slice(&self.listener_lines);
         end_head(out, close);
         if !head && let Ok(len) = usize::try_from(file.len) {
-            answers.push_disk(&file.file, len);
+            answers.push_disk(&file.file, 0, len);
         }
+    }
+
+    /// Appends the answer to a `GET` of a static file with a `Range` (`range`, its value) when
+    /// the file is a large one kept open: its 206 for a satisfiable range, its 200 for a range
+    /// the general path ignores (another unit, several ranges, bad syntax), each sent from disk;
+    /// returns the status and the body's length. `None` leaves the request to the general path:
+    /// a connection that does not send files, a file in the memory cache, not kept open or due
+    /// for its re-check, and an unsatisfiable range (its 416).
+    fn push_range(
+        &self,
+        req: &Plain<'_>,
+        range: &[u8],
+        files: &StaticFiles,
+        server: Option<&http::HeaderValue>,
+        answers: &mut Answers,
+    ) -> Option<(StatusCode, usize)> {
+        if !self.sends_files {
+            return None;
+        }
+        let file = files.express_range(req.path)?;
+        let (first, last) = match file.range(range) {
+            RangeSpec::Bytes(first, last) => (first, last),
+            RangeSpec::Ignore => {
+                self.push_large(&file, (false, req.close), server, answers);
+                return Some((StatusCode::OK, usize::try_from(file.len).ok()?));
+            }
+            RangeSpec::Unsatisfiable => return None,
+        };
+        let len = usize::try_from(last - first + 1).ok()?;
+        let out = &mut answers.text;
+        // As the general path's 206 (`static_files::response::partial`), `Server` last.
+        out.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
+        out.extend_from_slice(file.representation_lines());
+        push_line(out, b"content-length", len.to_string().as_bytes());
+        let content_range = format!("bytes {first}-{last}/{}", file.len);
+        push_line(out, b"content-range", content_range.as_bytes());
+        if let Some(server) = server {
+            push_line(out, b"server", server.as_bytes());
+        }
+        out.extend_from_slice(&self.listener_lines);
+        end_head(out, req.close);
+        answers.push_disk(&file.file, first, len);
+        Some((StatusCode::PARTIAL_CONTENT, len))
     }
 
     /// Appends the general path's error response for `status` (a static file's 404 or 403);
@@ -834,13 +896,19 @@ mod tests {
             b"GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             b"GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nAccept-Encoding: br\r\n\r\n",
+            b"GET / HTTP/1.1\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
         ] {
             parse(head, |p| {
                 assert!(p.is_none(), "{:?}", String::from_utf8_lossy(head));
             });
         }
+        // A range alone is read for the fast path's 206; with `If-Range` it is a precondition's.
+        parse(b"GET / HTTP/1.1\r\nrange: bytes=0-1\r\n\r\n", |p| {
+            let p = p.expect("plain");
+            assert_eq!((p.range, p.conditional), (Some(&b"bytes=0-1"[..]), false));
+        });
         for conditional in [
-            "Range: bytes=0-1",
+            "Range: bytes=0-1\r\nIf-Range: \"x\"",
             "If-Match: *",
             "if-range: x",
             "If-Modified-Since: x",

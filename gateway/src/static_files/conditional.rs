@@ -213,7 +213,7 @@ fn if_range_holds(v: &HeaderValue, etag: &[u8], modified: u64) -> bool {
 
 /// A parsed `Range` header against a representation of `len` bytes.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum RangeSpec {
+pub enum RangeSpec {
     /// Not a single byte range we understand (other unit, bad syntax, several ranges):
     /// answered with the full representation, as RFC 9110 §14.2 allows.
     Ignore,

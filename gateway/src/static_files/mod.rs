@@ -29,6 +29,7 @@ use http_body_util::BodyDataStream;
 use tokio_util::io::StreamReader;
 
 use self::cache::{Cache, Cached, Entry};
+pub use self::conditional::RangeSpec;
 use self::conditional::{Asked, Plan, Validators};
 use self::encoding::{Accept, Encoding};
 use self::misses::{Miss, Misses, follow};
@@ -39,6 +40,7 @@ pub use self::sealed::SealedFile;
 use self::stream::FileBody;
 use crate::body::Body;
 use crate::error::error_response;
+use crate::server::express::push_line;
 
 /// A compiled `static` terminal.
 pub struct StaticFiles {
@@ -98,9 +100,24 @@ pub enum Looked {
 #[derive(Clone)]
 pub struct LargeFile {
     pub lines: bytes::Bytes,
+    /// Where `lines`' `Content-Length` line starts, the last: the lines before it are the
+    /// representation's, which a 206 of the file carries too.
+    pub length_at: usize,
     pub file: Arc<std::fs::File>,
     /// The file's length when it was opened: what `Content-Length` says.
     pub len: u64,
+}
+
+impl LargeFile {
+    /// The header lines of any answer with the file's bytes, without their length.
+    pub fn representation_lines(&self) -> &[u8] {
+        &self.lines[..self.length_at]
+    }
+
+    /// What a request's `Range` value asks of the file, as the general path reads it.
+    pub fn range(&self, value: &[u8]) -> RangeSpec {
+        conditional::parse_range(value, self.len)
+    }
 }
 
 /// A re-check claimed by a fast-path request.
@@ -285,6 +302,19 @@ impl StaticFiles {
         Some(Express::Ready(ExpressFile::of(&entry, &accept)))
     }
 
+    /// The fast path's file for a plain `GET` of `path` with a `Range` (and no precondition): a
+    /// large file kept open that answers now as it is (unchanged, its re-check not due), for a
+    /// 206 sent with `sendfile`. `None` (a cached file, one not kept open, or one due for its
+    /// re-check) claims nothing: the general path answers the request as it would any range.
+    pub fn express_range(&self, path: &str) -> Option<LargeFile> {
+        let key = path::normalize(path).ok()?.key;
+        if self.cache.get(&key).is_some() {
+            return None;
+        }
+        let open = self.open.get(&key)?;
+        (open.is_fresh(now_ms(), self.revalidate) && open.unchanged()).then(|| open.large())
+    }
+
     /// Re-checks a cached file for the fast path, on the blocking pool as the general path
     /// does: the answer from the entry as it is or as it is now, or `None` (the entry dropped)
     /// when the file is gone or no longer one the cache holds, for the general path to answer.
@@ -401,7 +431,7 @@ impl StaticFiles {
         use std::sync::atomic::Ordering::Relaxed;
         let kept = match found {
             Ok(Found::Stream(s)) if !s.vary && self.open.budget() > 0 => {
-                OpenFile::new(s.clone(), self.large(s).lines, now)
+                OpenFile::new(s.clone(), self.large(s), now)
             }
             _ => {
                 self.open.remove(key);
@@ -431,15 +461,13 @@ impl StaticFiles {
     /// 200 for it ([`StaticFiles::serve_streamed`]) and the open file.
     fn large(&self, s: &Streamed) -> LargeFile {
         let last_modified = s.version.last_modified();
-        let len = Some(HeaderValue::from(s.len));
-        let res = response::ok(
-            fresh_map(),
-            &self.head(s, &last_modified),
-            Body::empty(),
-            len,
-        );
+        // As `response::ok` orders them: the representation's headers, then the length.
+        let mut lines = response::representation_lines(&self.head(s, &last_modified));
+        let length_at = lines.len();
+        push_line(&mut lines, b"content-length", s.len.to_string().as_bytes());
         LargeFile {
-            lines: response::wire_lines(res.headers()),
+            lines: lines.into(),
+            length_at,
             file: s.file.clone(),
             len: s.len,
         }

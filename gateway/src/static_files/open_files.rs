@@ -39,17 +39,20 @@ pub(super) struct OpenFile {
     streamed: Streamed,
     /// Its 200's header lines for the fast path ([`LargeFile::lines`]).
     lines: Bytes,
+    /// Where the length's line starts in `lines` ([`LargeFile::length_at`]).
+    length_at: usize,
     marks: Marks,
     _slot: Slot<'static>,
 }
 
 impl OpenFile {
-    /// Keeps `streamed` open with its fast-path header `lines`, checked at `now`, if the static
-    /// files' share of descriptors has room.
-    pub(super) fn new(streamed: Streamed, lines: Bytes, now: u64) -> io::Result<Self> {
+    /// Keeps `streamed` open with its fast-path answer's header lines (those of `large`),
+    /// checked at `now`, if the static files' share of descriptors has room.
+    pub(super) fn new(streamed: Streamed, large: LargeFile, now: u64) -> io::Result<Self> {
         let kept = Self {
             streamed,
-            lines,
+            lines: large.lines,
+            length_at: large.length_at,
             marks: Marks::default(),
             _slot: descriptors::slot()?,
         };
@@ -77,6 +80,7 @@ impl OpenFile {
     pub(super) fn large(&self) -> LargeFile {
         LargeFile {
             lines: self.lines.clone(),
+            length_at: self.length_at,
             file: self.streamed.file.clone(),
             len: self.streamed.len,
         }

@@ -96,6 +96,19 @@ pub(super) fn wire_lines(ok_headers: &HeaderMap) -> bytes::Bytes {
     out.into()
 }
 
+/// The header lines of every answer with a representation's bytes (200 and 206), without its
+/// length, as hyper writes them: those [`ok`] and [`partial`] insert first, in their order.
+pub(super) fn representation_lines(head: &Head<'_>) -> Vec<u8> {
+    let mut h = HeaderMap::with_capacity(HEADERS);
+    head.representation(&mut h);
+    // Room for the length and range lines the answers add.
+    let mut out = Vec::with_capacity(h.len() * 40 + 64);
+    for (name, value) in &h {
+        push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out
+}
+
 /// 200 for a cached representation, from its [`ok_headers`], with the server's `Server` header
 /// or none.
 pub(super) fn ok_cached(

@@ -931,6 +931,116 @@ async fn large_files_stay_open_for_the_next_requests_and_a_replaced_one_is_seen_
     assert_eq!(descriptors_on(&path), 0);
 }
 
+#[tokio::test]
+async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_answers_them() {
+    // The routes of `YAML` but one: its files re-checked once a minute, so that none falls due
+    // while the test runs (a file due for its re-check is the general path's).
+    let yaml = YAML.replace(
+        "static: { root: public, compress: [gzip], compress_min_size: 16 }",
+        "static: { root: public, compress: [], cache: { revalidate_after: 60s } }",
+    );
+    let dir = temp_dir();
+    let data: Vec<u8> = (0..600 * 1024).map(|i| (i % 251) as u8).collect();
+    write_file(dir.path(), "public/files/ranged.bin", &data);
+    write_file(
+        dir.path(),
+        "public/files/small.txt",
+        "in the memory cache\n",
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    let ask = |target: &str, more: &str| {
+        format!("GET {target} HTTP/1.1\r\nHost: a\r\n{more}Connection: close\r\n\r\n")
+    };
+    // The first request looks the file up and keeps it open; so is the small one cached.
+    let whole = answers(
+        &exchange_bytes(fast, ask("/files/ranged.bin", "").as_bytes()).await,
+        &[false],
+    );
+    assert!(whole[0].status == 200 && whole[0].body == data);
+    cache(fast, "/files/small.txt").await;
+
+    let len = data.len();
+    let cases: [(&str, u16, std::ops::Range<usize>); 7] = [
+        ("bytes=100-199", 206, 100..200),
+        ("bytes=0-0", 206, 0..1),
+        ("bytes=614000-", 206, 614_000..len),
+        ("bytes=-50", 206, len - 50..len),
+        ("bytes=600000-99999999", 206, 600_000..len),
+        // Ranges the general path ignores (several, another unit): the whole file, from here.
+        ("bytes=0-1,5-6", 200, 0..len),
+        ("items=0-1", 200, 0..len),
+    ];
+    for (range, status, bytes) in cases {
+        let request = ask("/files/ranged.bin", &format!("Range: {range}\r\n"));
+        let before = fast_path_count(&gw, "fast").await;
+        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(
+            fast_path_count(&gw, "fast").await,
+            before + 1,
+            "{range}: answered here"
+        );
+        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(here, there, "{range}: the general path's answer");
+        assert_eq!(here.status, status, "{range}");
+        assert!(
+            here.body == data[bytes.clone()],
+            "{range}: the bytes asked for"
+        );
+        if status == 206 {
+            let content_range = format!("bytes {}-{}/{len}", bytes.start, bytes.end - 1);
+            assert!(
+                here.headers
+                    .contains(&("content-range".into(), content_range.clone())),
+                "{range}: {content_range} in {:?}",
+                here.headers
+            );
+        }
+    }
+    // Two ranges pipelined on one connection, each in its place.
+    let two = format!(
+        "{}{}",
+        ask("/files/ranged.bin", "Range: bytes=10-19\r\n").replace("Connection: close\r\n", ""),
+        ask("/files/ranged.bin", "Range: bytes=-5\r\n")
+    );
+    let before = fast_path_count(&gw, "fast").await;
+    let got = answers(&exchange_bytes(fast, two.as_bytes()).await, &[false, false]);
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 2);
+    assert!(got[0].body == data[10..20] && got[1].body == data[len - 5..]);
+    // `HEAD` ignores the range, here as there: the whole file's 200 head.
+    let head = ask("/files/ranged.bin", "Range: bytes=0-9\r\n").replacen("GET", "HEAD", 1);
+    let before = fast_path_count(&gw, "fast").await;
+    let here = answers(&exchange_bytes(fast, head.as_bytes()).await, &[true]).remove(0);
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
+    let there = answers(&exchange_bytes(general, head.as_bytes()).await, &[true]).remove(0);
+    assert_eq!(here, there);
+    assert_eq!(here.status, 200);
+
+    // Left to the general path, with its answers: an unsatisfiable range (416), a range with
+    // `If-Range`, and a range of a file in the memory cache.
+    let handed = [
+        ask("/files/ranged.bin", "Range: bytes=700000-\r\n"),
+        ask(
+            "/files/ranged.bin",
+            "Range: bytes=0-9\r\nIf-Range: \"other\"\r\n",
+        ),
+        ask("/files/small.txt", "Range: bytes=3-5\r\n"),
+    ];
+    let statuses = [416, 200, 206];
+    for (request, status) in handed.iter().zip(statuses) {
+        let before = fast_path_count(&gw, "fast").await;
+        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(
+            fast_path_count(&gw, "fast").await,
+            before,
+            "{request:?}: not answered here"
+        );
+        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(here, there);
+        assert_eq!(here.status, status, "{request:?}");
+    }
+}
+
 /// A `traceparent` of trace `trace` (hex) from the client's span `00f067aa0ba902b7`.
 fn traceparent_of(trace: &str, flags: &str) -> String {
     format!("00-{trace}-00f067aa0ba902b7-{flags}")

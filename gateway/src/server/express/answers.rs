@@ -55,9 +55,13 @@ enum Held {
     Bytes(Bytes),
     /// In a sealed memory file, which a plain socket is sent from (its mapping otherwise).
     Sealed(Arc<SealedFile>),
-    /// The first `len` bytes of a file on disk, which only a plain socket takes (the fast path
-    /// answers from disk only on such connections).
-    Disk(Arc<File>, usize),
+    /// `len` bytes of a file on disk from `offset`, which only a plain socket takes (the fast
+    /// path answers from disk only on such connections).
+    Disk {
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+    },
 }
 
 impl Held {
@@ -66,23 +70,23 @@ impl Held {
         match self {
             Held::Bytes(b) => b,
             Held::Sealed(f) => f.as_slice(),
-            Held::Disk(..) => &[],
+            Held::Disk { .. } => &[],
         }
     }
 
     fn len(&self) -> usize {
         match self {
-            Held::Disk(_, len) => *len,
+            Held::Disk { len, .. } => *len,
             held => held.bytes().len(),
         }
     }
 
-    /// The file `sendfile` reads, if it is in one.
-    fn file(&self) -> Option<BorrowedFd<'_>> {
+    /// The file `sendfile` reads, if it is in one, and where the bytes start in it.
+    fn file(&self) -> Option<(BorrowedFd<'_>, u64)> {
         match self {
             Held::Bytes(_) => None,
-            Held::Sealed(f) => Some(f.fd()),
-            Held::Disk(f, _) => Some(f.as_fd()),
+            Held::Sealed(f) => Some((f.fd(), 0)),
+            Held::Disk { file, offset, .. } => Some((file.as_fd(), *offset)),
         }
     }
 }
@@ -130,14 +134,18 @@ impl Answers {
         }
     }
 
-    /// Appends the first `len` bytes of a file on disk after the text so far, to be sent with
-    /// `sendfile` (only on a stream that [`SendFile::sends_files`]).
-    pub(super) fn push_disk(&mut self, file: &Arc<File>, len: usize) {
+    /// Appends `len` bytes of a file on disk from `offset` after the text so far, to be sent
+    /// with `sendfile` (only on a stream that [`SendFile::sends_files`]).
+    pub(super) fn push_disk(&mut self, file: &Arc<File>, offset: u64, len: usize) {
         self.files += 1;
         let at = self.text.len();
         self.bodies.push(Body {
             at,
-            held: Held::Disk(file.clone(), len),
+            held: Held::Disk {
+                file: file.clone(),
+                offset,
+                len,
+            },
         });
         self.body_bytes += len;
     }
@@ -198,8 +206,8 @@ impl Answers {
         for body in &self.bodies {
             fill.push::<BOUNDED>(&self.text[text_at..body.at]);
             match &body.held {
-                Held::Disk(_, len) if fill.skip >= *len => fill.skip -= len,
-                Held::Disk(..) => return fill.n,
+                Held::Disk { len, .. } if fill.skip >= *len => fill.skip -= len,
+                Held::Disk { .. } => return fill.n,
                 held => fill.push::<BOUNDED>(held.bytes()),
             }
             text_at = body.at;
@@ -208,9 +216,9 @@ impl Answers {
         fill.n
     }
 
-    /// The first body in a file that ends after byte `from`: where it starts, its file and
-    /// its length.
-    fn next_file(&self, from: usize) -> Option<(usize, BorrowedFd<'_>, usize)> {
+    /// The first body in a file that ends after byte `from`: where it starts, its file (and
+    /// where in the file its bytes start) and its length.
+    fn next_file(&self, from: usize) -> Option<(usize, (BorrowedFd<'_>, u64), usize)> {
         let mut before = 0;
         for body in &self.bodies {
             let (start, len) = (body.at + before, body.held.len());
@@ -339,12 +347,12 @@ impl<'w, IO: AsyncWrite + SendFile + Unpin> WriteAll<'w, IO> {
         total: usize,
     ) -> Poll<std::io::Result<usize>> {
         match self.answers.next_file(self.written) {
-            Some((start, file, len)) if self.written >= start => {
+            Some((start, (file, file_offset), len)) if self.written >= start => {
                 let offset = self.written - start;
                 // A file on disk that shrank since it was opened ends early: `sendfile` sends
                 // nothing, and the write ends with the connection (`WriteZero`).
                 self.io
-                    .poll_send_file(cx, file, offset as u64, len - offset)
+                    .poll_send_file(cx, file, file_offset + offset as u64, len - offset)
             }
             Some((start, ..)) => self.poll_bytes(cx, start, true),
             None => self.poll_bytes(cx, total, false),
@@ -399,37 +407,42 @@ mod tests {
         (a, expected)
     }
 
-    /// Answers with a body on disk between others: (answers, what they write, the file).
-    fn with_disk(len_claimed: usize) -> (Answers, Vec<u8>, tempfile::NamedTempFile) {
+    /// Answers with a body on disk between others, `len_claimed` bytes of the file from
+    /// `offset`: (answers, what they write, the file).
+    fn with_disk(offset: u64, len_claimed: usize) -> (Answers, Vec<u8>, tempfile::NamedTempFile) {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
         let mut disk = tempfile::NamedTempFile::new().expect("temp file");
         std::io::Write::write_all(&mut disk, &data).expect("write");
         let file = Arc::new(disk.reopen().expect("reopen"));
         let (mut a, mut expected) = sample(true);
         a.text.extend_from_slice(b"DISK\r\n\r\n");
-        a.push_disk(&file, len_claimed);
+        a.push_disk(&file, offset, len_claimed);
         a.text.extend_from_slice(b"after");
         expected.extend_from_slice(b"DISK\r\n\r\n");
-        expected.extend_from_slice(&data[..len_claimed.min(data.len())]);
+        let from = offset as usize;
+        expected.extend_from_slice(&data[from..(from + len_claimed).min(data.len())]);
         expected.extend_from_slice(b"after");
         (a, expected, disk)
     }
 
     #[tokio::test]
     async fn a_body_on_disk_is_sent_in_its_place() {
-        let (a, expected, _disk) = with_disk(300_000);
-        for step in [1000, 4096, 65_536, 1 << 20] {
-            let mut io = Trickle::new(step, true, true);
-            let written = write_all(&mut io, &a).await.expect("write");
-            assert_eq!(written, expected.len());
-            assert!(*io.got.borrow() == expected, "step {step}");
+        // The whole file, and a part of it from an offset (a range's 206).
+        for (offset, len) in [(0, 300_000), (123_457, 70_001)] {
+            let (a, expected, _disk) = with_disk(offset, len);
+            for step in [1000, 4096, 65_536, 1 << 20] {
+                let mut io = Trickle::new(step, true, true);
+                let written = write_all(&mut io, &a).await.expect("write");
+                assert_eq!(written, expected.len());
+                assert!(*io.got.borrow() == expected, "offset {offset}, step {step}");
+            }
         }
     }
 
     #[tokio::test]
     async fn a_file_on_disk_shorter_than_its_answer_says_ends_the_write() {
         // The file shrank after it was opened: its answer claims more than there is.
-        let (a, _, _disk) = with_disk(400_000);
+        let (a, _, _disk) = with_disk(0, 400_000);
         let mut io = Trickle::new(1 << 20, true, true);
         let ended = write_all(&mut io, &a).await;
         assert_eq!(
