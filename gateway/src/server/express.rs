@@ -19,9 +19,9 @@
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
 //! static file, a range of a file not kept open (or over TLS, or unsatisfiable), a file not in
-//! the cache over TLS, a directory's redirect, a large
-//! file compressed on the fly, a route with filters, a proxy route, no matching route, an ACME
-//! challenge pending, a parse error (hyper answers it) or more headers than [`MAX_HEADERS`].
+//! the cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
+//! filters, a proxy route, no matching route, an ACME challenge pending, a parse error (hyper
+//! answers it) or more headers than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
@@ -518,8 +518,9 @@ impl<'a> Lane<'a> {
         let (first, last) = match file.range(range) {
             RangeSpec::Bytes(first, last) => (first, last),
             RangeSpec::Ignore => {
+                let whole = usize::try_from(file.len).ok()?;
                 self.push_large(&file, (false, req.close), server, answers);
-                return Some((StatusCode::OK, usize::try_from(file.len).ok()?));
+                return Some((StatusCode::OK, whole));
             }
             RangeSpec::Unsatisfiable => return None,
         };
