@@ -18,7 +18,9 @@
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
-//! static file, a range of a file not kept open (or over TLS, or unsatisfiable), a file not in
+//! static file other than a cached file's revalidation (`If-None-Match`, `If-Modified-Since`:
+//! its 304 or 200 is answered here), a range of a file not kept open (or over TLS, or
+//! unsatisfiable, or with a revalidation), a file not in
 //! the cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
 //! filters, a proxy route, no matching route, an ACME challenge pending, a parse error (hyper
 //! answers it) or more headers than [`MAX_HEADERS`].
@@ -46,7 +48,7 @@ use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{
-    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Recheck, StaticFiles,
+    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Recheck, Revalidation, StaticFiles,
 };
 use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText, first_line};
@@ -90,8 +92,12 @@ struct Plain<'b> {
     /// Every header line, for the access log (read only when it is on, so that a request
     /// does not pay for what it may not need).
     headers: &'b [httparse::Header<'b>],
-    /// A precondition (`If-Range` included): a static file's answer depends on it.
+    /// A precondition other than the revalidation's (`If-Match`, `If-Unmodified-Since`,
+    /// `If-Range`): the general path answers it.
     conditional: bool,
+    /// One `If-None-Match` and one `If-Modified-Since` at most: a cached file's 304 is answered
+    /// here.
+    revalidation: Revalidation<'b>,
     /// The one `Range` value: a large file kept open answers it here (a 206 sent from disk).
     range: Option<&'b [u8]>,
     /// `Connection: close`: the connection ends with this answer.
@@ -183,8 +189,22 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
             // A second `Range` is hyper's (the general path reads the first).
             5 if is(b"range") && plain.range.replace(h.value).is_some() => return None,
             8 if is(b"if-match") || is(b"if-range") => plain.conditional = true,
-            13 if is(b"if-none-match") => plain.conditional = true,
-            17 if is(b"if-modified-since") => plain.conditional = true,
+            // A second line of either is hyper's (the general path reads them all).
+            13 if is(b"if-none-match") => {
+                if plain.revalidation.if_none_match.replace(h.value).is_some() {
+                    return None;
+                }
+            }
+            17 if is(b"if-modified-since") => {
+                if plain
+                    .revalidation
+                    .if_modified_since
+                    .replace(h.value)
+                    .is_some()
+                {
+                    return None;
+                }
+            }
             19 if is(b"if-unmodified-since") => plain.conditional = true,
             _ => {}
         }
@@ -327,10 +347,29 @@ impl<'a> Lane<'a> {
                     self.answered.inc();
                     return Outcome::Answered;
                 }
-                let job = match files.express(req.path, req.accept_encoding, self.sends_files) {
+                let revalidating = req.revalidation.is_asked();
+                let found = files.express(
+                    req.path,
+                    req.accept_encoding,
+                    self.sends_files,
+                    req.revalidation,
+                );
+                let job = match found {
                     None => {
                         svc.activity.request_done();
                         return Outcome::HandOff;
+                    }
+                    // A revalidation of a large file is the general path's (nothing was
+                    // claimed for it).
+                    Some(Express::Large(_)) if revalidating => {
+                        svc.activity.request_done();
+                        return Outcome::HandOff;
+                    }
+                    Some(Express::NotModified(lines)) => {
+                        self.push_not_modified(&lines, req.close, server, answers);
+                        let observe = || self.observe(req);
+                        self.record(route, StatusCode::NOT_MODIFIED, 0, start, observe, answers);
+                        None
                     }
                     Some(Express::Ready(file)) => {
                         self.push_file(&file, (req.head, req.close), server, answers);
@@ -355,6 +394,7 @@ impl<'a> Lane<'a> {
                         job,
                         head: req.head,
                         close: req.close,
+                        revalidating,
                         observed: self.observe(req),
                         generation: arc_swap::Guard::into_inner(generation),
                         index,
@@ -450,6 +490,10 @@ impl<'a> Lane<'a> {
         let server = pending.generation.server_header.as_ref();
         let how = (pending.head, pending.close);
         let (status, bytes) = match looked {
+            Looked::File(_) | Looked::Large(_) if pending.revalidating => {
+                self.svc.activity.request_done();
+                return false;
+            }
             Looked::File(file) => {
                 self.push_file(&file, how, server, answers);
                 (StatusCode::OK, file.body.len())
@@ -501,8 +545,8 @@ impl<'a> Lane<'a> {
     /// the file is a large one kept open: its 206 for a satisfiable range, its 200 for a range
     /// the general path ignores (another unit, several ranges, bad syntax), each sent from disk;
     /// returns the status and the body's length. `None` leaves the request to the general path:
-    /// a connection that does not send files, a file in the memory cache, not kept open or due
-    /// for its re-check, and an unsatisfiable range (its 416).
+    /// a connection that does not send files, a revalidation, a file in the memory cache, not
+    /// kept open or due for its re-check, and an unsatisfiable range (its 416).
     fn push_range(
         &self,
         req: &Plain<'_>,
@@ -511,7 +555,8 @@ impl<'a> Lane<'a> {
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
     ) -> Option<(StatusCode, usize)> {
-        if !self.sends_files {
+        // `If-None-Match` and `If-Modified-Since` come before `Range`: the general path's.
+        if !self.sends_files || req.revalidation.is_asked() {
             return None;
         }
         let file = files.express_range(req.path)?;
@@ -539,6 +584,25 @@ impl<'a> Lane<'a> {
         end_head(out, req.close);
         answers.push_disk(&file.file, first, len);
         Some((StatusCode::PARTIAL_CONTENT, len))
+    }
+
+    /// Appends a cached file's 304 (`lines`, its validators) as the general path writes it,
+    /// `Server` after them; with `Connection: close` when it ends the connection (`close`).
+    fn push_not_modified(
+        &self,
+        lines: &[u8],
+        close: bool,
+        server: Option<&http::HeaderValue>,
+        answers: &mut Answers,
+    ) {
+        let out = &mut answers.text;
+        out.extend_from_slice(b"HTTP/1.1 304 Not Modified\r\n");
+        out.extend_from_slice(lines);
+        if let Some(server) = server {
+            push_line(out, b"server", server.as_bytes());
+        }
+        out.extend_from_slice(&self.listener_lines);
+        end_head(out, close);
     }
 
     /// Appends the general path's error response for `status` (a static file's 404 or 403);
@@ -597,6 +661,9 @@ struct Pending {
     job: Job,
     head: bool,
     close: bool,
+    /// The request revalidates: once the file is checked or looked up, the general path
+    /// answers it (its 304 or 200) from the entry made fresh.
+    revalidating: bool,
     observed: Observed,
     generation: Arc<Generation>,
     index: usize,
@@ -866,7 +933,8 @@ mod tests {
                 assert_eq!((p.head, p.target, p.path), (false, "/a/b?x=1", "/a/b"));
                 assert_eq!(p.host, Some(&b"example.com:8080"[..]));
                 assert_eq!(p.accept_encoding, Some(&b"gzip"[..]));
-                assert!(p.conditional);
+                assert_eq!(p.revalidation.if_none_match, Some(&b"\"x\""[..]));
+                assert!(!p.conditional);
             },
         );
         parse(b"HEAD / HTTP/1.1\r\n\r\n", |p| {
@@ -898,11 +966,26 @@ mod tests {
             b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             b"GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nAccept-Encoding: br\r\n\r\n",
             b"GET / HTTP/1.1\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+            b"GET / HTTP/1.1\r\nIf-None-Match: \"a\"\r\nif-none-match: \"b\"\r\n\r\n",
+            b"GET / HTTP/1.1\r\nIf-Modified-Since: x\r\nIf-Modified-Since: y\r\n\r\n",
         ] {
             parse(head, |p| {
                 assert!(p.is_none(), "{:?}", String::from_utf8_lossy(head));
             });
         }
+        // A revalidation's two headers are read for a cached file's 304.
+        parse(
+            b"HEAD / HTTP/1.1\r\nif-modified-since: d\r\nIF-NONE-MATCH: *\r\n\r\n",
+            |p| {
+                let p = p.expect("plain");
+                let r = p.revalidation;
+                assert_eq!(
+                    (r.if_none_match, r.if_modified_since),
+                    (Some(&b"*"[..]), Some(&b"d"[..]))
+                );
+                assert!(!p.conditional);
+            },
+        );
         // A range alone is read for the fast path's 206; with `If-Range` it is a precondition's.
         parse(b"GET / HTTP/1.1\r\nrange: bytes=0-1\r\n\r\n", |p| {
             let p = p.expect("plain");
@@ -912,7 +995,6 @@ mod tests {
             "Range: bytes=0-1\r\nIf-Range: \"x\"",
             "If-Match: *",
             "if-range: x",
-            "If-Modified-Since: x",
             "If-Unmodified-Since: x",
         ] {
             let head = format!("GET / HTTP/1.1\r\n{conditional}\r\n\r\n");

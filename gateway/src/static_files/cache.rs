@@ -44,6 +44,8 @@ pub(super) struct Variant {
     pub(super) ok_headers: HeaderMap,
     /// The same headers as the HTTP/1.1 fast path writes them ([`response::wire_lines`]).
     pub(super) wire: Bytes,
+    /// Its 304's header lines for the fast path ([`response::not_modified_lines`]).
+    pub(super) not_modified: Bytes,
 }
 
 impl Variant {
@@ -55,6 +57,7 @@ impl Variant {
         };
         let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
         let wire = response::wire_lines(&ok_headers);
+        let not_modified = response::not_modified_lines(&head);
         let (body, sealed) = seal_large(body);
         Self {
             encoding: file.encoding,
@@ -63,6 +66,7 @@ impl Variant {
             etag,
             ok_headers,
             wire,
+            not_modified,
         }
     }
 }

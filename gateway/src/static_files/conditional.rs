@@ -145,10 +145,42 @@ pub(super) fn plan(headers: &HeaderMap, preconditions: bool, v: &Validators<'_>)
 
 /// An HTTP date header as seconds since the epoch; unparsable dates are ignored (RFC 9110).
 fn date(headers: &HeaderMap, name: header::HeaderName) -> Option<u64> {
-    let t = httpdate::parse_http_date(headers.get(name)?.to_str().ok()?).ok()?;
+    http_secs(headers.get(name)?.as_bytes())
+}
+
+/// An HTTP date's raw value as seconds since the epoch (text as `HeaderValue::to_str` takes it).
+fn http_secs(value: &[u8]) -> Option<u64> {
+    let t = httpdate::parse_http_date(crate::server::express::header_text(value)?).ok()?;
     t.duration_since(SystemTime::UNIX_EPOCH)
         .ok()
         .map(|d| d.as_secs())
+}
+
+/// A revalidation as the HTTP/1.1 fast path reads it from a `GET` or `HEAD` whose only
+/// preconditions are one `If-None-Match` and one `If-Modified-Since` line at most (any other
+/// request is the general path's): their raw values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Revalidation<'a> {
+    pub if_none_match: Option<&'a [u8]>,
+    pub if_modified_since: Option<&'a [u8]>,
+}
+
+impl Revalidation<'_> {
+    /// Whether the request carries either header.
+    pub fn is_asked(&self) -> bool {
+        self.if_none_match.is_some() || self.if_modified_since.is_some()
+    }
+
+    /// Whether the representation with these validators is answered 304, as [`plan`] decides
+    /// for such a request: `If-None-Match` (weak comparison) when present, else
+    /// `If-Modified-Since`.
+    pub(super) fn not_modified(&self, etag: &HeaderValue, modified: u64) -> bool {
+        match (self.if_none_match, self.if_modified_since) {
+            (Some(tags), _) => tag_list_matches(tags, etag.as_bytes(), true),
+            (None, Some(date)) => http_secs(date).is_some_and(|t| modified <= t),
+            (None, None) => false,
+        }
+    }
 }
 
 /// Whether any entity tag in any `name` header matches `ours` (`*` matches anything, as the
@@ -287,6 +319,47 @@ mod tests {
 
     fn date_str(secs: u64) -> String {
         httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
+    /// The fast path's revalidation decides as `plan` does for the requests it takes.
+    #[test]
+    fn revalidation_answers_as_the_plan_does() {
+        let etag = HeaderValue::from_static(ETAG);
+        let (same, later, earlier) = (date_str(T), date_str(T + 60), date_str(T - 60));
+        let weak = format!("W/{ETAG}");
+        let listed = format!("\"x\", {ETAG}");
+        let cases: Vec<(Option<&str>, Option<&str>)> = vec![
+            (Some(ETAG), None),
+            (Some(&weak), None),
+            (Some(&listed), None),
+            (Some("*"), None),
+            (Some("\"other\""), None),
+            (Some("garbage"), None),
+            (None, Some(&same)),
+            (None, Some(&later)),
+            (None, Some(&earlier)),
+            (None, Some("not a date")),
+            // If-None-Match decides when both are there.
+            (Some("\"other\""), Some(&later)),
+            (Some(ETAG), Some(&earlier)),
+            (None, None),
+        ];
+        for (inm, ims) in cases {
+            let mut pairs = Vec::new();
+            pairs.extend(inm.map(|v| ("if-none-match", v)));
+            pairs.extend(ims.map(|v| ("if-modified-since", v)));
+            let planned = run(&pairs, None) == Plan::NotModified;
+            let revalidation = Revalidation {
+                if_none_match: inm.map(str::as_bytes),
+                if_modified_since: ims.map(str::as_bytes),
+            };
+            assert_eq!(revalidation.is_asked(), !pairs.is_empty());
+            assert_eq!(
+                revalidation.not_modified(&etag, T),
+                planned,
+                "{inm:?} {ims:?}"
+            );
+        }
     }
 
     fn run(pairs: &[(&str, &str)], range_len: Option<u64>) -> Plan {

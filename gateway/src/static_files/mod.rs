@@ -29,8 +29,8 @@ use http_body_util::BodyDataStream;
 use tokio_util::io::StreamReader;
 
 use self::cache::{Cache, Cached, Entry};
-pub use self::conditional::RangeSpec;
 use self::conditional::{Asked, Plan, Validators};
+pub use self::conditional::{RangeSpec, Revalidation};
 use self::encoding::{Accept, Encoding};
 use self::misses::{Miss, Misses, follow};
 use self::open_files::{INACTIVE_MS, OpenFile, OpenFiles};
@@ -71,6 +71,9 @@ pub enum Express {
     Missed(Missed),
     /// A file too large for the cache, kept open: the answer, sent from disk.
     Large(LargeFile),
+    /// The cached file has not changed since the request's revalidation: its 304's header
+    /// lines (without `Server`, `Date` or the status line).
+    NotModified(bytes::Bytes),
 }
 
 /// A fast-path request for a file not in the cache.
@@ -142,7 +145,10 @@ pub struct ExpressFile {
 
 impl ExpressFile {
     fn of(entry: &Entry, accept: &Accept) -> Self {
-        let v = entry.choose(accept);
+        Self::of_variant(entry.choose(accept))
+    }
+
+    fn of_variant(v: &cache::Variant) -> Self {
         Self {
             lines: v.wire.clone(),
             body: v.body.clone(),
@@ -258,10 +264,11 @@ impl StaticFiles {
     /// The HTTP/1.1 fast path's answer (`server::express`) for a plain `GET` or `HEAD` of
     /// `path` (the request target's path, without its query) on a route without filters: the
     /// 200 of a cached file, chosen by `accept_encoding` (the request's one `Accept-Encoding`
-    /// value, if any), or the file's re-check when it is due and this request claimed it (as
-    /// [`StaticFiles::serve`] does: other requests meanwhile get the entry as it is). `None`
-    /// when the file is not cached or the path is refused: the general path answers it. The
-    /// caller hands on requests with preconditions or ranges.
+    /// value, if any), its 304 when the request's `revalidation` finds it unchanged, or the
+    /// file's re-check when it is due and this request claimed it (as [`StaticFiles::serve`]
+    /// does: other requests meanwhile get the entry as it is). `None` when the file is not
+    /// cached or the path is refused: the general path answers it. The caller hands on
+    /// requests with other preconditions, and ranges ([`StaticFiles::express_range`]).
     ///
     /// With `look_up` (a connection that can send files from disk), a file not in the cache is
     /// [`Express::Missed`]: the fast path looks it up itself ([`StaticFiles::look_up`]).
@@ -270,6 +277,7 @@ impl StaticFiles {
         path: &str,
         accept_encoding: Option<&[u8]>,
         look_up: bool,
+        revalidation: Revalidation<'_>,
     ) -> Option<Express> {
         let key = path::normalize(path).ok()?.key;
         let accept = accept_encoding
@@ -299,7 +307,11 @@ impl StaticFiles {
                 now,
             }));
         }
-        Some(Express::Ready(ExpressFile::of(&entry, &accept)))
+        let v = entry.choose(&accept);
+        if revalidation.not_modified(&v.etag, entry.modified) {
+            return Some(Express::NotModified(v.not_modified.clone()));
+        }
+        Some(Express::Ready(ExpressFile::of_variant(v)))
     }
 
     /// The fast path's file for a plain `GET` of `path` with a `Range` (and no precondition): a
@@ -924,7 +936,7 @@ mod tests {
     /// The fast path's view of `path` on `files` (a connection that sends files).
     fn express(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Express {
         files
-            .express(path, accept, true)
+            .express(path, accept, true, Revalidation::default())
             .expect("a plain GET is the fast path's")
     }
 

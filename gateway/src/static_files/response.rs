@@ -154,6 +154,19 @@ pub(super) fn partial(
     with_headers(StatusCode::PARTIAL_CONTENT, body, h)
 }
 
+/// The header lines of a representation's 304 as hyper writes them (its validators, as
+/// [`not_modified`] inserts them): what the HTTP/1.1 fast path sends after its status line,
+/// before `Server`.
+pub(super) fn not_modified_lines(head: &Head<'_>) -> bytes::Bytes {
+    let mut h = HeaderMap::with_capacity(HEADERS);
+    head.validators(&mut h);
+    let mut out = Vec::with_capacity(h.len() * 40);
+    for (name, value) in &h {
+        push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out.into()
+}
+
 /// 304.
 pub(super) fn not_modified(mut h: HeaderMap, head: &Head<'_>) -> Response<Body> {
     head.validators(&mut h);

@@ -931,6 +931,149 @@ async fn large_files_stay_open_for_the_next_requests_and_a_replaced_one_is_seen_
     assert_eq!(descriptors_on(&path), 0);
 }
 
+/// The value of header `name` in `answer`.
+fn header_of<'a>(answer: &'a Answer, name: &str) -> &'a str {
+    answer
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} in {:?}", answer.headers))
+}
+
+#[tokio::test]
+async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_answers_them() {
+    let gw = start().await;
+    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    cache(general, "/files/a.txt").await;
+    let ask = |method: &str, more: &str| {
+        format!("{method} /files/a.txt HTTP/1.1\r\nHost: a\r\n{more}\r\n")
+    };
+    let plain = answers(
+        &exchange_bytes(fast, ask("GET", "").as_bytes()).await,
+        &[false],
+    )
+    .remove(0);
+    let gzipped = ask("GET", "Accept-Encoding: gzip\r\n");
+    let gzipped = answers(&exchange_bytes(fast, gzipped.as_bytes()).await, &[false]).remove(0);
+    let (etag, lm) = (
+        header_of(&plain, "etag"),
+        header_of(&plain, "last-modified"),
+    );
+    let gz_etag = header_of(&gzipped, "etag");
+    assert_ne!(etag, gz_etag, "each coding has its own tag");
+    let weak = format!("W/{etag}");
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("GET", format!("If-None-Match: {etag}\r\n"), 304),
+        ("GET", format!("If-None-Match: {weak}\r\n"), 304),
+        ("GET", format!("If-None-Match: \"x\", {etag}\r\n"), 304),
+        ("GET", "If-None-Match: *\r\n".into(), 304),
+        ("GET", "If-None-Match: \"other\"\r\n".into(), 200),
+        ("GET", format!("If-Modified-Since: {lm}\r\n"), 304),
+        (
+            "GET",
+            "If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n".into(),
+            200,
+        ),
+        ("GET", "If-Modified-Since: yesterday\r\n".into(), 200),
+        // If-None-Match decides when both are there.
+        (
+            "GET",
+            format!("If-None-Match: \"other\"\r\nIf-Modified-Since: {lm}\r\n"),
+            200,
+        ),
+        ("HEAD", format!("If-None-Match: {etag}\r\n"), 304),
+        ("HEAD", "If-None-Match: \"other\"\r\n".into(), 200),
+        // The tag of the representation the request's codings choose.
+        (
+            "GET",
+            format!("Accept-Encoding: gzip\r\nIf-None-Match: {gz_etag}\r\n"),
+            304,
+        ),
+        (
+            "GET",
+            format!("Accept-Encoding: gzip\r\nIf-None-Match: {etag}\r\n"),
+            200,
+        ),
+        ("GET", format!("If-None-Match: {gz_etag}\r\n"), 200),
+    ];
+    for (method, more, status) in &cases {
+        let request = ask(method, more);
+        let head = [*method == "HEAD"];
+        let before = fast_path_count(&gw, "fast").await;
+        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &head).remove(0);
+        assert_eq!(
+            fast_path_count(&gw, "fast").await,
+            before + 1,
+            "{request:?}: answered here"
+        );
+        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &head).remove(0);
+        assert_eq!(here, there, "{request:?}: the general path's answer");
+        assert_eq!(here.status, *status, "{request:?}");
+        if here.status == 304 {
+            assert!(here.body.is_empty());
+            assert!(here.headers.iter().all(|(n, _)| n != "content-length"));
+        }
+    }
+    // Pipelined: a 304 between two 200s, each in its place.
+    let three = format!(
+        "{}{}{}",
+        ask("GET", ""),
+        ask("GET", &format!("If-None-Match: {etag}\r\n")),
+        ask("GET", "")
+    );
+    let got = answers(&exchange_bytes(fast, three.as_bytes()).await, &[false; 3]);
+    let statuses: Vec<u16> = got.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [200, 304, 200]);
+    assert!(got[0].body == plain.body && got[2].body == plain.body);
+
+    // Left to the general path: other preconditions, a revalidation with a range, a header
+    // twice, and a file not cached yet (looked up here, then answered there from the entry).
+    write_file(
+        gw.dir(),
+        "public/files/new.txt",
+        "not cached before this request\n",
+    );
+    let future = "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n";
+    let handed = [
+        (ask("GET", &format!("If-Match: {etag}\r\n")), 200),
+        (
+            ask(
+                "GET",
+                "If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n",
+            ),
+            412,
+        ),
+        (
+            ask(
+                "GET",
+                &format!("If-None-Match: \"other\"\r\nRange: bytes=0-3\r\n"),
+            ),
+            206,
+        ),
+        (
+            ask(
+                "GET",
+                &format!("If-None-Match: \"x\"\r\nIf-None-Match: {etag}\r\n"),
+            ),
+            304,
+        ),
+        (ask("GET", future).replace("a.txt", "new.txt"), 304),
+    ];
+    for (request, status) in &handed {
+        let before = fast_path_count(&gw, "fast").await;
+        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(
+            fast_path_count(&gw, "fast").await,
+            before,
+            "{request:?}: not answered here"
+        );
+        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(here, there, "{request:?}");
+        assert_eq!(here.status, *status, "{request:?}");
+    }
+}
+
 #[tokio::test]
 async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_answers_them() {
     // The routes of `YAML` but one: its files re-checked once a minute, so that none falls due
