@@ -190,20 +190,19 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
             5 if is(b"range") && plain.range.replace(h.value).is_some() => return None,
             8 if is(b"if-match") || is(b"if-range") => plain.conditional = true,
             // A second line of either is hyper's (the general path reads them all).
-            13 if is(b"if-none-match") => {
-                if plain.revalidation.if_none_match.replace(h.value).is_some() {
-                    return None;
-                }
+            13 if is(b"if-none-match")
+                && plain.revalidation.if_none_match.replace(h.value).is_some() =>
+            {
+                return None;
             }
-            17 if is(b"if-modified-since") => {
-                if plain
+            17 if is(b"if-modified-since")
+                && plain
                     .revalidation
                     .if_modified_since
                     .replace(h.value)
-                    .is_some()
-                {
-                    return None;
-                }
+                    .is_some() =>
+            {
+                return None;
             }
             19 if is(b"if-unmodified-since") => plain.conditional = true,
             _ => {}

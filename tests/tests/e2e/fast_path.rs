@@ -1045,10 +1045,7 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
             412,
         ),
         (
-            ask(
-                "GET",
-                &format!("If-None-Match: \"other\"\r\nRange: bytes=0-3\r\n"),
-            ),
+            ask("GET", "If-None-Match: \"other\"\r\nRange: bytes=0-3\r\n"),
             206,
         ),
         (
