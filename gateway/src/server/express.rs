@@ -20,10 +20,10 @@
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
 //! static file other than a cached file's revalidation (`If-None-Match`, `If-Modified-Since`:
 //! its 304 or 200 is answered here), a range of a file not kept open (or over TLS, or
-//! unsatisfiable, or with a revalidation), a file not in
-//! the cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
-//! filters, a proxy route, no matching route, an ACME challenge pending, a parse error (hyper
-//! answers it) or more headers than [`MAX_HEADERS`].
+//! unsatisfiable, or with a revalidation), a file not in the cache over TLS, a directory's
+//! redirect, a large file compressed on the fly, a route with filters, a proxy route, no
+//! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
+//! than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
