@@ -322,7 +322,8 @@ def targets_for(
 
 
 def sanity(sc: Scenario, targets: list[Target], skipped: list[str]) -> list[Target]:
-    """Keeps the targets that answer 200 with the expected body length (HTTP/1.1 only)."""
+    """Keeps the targets that answer the expected status (200, or 206 for a range) with the
+    expected body length (HTTP/1.1 only)."""
     if sc.tool != "wrk":
         return targets
     ok = []
@@ -332,7 +333,7 @@ def sanity(sc: Scenario, targets: list[Target], skipped: list[str]) -> list[Targ
         except (OSError, http.client.HTTPException) as e:
             skipped.append(f"{sc.name}: {t.label}: probe failed: {e}")
             continue
-        if status != 200 or (sc.body_size is not None and length != sc.body_size):
+        if status != sc.status or (sc.body_size is not None and length != sc.body_size):
             skipped.append(f"{sc.name}: {t.label}: answered {status} with {length} bytes")
             continue
         ok.append(t)

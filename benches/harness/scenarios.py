@@ -44,6 +44,7 @@ class Scenario:
     headers: list[str] = field(default_factory=list)
     variants: list[Variant] = field(default_factory=list)
     body_size: int | None = None  # expected body length, checked before the run
+    status: int = 200  # expected status, checked before the run (206 for a range)
     peers: list[str] | None = None  # restricts the kinds of server (None: all that can)
     # Seconds per run at least: opening 10,000 connections takes seconds of the window itself.
     min_duration: int = 0
@@ -67,6 +68,12 @@ SCENARIOS = [
     Scenario("static-1m-disk", "Static file 1 MiB too large for the cache, from disk, keep-alive",
              "wrk", "http", "/disk/1m.bin", "static", [50], [50], body_size=1048576,
              peers=["gateway", "nginx"]),
+    Scenario("static-range", "64 KiB range of a 1 MiB file from disk, keep-alive", "wrk", "http",
+             "/disk/1m.bin", "static", [200], [200], headers=["Range: bytes=0-65535"],
+             body_size=65536, status=206, peers=["gateway", "nginx"]),
+    Scenario("tls-range", "TLS HTTP/1.1, 64 KiB range of a 1 MiB file from disk, keep-alive",
+             "wrk", "tls", "/disk/1m.bin", "tls", [50], [50], headers=["Range: bytes=0-65535"],
+             body_size=65536, status=206, peers=["gateway", "nginx"]),
     Scenario("proxy", "Reverse proxy to the shared backend, keep-alive", "wrk", "http",
              "/proxy/hello", "proxy", [10, 200, 1000], [200], body_size=14),
     Scenario("proxy-close", "Reverse proxy, new client connection per request", "wrk", "http",
