@@ -18,8 +18,8 @@
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
-//! static file other than a cached file's revalidation (`If-None-Match`, `If-Modified-Since`:
-//! its 304 or 200 is answered here), a range of a file not kept open (or over TLS, or
+//! static file other than a revalidation (`If-None-Match`, `If-Modified-Since`: a cached or
+//! kept file's 304 or 200 is answered here), a range of a file not kept open (or over TLS, or
 //! unsatisfiable, or with a revalidation), a file not in the cache over TLS, a directory's
 //! redirect, a large file compressed on the fly, a route with filters, a proxy route, no
 //! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
@@ -95,8 +95,8 @@ struct Plain<'b> {
     /// A precondition other than the revalidation's (`If-Match`, `If-Unmodified-Since`,
     /// `If-Range`): the general path answers it.
     conditional: bool,
-    /// One `If-None-Match` and one `If-Modified-Since` at most: a cached file's 304 is answered
-    /// here.
+    /// One `If-None-Match` and one `If-Modified-Since` at most: a cached or kept file's 304 is
+    /// answered here.
     revalidation: Revalidation<'b>,
     /// The one `Range` value: a large file kept open answers it here (a 206 sent from disk).
     range: Option<&'b [u8]>,
@@ -355,12 +355,6 @@ impl<'a> Lane<'a> {
                 );
                 let job = match found {
                     None => {
-                        svc.activity.request_done();
-                        return Outcome::HandOff;
-                    }
-                    // A revalidation of a large file is the general path's (nothing was
-                    // claimed for it).
-                    Some(Express::Large(_)) if revalidating => {
                         svc.activity.request_done();
                         return Outcome::HandOff;
                     }

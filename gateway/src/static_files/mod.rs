@@ -71,8 +71,8 @@ pub enum Express {
     Missed(Missed),
     /// A file too large for the cache, kept open: the answer, sent from disk.
     Large(LargeFile),
-    /// The cached file has not changed since the request's revalidation: its 304's header
-    /// lines (without `Server`, `Date` or the status line).
+    /// The cached file (or large file kept open) has not changed since the request's
+    /// revalidation: its 304's header lines (without `Server`, `Date` or the status line).
     NotModified(bytes::Bytes),
 }
 
@@ -290,6 +290,9 @@ impl StaticFiles {
             if let Some(open) = &open
                 && open.answers(now_ms(), self.revalidate)
             {
+                if let Some(lines) = open.not_modified(revalidation) {
+                    return Some(Express::NotModified(lines));
+                }
                 return Some(Express::Large(open.large()));
             }
             return Some(Express::Missed(Missed {
@@ -443,7 +446,9 @@ impl StaticFiles {
         use std::sync::atomic::Ordering::Relaxed;
         let kept = match found {
             Ok(Found::Stream(s)) if !s.vary && self.open.budget() > 0 => {
-                OpenFile::new(s.clone(), self.large(s), now)
+                let last_modified = s.version.last_modified();
+                let not_modified = response::not_modified_lines(&self.head(s, &last_modified));
+                OpenFile::new(s.clone(), self.large(s), not_modified, now)
             }
             _ => {
                 self.open.remove(key);

@@ -1,8 +1,9 @@
 //! Open descriptors of files too large for the memory cache (nginx's `open_file_cache`): a
 //! request for one is answered from the kept descriptor with no lookup on the blocking pool
 //! (path resolution, `open`, `fstat`, the precompressed siblings' probes). The HTTP/1.1 fast
-//! path sends it with `sendfile` after its 200's header lines, kept as wire text; the general
-//! path (TLS, HTTP/2 and HTTP/3, ranges, conditional requests) streams it.
+//! path sends it with `sendfile` after its 200's (or a range's 206's) header lines, kept as wire
+//! text, and answers a revalidation with its 304 from kept lines too; the general path (TLS,
+//! HTTP/2 and HTTP/3, other conditional requests) streams it.
 //!
 //! Any number of responses share one descriptor: `sendfile` and the streamed path's positional
 //! reads take their offset as an argument and leave the file position alone.
@@ -24,6 +25,7 @@ use bytes::Bytes;
 
 use super::LargeFile;
 use super::cache::{Cache, Cached, Marks};
+use super::conditional::Revalidation;
 use super::descriptors::{self, Slot};
 use super::resolve::{self, Streamed};
 
@@ -41,18 +43,27 @@ pub(super) struct OpenFile {
     lines: Bytes,
     /// Where the length's line starts in `lines` ([`LargeFile::length_at`]).
     length_at: usize,
+    /// Its 304's header lines for the fast path, as a cached file's
+    /// ([`super::response::not_modified_lines`]).
+    not_modified: Bytes,
     marks: Marks,
     _slot: Slot<'static>,
 }
 
 impl OpenFile {
-    /// Keeps `streamed` open with its fast-path answer's header lines (those of `large`),
-    /// checked at `now`, if the static files' share of descriptors has room.
-    pub(super) fn new(streamed: Streamed, large: LargeFile, now: u64) -> io::Result<Self> {
+    /// Keeps `streamed` open with its fast-path answers' header lines (those of `large`, and
+    /// its 304's), checked at `now`, if the static files' share of descriptors has room.
+    pub(super) fn new(
+        streamed: Streamed,
+        large: LargeFile,
+        not_modified: Bytes,
+        now: u64,
+    ) -> io::Result<Self> {
         let kept = Self {
             streamed,
             lines: large.lines,
             length_at: large.length_at,
+            not_modified,
             marks: Marks::default(),
             _slot: descriptors::slot()?,
         };
@@ -84,6 +95,14 @@ impl OpenFile {
             file: self.streamed.file.clone(),
             len: self.streamed.len,
         }
+    }
+
+    /// The fast path's 304 when `revalidation` finds the file unchanged.
+    pub(super) fn not_modified(&self, revalidation: Revalidation<'_>) -> Option<Bytes> {
+        let s = &self.streamed;
+        revalidation
+            .not_modified(&s.etag, s.version.http_secs())
+            .then(|| self.not_modified.clone())
     }
 
     /// The general path's: the file to stream, ranges and preconditions applied to it there.

@@ -1155,6 +1155,26 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     let there = answers(&exchange_bytes(general, head.as_bytes()).await, &[true]).remove(0);
     assert_eq!(here, there);
     assert_eq!(here.status, 200);
+    // A revalidation of the kept file: its 304, or its whole 200, from here too.
+    let (etag, lm) = (
+        header_of(&whole[0], "etag"),
+        header_of(&whole[0], "last-modified"),
+    );
+    let revalidations = [
+        (format!("If-None-Match: {etag}\r\n"), 304),
+        ("If-None-Match: \"other\"\r\n".to_string(), 200),
+        (format!("If-Modified-Since: {lm}\r\n"), 304),
+    ];
+    for (more, status) in revalidations {
+        let request = ask("/files/ranged.bin", &more);
+        let before = fast_path_count(&gw, "fast").await;
+        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(fast_path_count(&gw, "fast").await, before + 1, "{more:?}");
+        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
+        assert_eq!(here, there, "{more:?}");
+        assert_eq!(here.status, status, "{more:?}");
+        assert!(status == 304 || here.body == data);
+    }
 
     // Left to the general path, with its answers: an unsatisfiable range (416), a range with
     // `If-Range`, and a range of a file in the memory cache.
