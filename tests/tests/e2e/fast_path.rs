@@ -941,6 +941,33 @@ fn header_of<'a>(answer: &'a Answer, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} in {:?}", answer.headers))
 }
 
+/// Whether the fast path answers a request itself or leaves it to the general path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answered {
+    Here,
+    There,
+}
+
+/// Sends `request` (one, a `HEAD` when `head`) on a new connection to the fast listener and to
+/// the general one; checks that the answers are the same and that the fast path counted it
+/// (`Here`) or not (`There`), and returns the answer.
+async fn on_both(gw: &TestGateway, request: &str, head: bool, expect: Answered) -> Answer {
+    let before = fast_path_count(gw, "fast").await;
+    let here = exchange_bytes(gw.addr("fast"), request.as_bytes()).await;
+    let here = answers(&here, &[head]).remove(0);
+    let counted = fast_path_count(gw, "fast").await - before;
+    let answered = if counted == 1 {
+        Answered::Here
+    } else {
+        Answered::There
+    };
+    assert_eq!(answered, expect, "{request:?} (counted {counted})");
+    let there = exchange_bytes(gw.addr("general"), request.as_bytes()).await;
+    let there = answers(&there, &[head]).remove(0);
+    assert_eq!(here, there, "{request:?}: the general path's answer");
+    here
+}
+
 #[tokio::test]
 async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_answers_them() {
     let gw = start().await;
@@ -999,16 +1026,7 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
     ];
     for (method, more, status) in &cases {
         let request = ask(method, more);
-        let head = [*method == "HEAD"];
-        let before = fast_path_count(&gw, "fast").await;
-        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &head).remove(0);
-        assert_eq!(
-            fast_path_count(&gw, "fast").await,
-            before + 1,
-            "{request:?}: answered here"
-        );
-        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &head).remove(0);
-        assert_eq!(here, there, "{request:?}: the general path's answer");
+        let here = on_both(&gw, &request, *method == "HEAD", Answered::Here).await;
         assert_eq!(here.status, *status, "{request:?}");
         if here.status == 304 {
             assert!(here.body.is_empty());
@@ -1058,16 +1076,8 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
         (ask("GET", future).replace("a.txt", "new.txt"), 304),
     ];
     for (request, status) in &handed {
-        let before = fast_path_count(&gw, "fast").await;
-        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(
-            fast_path_count(&gw, "fast").await,
-            before,
-            "{request:?}: not answered here"
-        );
-        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(here, there, "{request:?}");
-        assert_eq!(here.status, *status, "{request:?}");
+        let there = on_both(&gw, request, false, Answered::There).await;
+        assert_eq!(there.status, *status, "{request:?}");
     }
 }
 
@@ -1088,7 +1098,7 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
         "in the memory cache\n",
     );
     let gw = TestGateway::start_in(dir, &yaml).await;
-    let (fast, general) = (gw.addr("fast"), gw.addr("general"));
+    let fast = gw.addr("fast");
     let ask = |target: &str, more: &str| {
         format!("GET {target} HTTP/1.1\r\nHost: a\r\n{more}Connection: close\r\n\r\n")
     };
@@ -1113,15 +1123,7 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     ];
     for (range, status, bytes) in cases {
         let request = ask("/files/ranged.bin", &format!("Range: {range}\r\n"));
-        let before = fast_path_count(&gw, "fast").await;
-        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(
-            fast_path_count(&gw, "fast").await,
-            before + 1,
-            "{range}: answered here"
-        );
-        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(here, there, "{range}: the general path's answer");
+        let here = on_both(&gw, &request, false, Answered::Here).await;
         assert_eq!(here.status, status, "{range}");
         assert!(
             here.body == data[bytes.clone()],
@@ -1149,12 +1151,7 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     assert!(got[0].body == data[10..20] && got[1].body == data[len - 5..]);
     // `HEAD` ignores the range, here as there: the whole file's 200 head.
     let head = ask("/files/ranged.bin", "Range: bytes=0-9\r\n").replacen("GET", "HEAD", 1);
-    let before = fast_path_count(&gw, "fast").await;
-    let here = answers(&exchange_bytes(fast, head.as_bytes()).await, &[true]).remove(0);
-    assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
-    let there = answers(&exchange_bytes(general, head.as_bytes()).await, &[true]).remove(0);
-    assert_eq!(here, there);
-    assert_eq!(here.status, 200);
+    assert_eq!(on_both(&gw, &head, true, Answered::Here).await.status, 200);
     // A revalidation of the kept file: its 304, or its whole 200, from here too.
     let (etag, lm) = (
         header_of(&whole[0], "etag"),
@@ -1167,11 +1164,7 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     ];
     for (more, status) in revalidations {
         let request = ask("/files/ranged.bin", &more);
-        let before = fast_path_count(&gw, "fast").await;
-        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(fast_path_count(&gw, "fast").await, before + 1, "{more:?}");
-        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(here, there, "{more:?}");
+        let here = on_both(&gw, &request, false, Answered::Here).await;
         assert_eq!(here.status, status, "{more:?}");
         assert!(status == 304 || here.body == data);
     }
@@ -1188,16 +1181,8 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     ];
     let statuses = [416, 200, 206];
     for (request, status) in handed.iter().zip(statuses) {
-        let before = fast_path_count(&gw, "fast").await;
-        let here = answers(&exchange_bytes(fast, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(
-            fast_path_count(&gw, "fast").await,
-            before,
-            "{request:?}: not answered here"
-        );
-        let there = answers(&exchange_bytes(general, request.as_bytes()).await, &[false]).remove(0);
-        assert_eq!(here, there);
-        assert_eq!(here.status, status, "{request:?}");
+        let there = on_both(&gw, request, false, Answered::There).await;
+        assert_eq!(there.status, status, "{request:?}");
     }
 }
 
