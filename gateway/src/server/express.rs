@@ -19,8 +19,8 @@
 //! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
 //! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
 //! static file other than a revalidation (`If-None-Match`, `If-Modified-Since`: a cached or
-//! kept file's 304 or 200 is answered here), a range of a file not kept open (or over TLS, or
-//! unsatisfiable, or with a revalidation), a file not in the cache over TLS, a directory's
+//! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open (or
+//! over TLS, or unsatisfiable, or with a revalidation), a file not in the cache over TLS, a directory's
 //! redirect, a large file compressed on the fly, a route with filters, a proxy route, no
 //! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
 //! than [`MAX_HEADERS`].
@@ -48,7 +48,8 @@ use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{
-    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Recheck, Revalidation, StaticFiles,
+    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Ranged, Recheck, Revalidation,
+    StaticFiles,
 };
 use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText, first_line};
@@ -98,7 +99,7 @@ struct Plain<'b> {
     /// One `If-None-Match` and one `If-Modified-Since` at most: a cached or kept file's 304 is
     /// answered here.
     revalidation: Revalidation<'b>,
-    /// The one `Range` value: a large file kept open answers it here (a 206 sent from disk).
+    /// The one `Range` value: a cached file or a large file kept open answers it here (its 206).
     range: Option<&'b [u8]>,
     /// `Connection: close`: the connection ends with this answer.
     close: bool,
@@ -535,11 +536,12 @@ impl<'a> Lane<'a> {
     }
 
     /// Appends the answer to a `GET` of a static file with a `Range` (`range`, its value) when
-    /// the file is a large one kept open: its 206 for a satisfiable range, its 200 for a range
-    /// the general path ignores (another unit, several ranges, bad syntax), each sent from disk;
-    /// returns the status and the body's length. `None` leaves the request to the general path:
-    /// a connection that does not send files, a revalidation, a file in the memory cache, not
-    /// kept open or due for its re-check, and an unsatisfiable range (its 416).
+    /// the file is cached or a large one kept open: its 206 for a satisfiable range (of the
+    /// identity bytes; from disk with `sendfile` for a large file), its 200 for a range the
+    /// general path ignores (another unit, several ranges, bad syntax); returns the status and
+    /// the body's length. `None` leaves the request to the general path: a connection that
+    /// does not send files, a revalidation, a file neither cached nor kept open or due for its
+    /// re-check, and an unsatisfiable range (its 416).
     fn push_range(
         &self,
         req: &Plain<'_>,
@@ -556,26 +558,37 @@ impl<'a> Lane<'a> {
         let (first, last) = match file.range(range) {
             RangeSpec::Bytes(first, last) => (first, last),
             RangeSpec::Ignore => {
-                let whole = usize::try_from(file.len).ok()?;
-                self.push_large(&file, (false, req.close), server, answers);
+                let whole = usize::try_from(file.total()).ok()?;
+                let how = (false, req.close);
+                match &file {
+                    Ranged::Cached(f) => self.push_file(f, how, server, answers),
+                    Ranged::Large(f) => self.push_large(f, how, server, answers),
+                }
                 return Some((StatusCode::OK, whole));
             }
             RangeSpec::Unsatisfiable => return None,
         };
-        let len = usize::try_from(last - first + 1).ok()?;
+        let (start, len) = (
+            usize::try_from(first).ok()?,
+            usize::try_from(last - first + 1).ok()?,
+        );
         let out = &mut answers.text;
         // As the general path's 206 (`static_files::response::partial`), `Server` last.
         out.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
         out.extend_from_slice(file.representation_lines());
         push_line(out, b"content-length", len.to_string().as_bytes());
-        let content_range = format!("bytes {first}-{last}/{}", file.len);
+        let content_range = format!("bytes {first}-{last}/{}", file.total());
         push_line(out, b"content-range", content_range.as_bytes());
         if let Some(server) = server {
             push_line(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
         end_head(out, req.close);
-        answers.push_disk(&file.file, first, len);
+        match &file {
+            // The range is within the body (clamped to it), whose length fits in usize.
+            Ranged::Cached(f) => answers.push_body(&f.body.slice(start..start + len), None),
+            Ranged::Large(f) => answers.push_disk(&f.file, first, len),
+        }
         Some((StatusCode::PARTIAL_CONTENT, len))
     }
 

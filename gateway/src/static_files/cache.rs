@@ -44,6 +44,9 @@ pub(super) struct Variant {
     pub(super) ok_headers: HeaderMap,
     /// The same headers as the HTTP/1.1 fast path writes them ([`response::wire_lines`]).
     pub(super) wire: Bytes,
+    /// Where `wire`'s `Content-Length` line starts, the last: the lines before it are the
+    /// representation's, which a 206 of it carries too.
+    pub(super) length_at: usize,
     /// Its 304's header lines for the fast path ([`response::not_modified_lines`]).
     pub(super) not_modified: Bytes,
 }
@@ -57,6 +60,9 @@ impl Variant {
         };
         let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
         let wire = response::wire_lines(&ok_headers);
+        // `ok_headers` inserts the length last, after the representation's headers.
+        let length_at = response::representation_lines(&head).len();
+        debug_assert!(wire[length_at..].starts_with(b"content-length: "));
         let not_modified = response::not_modified_lines(&head);
         let (body, sealed) = seal_large(body);
         Self {
@@ -66,6 +72,7 @@ impl Variant {
             etag,
             ok_headers,
             wire,
+            length_at,
             not_modified,
         }
     }

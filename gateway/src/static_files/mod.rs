@@ -116,10 +116,36 @@ impl LargeFile {
     pub fn representation_lines(&self) -> &[u8] {
         &self.lines[..self.length_at]
     }
+}
 
-    /// What a request's `Range` value asks of the file, as the general path reads it.
+/// What the fast path sends a range of ([`StaticFiles::express_range`]).
+pub enum Ranged {
+    /// A cached file's identity representation, from memory.
+    Cached(ExpressFile),
+    /// A large file kept open, from disk.
+    Large(LargeFile),
+}
+
+impl Ranged {
+    /// The representation's length.
+    pub fn total(&self) -> u64 {
+        match self {
+            Ranged::Cached(f) => f.body.len() as u64,
+            Ranged::Large(f) => f.len,
+        }
+    }
+
+    /// The header lines of any answer with its bytes, without their length.
+    pub fn representation_lines(&self) -> &[u8] {
+        match self {
+            Ranged::Cached(f) => &f.lines[..f.length_at],
+            Ranged::Large(f) => f.representation_lines(),
+        }
+    }
+
+    /// What a request's `Range` value asks of it, as the general path reads it.
     pub fn range(&self, value: &[u8]) -> RangeSpec {
-        conditional::parse_range(value, self.len)
+        conditional::parse_range(value, self.total())
     }
 }
 
@@ -137,6 +163,8 @@ pub struct Recheck {
 pub struct ExpressFile {
     /// Header lines, without `Server`, `Date` or the status line.
     pub lines: bytes::Bytes,
+    /// Where `lines`' `Content-Length` line starts, the last (as [`LargeFile::length_at`]).
+    pub length_at: usize,
     /// The representation's bytes (not sent for `HEAD`).
     pub body: bytes::Bytes,
     /// The memory file `body` maps, when it is large enough to be sent with `sendfile`.
@@ -151,6 +179,7 @@ impl ExpressFile {
     fn of_variant(v: &cache::Variant) -> Self {
         Self {
             lines: v.wire.clone(),
+            length_at: v.length_at,
             body: v.body.clone(),
             sealed: v.sealed.clone(),
         }
@@ -318,16 +347,22 @@ impl StaticFiles {
     }
 
     /// The fast path's file for a plain `GET` of `path` with a `Range` (and no precondition): a
-    /// large file kept open that answers now as it is (unchanged, its re-check not due), for a
-    /// 206 sent with `sendfile`. `None` (a cached file, one not kept open, or one due for its
-    /// re-check) claims nothing: the general path answers the request as it would any range.
-    pub fn express_range(&self, path: &str) -> Option<LargeFile> {
+    /// cached file's identity representation (a range is of the bytes without a coding, as
+    /// the general path serves it), or a large file kept open that answers now as it is
+    /// (unchanged), each only when its re-check is not due. `None` (a file not cached nor kept
+    /// open, or one due for its re-check) claims nothing: the general path answers the request
+    /// as it would any range.
+    pub fn express_range(&self, path: &str) -> Option<Ranged> {
         let key = path::normalize(path).ok()?.key;
-        if self.cache.get(&key).is_some() {
-            return None;
+        let now = now_ms();
+        if let Some(entry) = self.cache.get(&key) {
+            return entry
+                .is_fresh(now, self.revalidate)
+                .then(|| Ranged::Cached(ExpressFile::of_variant(&entry.identity)));
         }
         let open = self.open.get(&key)?;
-        (open.is_fresh(now_ms(), self.revalidate) && open.unchanged()).then(|| open.large())
+        (open.is_fresh(now, self.revalidate) && open.unchanged())
+            .then(|| Ranged::Large(open.large()))
     }
 
     /// Re-checks a cached file for the fast path, on the blocking pool as the general path

@@ -1033,6 +1033,11 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
             assert!(here.headers.iter().all(|(n, _)| n != "content-length"));
         }
     }
+    // A range of a file with a compressed variant is of the identity bytes, whatever the
+    // request's codings (as the general path serves it).
+    let ranged = ask("GET", "Accept-Encoding: gzip\r\nRange: bytes=4-8\r\n");
+    let part = on_both(&gw, &ranged, false, Answered::Here).await;
+    assert_eq!((part.status, &part.body[..]), (206, &plain.body[4..9]));
     // Pipelined: a 304 between two 200s, each in its place.
     let three = format!(
         "{}{}{}",
@@ -1082,7 +1087,7 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
 }
 
 #[tokio::test]
-async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_answers_them() {
+async fn ranges_of_cached_and_kept_files_are_answered_here_as_the_general_path_answers_them() {
     // The routes of `YAML` but one: its files re-checked once a minute, so that none falls due
     // while the test runs (a file due for its re-check is the general path's).
     let yaml = YAML.replace(
@@ -1097,6 +1102,9 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
         "public/files/small.txt",
         "in the memory cache\n",
     );
+    // Cached too, and large enough to sit in a memory file.
+    let medium: Vec<u8> = (0..100 * 1024).map(|i| (i % 239) as u8).collect();
+    write_file(dir.path(), "public/files/medium.bin", &medium);
     let gw = TestGateway::start_in(dir, &yaml).await;
     let fast = gw.addr("fast");
     let ask = |target: &str, more: &str| {
@@ -1109,6 +1117,7 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
     );
     assert!(whole[0].status == 200 && whole[0].body == data);
     cache(fast, "/files/small.txt").await;
+    cache(fast, "/files/medium.bin").await;
 
     let len = data.len();
     let cases: [(&str, u16, std::ops::Range<usize>); 7] = [
@@ -1169,17 +1178,42 @@ async fn ranges_of_a_large_file_kept_open_are_answered_here_as_the_general_path_
         assert!(status == 304 || here.body == data);
     }
 
-    // Left to the general path, with its answers: an unsatisfiable range (416), a range with
-    // `If-Range`, and a range of a file in the memory cache.
+    // Ranges of cached files: from memory, here too.
+    let small = b"in the memory cache\n";
+    let cached: [(&str, &str, u16, &[u8]); 4] = [
+        ("/files/small.txt", "bytes=3-5", 206, &small[3..6]),
+        (
+            "/files/medium.bin",
+            "bytes=1000-70999",
+            206,
+            &medium[1000..71_000],
+        ),
+        (
+            "/files/medium.bin",
+            "bytes=-10",
+            206,
+            &medium[medium.len() - 10..],
+        ),
+        ("/files/medium.bin", "bytes=0-1,4-5", 200, &medium),
+    ];
+    for (target, range, status, bytes) in cached {
+        let request = ask(target, &format!("Range: {range}\r\n"));
+        let here = on_both(&gw, &request, false, Answered::Here).await;
+        assert_eq!(here.status, status, "{target} {range}");
+        assert!(here.body == bytes, "{target} {range}: the bytes asked for");
+    }
+
+    // Left to the general path, with its answers: unsatisfiable ranges (416) and a range with
+    // `If-Range`.
     let handed = [
         ask("/files/ranged.bin", "Range: bytes=700000-\r\n"),
         ask(
             "/files/ranged.bin",
             "Range: bytes=0-9\r\nIf-Range: \"other\"\r\n",
         ),
-        ask("/files/small.txt", "Range: bytes=3-5\r\n"),
+        ask("/files/medium.bin", "Range: bytes=200000-\r\n"),
     ];
-    let statuses = [416, 200, 206];
+    let statuses = [416, 200, 416];
     for (request, status) in handed.iter().zip(statuses) {
         let there = on_both(&gw, request, false, Answered::There).await;
         assert_eq!(there.status, status, "{request:?}");
