@@ -539,9 +539,9 @@ impl<'a> Lane<'a> {
     /// the file is cached or a large one kept open: its 206 for a satisfiable range (of the
     /// identity bytes; from disk with `sendfile` for a large file), its 200 for a range the
     /// general path ignores (another unit, several ranges, bad syntax); returns the status and
-    /// the body's length. `None` leaves the request to the general path: a connection that
-    /// does not send files, a revalidation, a file neither cached nor kept open or due for its
-    /// re-check, and an unsatisfiable range (its 416).
+    /// the body's length. `None` leaves the request to the general path: a revalidation, a file
+    /// neither cached nor kept open or due for its re-check, a large file on a connection that
+    /// does not send files (TLS), and an unsatisfiable range (its 416).
     fn push_range(
         &self,
         req: &Plain<'_>,
@@ -551,10 +551,14 @@ impl<'a> Lane<'a> {
         answers: &mut Answers,
     ) -> Option<(StatusCode, usize)> {
         // `If-None-Match` and `If-Modified-Since` come before `Range`: the general path's.
-        if !self.sends_files || req.revalidation.is_asked() {
+        if req.revalidation.is_asked() {
             return None;
         }
         let file = files.express_range(req.path)?;
+        // A file on disk is sent only with `sendfile`, which a TLS connection cannot take.
+        if matches!(file, Ranged::Large(_)) && !self.sends_files {
+            return None;
+        }
         let (first, last) = match file.range(range) {
             RangeSpec::Bytes(first, last) => (first, last),
             RangeSpec::Ignore => {

@@ -468,6 +468,85 @@ routes:
 }
 
 #[tokio::test]
+async fn over_tls_a_cached_files_range_is_answered_here_and_a_kept_ones_there() {
+    let ca = gateway_tests::TestCa::new();
+    let dir = temp_dir();
+    ca.write(
+        dir.path(),
+        "gw",
+        &["gw.test"],
+        gateway_tests::KeyKind::Ecdsa,
+    );
+    let medium: Vec<u8> = (0..100 * 1024).map(|i| (i % 239) as u8).collect();
+    let large: Vec<u8> = (0..600 * 1024).map(|i| (i % 251) as u8).collect();
+    write_file(dir.path(), "public/medium.bin", &medium);
+    write_file(dir.path(), "public/large.bin", &large);
+    let config = r#"
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+certificates:
+  gw: { cert: gw.pem, key: gw.key }
+listeners:
+  - name: secure
+    bind: 127.0.0.1:0
+    tls: { certificates: [gw] }
+routes:
+  - name: files
+    match: { path_prefix: / }
+    static: { root: public, compress: [], cache: { revalidate_after: 60s } }
+"#;
+    let gw = TestGateway::start_in(dir, config).await;
+    let addr = gw.addr("secure");
+    let exchange = |requests: String, heads: usize| {
+        let ca = &ca;
+        async move {
+            let tls = gateway_tests::tls_connect(addr, "gw.test", ca.client_config(&[b"http/1.1"]))
+                .await
+                .expect("handshake");
+            answers(
+                &until_closed(tls, requests.as_bytes()).await,
+                &vec![false; heads],
+            )
+        }
+    };
+    let get = |path: &str, more: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\n{more}Connection: close\r\n\r\n")
+    };
+    // First requests (looked up on the general path, over TLS): cached, and kept open.
+    assert!(exchange(get("/medium.bin", ""), 1).await[0].body == medium);
+    assert!(exchange(get("/large.bin", ""), 1).await[0].body == large);
+
+    let before = fast_path_count(&gw, "secure").await;
+    let part = exchange(get("/medium.bin", "Range: bytes=100-65635\r\n"), 1)
+        .await
+        .remove(0);
+    assert_eq!(
+        fast_path_count(&gw, "secure").await,
+        before + 1,
+        "answered here"
+    );
+    assert_eq!(part.status, 206);
+    assert!(part.body == medium[100..65_636]);
+    assert!(part.headers.contains(&(
+        "content-range".into(),
+        format!("bytes 100-65635/{}", medium.len())
+    )));
+
+    // A file on disk needs `sendfile`: over TLS its range is the general path's.
+    let before = fast_path_count(&gw, "secure").await;
+    let part = exchange(get("/large.bin", "Range: bytes=-100\r\n"), 1)
+        .await
+        .remove(0);
+    assert_eq!(
+        fast_path_count(&gw, "secure").await,
+        before,
+        "answered there"
+    );
+    assert_eq!(part.status, 206);
+    assert!(part.body == large[large.len() - 100..]);
+}
+
+#[tokio::test]
 async fn many_pipelined_requests_are_answered_in_order_across_writes() {
     let gw = start().await;
     let fast = gw.addr("fast");
