@@ -21,9 +21,9 @@
 //! static file other than a revalidation (`If-None-Match`, `If-Modified-Since`: a cached or
 //! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open
 //! (or of a kept one over TLS, or unsatisfiable, or with a revalidation), a file not in the
-//! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with filters, a proxy route, no
-//! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
-//! than [`MAX_HEADERS`].
+//! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
+//! filters, a proxy route, no matching route, an ACME challenge pending, a parse error (hyper
+//! answers it) or more headers than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
