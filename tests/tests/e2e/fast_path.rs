@@ -422,31 +422,44 @@ async fn connection_close_is_answered_here_and_ends_the_connection() {
     }
 }
 
-#[tokio::test]
-async fn connection_close_over_tls_ends_with_close_notify() {
-    let ca = gateway_tests::TestCa::new();
-    let dir = temp_dir();
+/// A gateway in `dir` with one TLS listener, `secure` (a certificate for `gw.test` from `ca`),
+/// and `routes` (YAML list items).
+async fn start_tls(
+    ca: &gateway_tests::TestCa,
+    dir: tempfile::TempDir,
+    routes: &str,
+) -> TestGateway {
     ca.write(
         dir.path(),
         "gw",
         &["gw.test"],
         gateway_tests::KeyKind::Ecdsa,
     );
-    let config = r#"
-admin: { bind: 127.0.0.1:0 }
-server: { watch_config: false }
+    let config = format!(
+        r#"
+admin: {{ bind: 127.0.0.1:0 }}
+server: {{ watch_config: false }}
 certificates:
-  gw: { cert: gw.pem, key: gw.key }
+  gw: {{ cert: gw.pem, key: gw.key }}
 listeners:
   - name: secure
     bind: 127.0.0.1:0
-    tls: { certificates: [gw] }
+    tls: {{ certificates: [gw] }}
 routes:
+{routes}"#
+    );
+    TestGateway::start_in(dir, &config).await
+}
+
+#[tokio::test]
+async fn connection_close_over_tls_ends_with_close_notify() {
+    let ca = gateway_tests::TestCa::new();
+    let routes = r#"
   - name: hello
     match: { path: /hello }
     respond: { body: "Hello, world!\n" }
 "#;
-    let gw = TestGateway::start_in(dir, config).await;
+    let gw = start_tls(&ca, temp_dir(), routes).await;
     let addr = gw.addr("secure");
     let before = fast_path_count(&gw, "secure").await;
     let tls = gateway_tests::tls_connect(addr, "gw.test", ca.client_config(&[b"http/1.1"]))
@@ -471,31 +484,16 @@ routes:
 async fn over_tls_a_cached_files_range_is_answered_here_and_a_kept_ones_there() {
     let ca = gateway_tests::TestCa::new();
     let dir = temp_dir();
-    ca.write(
-        dir.path(),
-        "gw",
-        &["gw.test"],
-        gateway_tests::KeyKind::Ecdsa,
-    );
     let medium: Vec<u8> = (0..100 * 1024).map(|i| (i % 239) as u8).collect();
     let large: Vec<u8> = (0..600 * 1024).map(|i| (i % 251) as u8).collect();
     write_file(dir.path(), "public/medium.bin", &medium);
     write_file(dir.path(), "public/large.bin", &large);
-    let config = r#"
-admin: { bind: 127.0.0.1:0 }
-server: { watch_config: false }
-certificates:
-  gw: { cert: gw.pem, key: gw.key }
-listeners:
-  - name: secure
-    bind: 127.0.0.1:0
-    tls: { certificates: [gw] }
-routes:
+    let routes = r#"
   - name: files
     match: { path_prefix: / }
     static: { root: public, compress: [], cache: { revalidate_after: 60s } }
 "#;
-    let gw = TestGateway::start_in(dir, config).await;
+    let gw = start_tls(&ca, dir, routes).await;
     let addr = gw.addr("secure");
     let exchange = |requests: String, heads: usize| {
         let ca = &ca;
