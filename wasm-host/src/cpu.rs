@@ -34,6 +34,8 @@ pub(crate) fn on_deadline(
 ) -> wasmtime::Result<UpdateDeadline> {
     let limit = cx.data().plugin.limits.time;
     let s = cx.data_mut();
+    // The call runs on past a deadline: the ticker must go on to its next one.
+    s.ticker.keep_awake();
     let Some(now) = thread_cpu_time() else {
         s.fault = Some(PluginError::Timeout(limit));
         return Ok(UpdateDeadline::Interrupt);

@@ -1,7 +1,8 @@
 //! The shared wasmtime [`Engine`]: epoch interruption driven by a ticker thread (off the async
-//! executor, so a runaway guest is stopped even when every worker is busy), the pooling
-//! allocator when a probe shows this machine can reserve its address space, and a compile cache
-//! keyed by the sha256 of the module bytes, so reloading an unchanged file never recompiles.
+//! executor, so a runaway guest is stopped even when every worker is busy; see [`Ticker`]), the
+//! pooling allocator when a probe shows this machine can reserve its address space, and a
+//! compile cache keyed by the sha256 of the module bytes, so reloading an unchanged file never
+//! recompiles.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,9 +11,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, Module, PoolingAllocationConfig};
 
 use crate::error::PluginError;
-
-/// How often the epoch advances; `limits.time` is rounded up to a multiple of this.
-pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+pub use crate::ticker::{EPOCH_TICK, Ticker};
 
 /// Compiled modules kept for reuse; older entries are dropped first.
 const CACHE_ENTRIES: usize = 32;
@@ -24,6 +23,7 @@ pub type Digest32 = [u8; 32];
 pub struct HostEngine {
     engine: Engine,
     pooling: bool,
+    ticker: Arc<Ticker>,
     cache: Mutex<Vec<(Digest32, Module)>>,
     /// Runs first on every compile thread (see `with_compile_thread_init`).
     compile_thread_init: Option<fn()>,
@@ -49,22 +49,11 @@ impl HostEngine {
             None => (base_engine(), false),
         };
         tracing::debug!(pooling, "wasm engine ready");
-        let weak = engine.weak();
-        let spawned = std::thread::Builder::new()
-            .name("wasm-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the wasm epoch ticker; plugin time limits are not enforced");
-        }
+        let ticker = Ticker::start(engine.weak());
         Arc::new(Self {
             engine,
             pooling,
+            ticker,
             cache: Mutex::new(Vec::new()),
             compile_thread_init,
         })
@@ -73,6 +62,11 @@ impl HostEngine {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The epoch ticker.
+    pub fn ticker(&self) -> &Arc<Ticker> {
+        &self.ticker
     }
 
     /// Whether instances come from the pooling allocator.

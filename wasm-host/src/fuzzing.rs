@@ -77,7 +77,10 @@ fn host_functions(
 ) -> Vec<(String, String, Vec<ValType>, usize)> {
     let linker = crate::abi::linker(engine.engine()).expect("linker");
     let info = Arc::new(PluginInfo::default());
-    let mut store = Store::new(engine.engine(), HostState::new(info, shared.clone()));
+    let mut store = Store::new(
+        engine.engine(),
+        HostState::new(info, shared.clone(), engine.ticker().clone()),
+    );
     let defs: Vec<_> = linker
         .iter(&mut store)
         .map(|(m, n, e)| (m.to_owned(), n.to_owned(), e))

@@ -24,6 +24,7 @@ pub mod plugin;
 pub mod shared;
 mod start;
 pub mod state;
+mod ticker;
 pub mod vm;
 
 pub use engine::HostEngine;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use wasmtime::{InstancePre, Module};
 
 use crate::abi;
-use crate::engine::{Digest32, HostEngine};
+use crate::engine::{Digest32, HostEngine, Ticker};
 use crate::error::PluginError;
 use crate::metrics::PluginStats;
 use crate::shared::{QueueNotify, Shared};
@@ -36,6 +36,8 @@ pub struct CompiledPlugin {
     /// `limits.time` in epoch ticks, the deadline every guest call starts with (worked out
     /// here: it is a 128-bit division, and a request makes several calls).
     pub(crate) call_ticks: u64,
+    /// The engine's epoch ticker, woken by every call (see `ticker`).
+    pub(crate) ticker: Arc<Ticker>,
     digest: Digest32,
     abi: AbiVersion,
 }
@@ -61,8 +63,14 @@ impl CompiledPlugin {
             .instantiate_pre(&module)
             .map_err(|e| PluginError::Link(format!("{e:#}")))?;
         let stats = shared.metrics.plugin(&info.name);
+        let ticker = engine.ticker().clone();
+        // Start-up's deadline is the longest any of its calls is given.
+        ticker.linger_at_least(HostEngine::ticks_for(crate::start::startup_budget(
+            info.limits,
+        )));
         Ok(Arc::new(Self {
             call_ticks: HostEngine::ticks_for(info.limits.time),
+            ticker,
             info: Arc::new(info),
             stats,
             shared,

@@ -14,8 +14,14 @@ use crate::error::PluginError;
 use crate::exports::Exports;
 use crate::plugin::CompiledPlugin;
 use crate::shared::QueueNotify;
-use crate::state::HostState;
+use crate::state::{HostState, Limits};
 use crate::vm::{ROOT_ID, Vm};
+
+/// The deadline of a VM's start-up calls: start-up may legitimately take longer than a request
+/// callback (large rule sets).
+pub(crate) fn startup_budget(limits: Limits) -> Duration {
+    (limits.time * 20).max(Duration::from_secs(5))
+}
 
 impl Vm {
     pub(crate) fn start(
@@ -23,7 +29,11 @@ impl Vm {
         queue_owner: Option<QueueNotify>,
     ) -> Result<Self, PluginError> {
         let engine = plugin.pre.module().engine().clone();
-        let mut state = HostState::new(plugin.info.clone(), plugin.shared.clone());
+        let mut state = HostState::new(
+            plugin.info.clone(),
+            plugin.shared.clone(),
+            plugin.ticker.clone(),
+        );
         state.root_id = ROOT_ID;
         state.effective = ROOT_ID;
         state.log_level = current_level();
@@ -32,8 +42,8 @@ impl Vm {
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(crate::cpu::on_deadline);
         let limits = plugin.info.limits;
-        // Start-up may legitimately take longer than a request callback (large rule sets).
-        let startup = (limits.time * 20).max(Duration::from_secs(5));
+        let startup = startup_budget(limits);
+        plugin.ticker.keep_awake();
         store.set_epoch_deadline(HostEngine::ticks_for(startup));
         let start_err = |e: wasmtime::Error, s: &mut Store<HostState>| {
             if s.data().limiter.hit {
@@ -76,6 +86,7 @@ impl Vm {
         let info = self.plugin.info.clone();
         let ticks = HostEngine::ticks_for(budget);
         let run = |vm: &mut Self, f: &dyn Fn(&mut Self) -> wasmtime::Result<u32>| {
+            vm.plugin.ticker.keep_awake();
             vm.store.set_epoch_deadline(ticks);
             f(vm).map_err(|e| PluginError::Start(vm.describe(e).to_string()))
         };

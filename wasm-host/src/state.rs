@@ -396,10 +396,16 @@ pub struct HostState {
     pub(crate) queue_owner: Option<crate::shared::QueueNotify>,
     /// Thread CPU time when the current call first passed its epoch deadline.
     pub(crate) deadline_cpu: Option<std::time::Duration>,
+    /// The engine's epoch ticker (the deadline callback keeps it awake).
+    pub(crate) ticker: Arc<crate::engine::Ticker>,
 }
 
 impl HostState {
-    pub(crate) fn new(plugin: Arc<PluginInfo>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        plugin: Arc<PluginInfo>,
+        shared: Arc<Shared>,
+        ticker: Arc<crate::engine::Ticker>,
+    ) -> Self {
         Self {
             limiter: Limiter {
                 memory: plugin.limits.memory,
@@ -422,6 +428,7 @@ impl HostState {
             scratch: Vec::new(),
             queue_owner: None,
             deadline_cpu: None,
+            ticker,
         }
     }
 

@@ -47,3 +47,58 @@ fn fd_write_copies_a_bounded_amount_per_call() {
     assert!(result.is_ok(), "{result:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }
+
+/// A guest whose request-header callback never returns.
+const RUNAWAY: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param i32) (result i32) (i32.const 1024))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (loop $forever (br $forever))
+    (i32.const 0))
+)"#;
+
+/// The epoch ticker parks when no guest has run for a while; the first call after that must
+/// wake it, or a runaway call would never reach its deadline.
+#[test]
+fn a_runaway_call_after_an_idle_spell_still_stops_at_its_limit() {
+    let engine = HostEngine::new();
+    let info = PluginInfo {
+        name: "runaway".into(),
+        limits: wasm_host::Limits {
+            time: std::time::Duration::from_millis(20),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let compiled = CompiledPlugin::load(&engine, Shared::new(), info, RUNAWAY.as_bytes()).unwrap();
+    let mut vm = compiled.instantiate(None).unwrap();
+    let id = vm
+        .create_http(HttpStream::new(Arc::new(StreamInfo::default())))
+        .unwrap();
+
+    // Idle for longer than the longest deadline (start-up's, 5 s) and the ticker's margin.
+    let ticker = engine.ticker().clone();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ticker.is_parked() {
+        assert!(std::time::Instant::now() < until, "the ticker never parked");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let parked_at = ticker.ticks();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(ticker.ticks(), parked_at, "a parked ticker does not tick");
+
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(vm.on_request_headers(id, true));
+    });
+    let result = result
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the runaway call was stopped");
+    assert!(
+        matches!(result, Err(wasm_host::PluginError::Timeout(_))),
+        "{result:?}"
+    );
+}
