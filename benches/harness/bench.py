@@ -42,7 +42,7 @@ from pathlib import Path
 
 import loadgen
 import procstat
-from scenarios import SCENARIOS, Scenario
+from scenarios import FILES_MTIME, SCENARIOS, Scenario
 from servers import Env, Server, have, port_free
 
 HERE = Path(__file__).resolve().parent
@@ -171,6 +171,7 @@ def prepare_files(work: Path) -> Env:
     (root / "static").mkdir(parents=True)
     for name, size in STATIC_FILES.items():
         (root / "static" / name).write_bytes(os.urandom(size))
+        os.utime(root / "static" / name, (FILES_MTIME, FILES_MTIME))
     (root / "static" / "index.html").write_text("<!doctype html><title>bench</title>\n")
     # Served by a route whose cache (the default, 256 KiB) does not take it: sent from disk.
     (root / "disk").mkdir()

@@ -8,6 +8,7 @@ the gateway such as "wasm" vs "native") are measured in interleaved rounds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from email.utils import formatdate
 
 # A realistic query for the WAF scenario: a search with parameters and a browser's headers, so the
 # detectors have something to look at (and nothing that should match).
@@ -18,6 +19,12 @@ BROWSER_HEADERS = [
     "Accept-Language: en-GB,en;q=0.5",
     "Cookie: session=3f2a9c0d7b1e4a6f; theme=dark",
 ]
+
+
+# The static files' modification time, set when they are written, so that a revalidation's date
+# is known in advance: nginx answers `If-Modified-Since` with a 304 only for the exact date (its
+# default `if_modified_since exact`). 2023-11-14T22:13:20Z.
+FILES_MTIME = 1_700_000_000
 
 
 @dataclass
@@ -59,6 +66,10 @@ SCENARIOS = [
              "static-small", [10, 200, 1000], [200], body_size=1024),
     Scenario("static-1k-close", "Static file 1 KiB, new connection per request", "wrk", "http",
              "/static/1k.bin", "static-small", [200], [200], close=True, body_size=1024),
+    Scenario("static-304", "Revalidation of a 1 KiB file (If-Modified-Since its date: a 304), "
+             "keep-alive", "wrk", "http", "/static/1k.bin", "static-small", [200], [200],
+             headers=[f"If-Modified-Since: {formatdate(FILES_MTIME, usegmt=True)}"],
+             body_size=0, status=304, peers=["gateway", "nginx", "caddy"]),
     Scenario("static-10k", "Static file 10 KiB, keep-alive", "wrk", "http", "/static/10k.bin",
              "static-small", [200], [200], body_size=10240),
     Scenario("static-100k", "Static file 100 KiB, keep-alive", "wrk", "http",
