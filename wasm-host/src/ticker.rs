@@ -26,7 +26,7 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 const LINGER_MARGIN: u64 = 500;
 
 /// How long a parked ticker sleeps before it looks whether its engine is gone (so a dropped
-/// engine's thread ends).
+/// engine's thread ends). It goes back to sleep without ticking if the engine lives.
 const PARKED_CHECK: Duration = Duration::from_secs(30);
 
 /// The ticker's shared state; the thread holds one reference, every plugin of the engine another.
@@ -40,6 +40,8 @@ pub struct Ticker {
     linger: AtomicU64,
     /// Epochs advanced so far (tests and diagnostics).
     ticks: AtomicU64,
+    /// How long a park lasts at most ([`PARKED_CHECK`]; shorter in tests).
+    parked_check: Duration,
     thread: OnceLock<Thread>,
 }
 
@@ -47,15 +49,16 @@ impl Ticker {
     /// Starts the ticker thread for `engine`; it ends once the engine is dropped. If the thread
     /// cannot be started, the error is logged and time limits are not enforced.
     pub(crate) fn start(engine: EngineWeak) -> Arc<Self> {
-        Self::start_with_linger(engine, LINGER_MARGIN)
+        Self::start_with(engine, LINGER_MARGIN, PARKED_CHECK)
     }
 
-    fn start_with_linger(engine: EngineWeak, linger: u64) -> Arc<Self> {
+    fn start_with(engine: EngineWeak, linger: u64, parked_check: Duration) -> Arc<Self> {
         let ticker = Arc::new(Self {
             armed: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             linger: AtomicU64::new(linger),
             ticks: AtomicU64::new(0),
+            parked_check,
             thread: OnceLock::new(),
         });
         let running = ticker.clone();
@@ -126,9 +129,14 @@ impl Ticker {
             if idle <= self.linger.load(Ordering::Relaxed) {
                 continue;
             }
+            // Parked until a call arms the ticker (a spurious or timed-out wake-up only checks
+            // that the engine is still there).
             self.parked.store(true, Ordering::SeqCst);
-            if !self.armed.load(Ordering::SeqCst) {
-                std::thread::park_timeout(PARKED_CHECK);
+            while !self.armed.load(Ordering::SeqCst) {
+                if weak.upgrade().is_none() {
+                    return;
+                }
+                std::thread::park_timeout(self.parked_check);
             }
             self.parked.store(false, Ordering::SeqCst);
             idle = 0;
@@ -154,7 +162,7 @@ mod tests {
     #[test]
     fn an_idle_ticker_parks_and_a_call_wakes_it() {
         let engine = wasmtime::Engine::default();
-        let ticker = Ticker::start_with_linger(engine.weak(), 5);
+        let ticker = Ticker::start_with(engine.weak(), 5, Duration::from_millis(10));
         wait_for("the ticker to park", || ticker.is_parked());
         let parked_at = ticker.ticks();
         std::thread::sleep(EPOCH_TICK * 20);
@@ -175,9 +183,27 @@ mod tests {
     }
 
     #[test]
+    fn a_parked_ticker_stays_parked_until_a_call_and_ends_with_its_engine() {
+        let engine = wasmtime::Engine::default();
+        let ticker = Ticker::start_with(engine.weak(), 5, Duration::from_millis(10));
+        wait_for("the ticker to park", || ticker.is_parked());
+        let parked_at = ticker.ticks();
+        // Ten park time-outs: each only looks whether the engine is still there.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(ticker.is_parked());
+        assert_eq!(ticker.ticks(), parked_at, "a timed-out park does not tick");
+
+        drop(engine);
+        // The thread's own reference goes when it ends.
+        wait_for("the ticker's thread to end", || {
+            Arc::strong_count(&ticker) == 1
+        });
+    }
+
+    #[test]
     fn a_longer_deadline_makes_the_ticker_linger() {
         let engine = wasmtime::Engine::default();
-        let ticker = Ticker::start_with_linger(engine.weak(), 5);
+        let ticker = Ticker::start_with(engine.weak(), 5, Duration::from_millis(10));
         ticker.linger_at_least(100);
         assert_eq!(ticker.linger.load(Ordering::Relaxed), 100 + LINGER_MARGIN);
         ticker.linger_at_least(10);
