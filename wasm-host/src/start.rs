@@ -43,8 +43,9 @@ impl Vm {
         store.epoch_deadline_callback(crate::cpu::on_deadline);
         let limits = plugin.info.limits;
         let startup = startup_budget(limits);
-        plugin.ticker.keep_awake();
-        store.set_epoch_deadline(HostEngine::ticks_for(startup));
+        plugin
+            .ticker
+            .arm(&mut store, HostEngine::ticks_for(startup));
         let start_err = |e: wasmtime::Error, s: &mut Store<HostState>| {
             if s.data().limiter.hit {
                 PluginError::Start(format!("memory limit of {} bytes reached", limits.memory))
@@ -86,8 +87,7 @@ impl Vm {
         let info = self.plugin.info.clone();
         let ticks = HostEngine::ticks_for(budget);
         let run = |vm: &mut Self, f: &dyn Fn(&mut Self) -> wasmtime::Result<u32>| {
-            vm.plugin.ticker.keep_awake();
-            vm.store.set_epoch_deadline(ticks);
+            vm.plugin.ticker.arm(&mut vm.store, ticks);
             f(vm).map_err(|e| PluginError::Start(vm.describe(e).to_string()))
         };
         if let Some(f) = self.ex.context_create.clone() {

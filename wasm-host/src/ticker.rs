@@ -4,9 +4,9 @@
 //! have to reach, and the next call wakes it. An idle gateway with plugins loaded would otherwise
 //! wake up 500 times a second, and on a server pinned to one core each tick preempts the worker.
 //!
-//! Every guest call first tells the ticker it runs ([`Ticker::keep_awake`]): one relaxed load on
-//! the hot path, a store (and, when parked, a wake-up) only for the first call after the ticker
-//! last looked. The ticker parks only after seeing no call for `linger` ticks, and `linger` is
+//! Every guest call first tells the ticker it runs ([`Ticker::arm`], which also sets the call's
+//! deadline, so no call site can do one without the other): one relaxed load on the hot path,
+//! a store (and, when parked, a wake-up) only for the first call after the ticker last looked. The ticker parks only after seeing no call for `linger` ticks, and `linger` is
 //! longer than the longest deadline a call is given, so a call that started before the ticker
 //! stopped counting has reached its deadline (and its deadline callback, which keeps the ticker
 //! awake too, has run) before the ticker parks.
@@ -82,6 +82,14 @@ impl Ticker {
         if !self.armed.load(Ordering::Relaxed) {
             self.wake();
         }
+    }
+
+    /// Sets `store`'s epoch deadline `ticks` from now with the ticker awake. Every guest call
+    /// starts through here, so none can start while the ticker sleeps and run on unlimited.
+    #[inline]
+    pub(crate) fn arm<T>(&self, store: &mut wasmtime::Store<T>, ticks: u64) {
+        self.keep_awake();
+        store.set_epoch_deadline(ticks);
     }
 
     #[cold]

@@ -82,8 +82,9 @@ impl Vm {
         s.fault = None;
         s.deadline_cpu = None;
         s.effective = ctx;
-        self.plugin.ticker.keep_awake();
-        self.store.set_epoch_deadline(self.plugin.call_ticks);
+        self.plugin
+            .ticker
+            .arm(&mut self.store, self.plugin.call_ticks);
         match f(&self.ex, &mut self.store) {
             Ok(r) => Ok(r),
             Err(e) => {
