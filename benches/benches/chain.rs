@@ -61,6 +61,7 @@ fn request_cx() -> RequestCx {
         route: Arc::from("hello"),
         start: tokio::time::Instant::now(),
         trace: None,
+        request_head: None,
     }
 }
 

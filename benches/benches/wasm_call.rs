@@ -60,7 +60,7 @@ fn host(c: &mut Criterion) {
     group.bench_function("add_header_full_sequence", |b| {
         b.iter(|| {
             let mut s = HttpStream::new(stream_info.clone());
-            s.request = head();
+            s.put_request(head());
             let id = vm.create_http(s).unwrap();
             vm.on_request_headers(id, true).unwrap();
             vm.on_response_headers(id, false).unwrap();

@@ -75,6 +75,11 @@ pub struct RequestCx {
     /// The request's trace (its server span), when tracing is configured: the proxy starts
     /// its attempts' spans under it and sends its `traceparent` upstream.
     pub trace: Option<TraceCx>,
+    /// The request's head as the terminal got it, for filters that read it after the
+    /// request-header phase (a Wasm plugin's later callbacks). The chain sets it only when
+    /// one of the route's filters asks ([`crate::filter::FilterFactory::reads_request_later`]):
+    /// moved in when the terminal only looks at the head, copied when the terminal takes it.
+    pub request_head: Option<Arc<http::request::Parts>>,
 }
 
 impl RequestCx {

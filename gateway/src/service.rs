@@ -202,6 +202,7 @@ impl ConnService {
             route: route.name.clone(),
             start: head.start,
             trace: head.span.as_ref().map(|s| s.context().clone()),
+            request_head: None,
         }
     }
 

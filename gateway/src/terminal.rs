@@ -69,17 +69,23 @@ impl Terminal {
     /// waiting at all (a synthetic response to a bodiless request, or a static file from the
     /// cache), made without a future.
     ///
-    /// The request's parts are done with once the terminal has answered (the filters' response
-    /// hooks see only the response), so a synthetic response takes over their header map, as on
-    /// a route without filters ([`Respond`]); the `Server` header is the chain's to add.
+    /// The request's parts are done with once the terminal has answered, unless the chain
+    /// keeps them for filters that read them later (`keeps_head`), so a synthetic response
+    /// takes over their header map, as on a route without filters ([`Respond`]); the `Server`
+    /// header is the chain's to add.
     pub fn respond_now(
         &self,
         parts: &mut http::request::Parts,
         body: &Body,
+        keeps_head: bool,
     ) -> Option<Response<Body>> {
         match self {
             Self::Respond(r) if http_body::Body::is_end_stream(body) => {
-                let headers = std::mem::take(&mut parts.headers);
+                let headers = if keeps_head {
+                    HeaderMap::new()
+                } else {
+                    std::mem::take(&mut parts.headers)
+                };
                 Some(r.response_in(headers, &parts.method, None))
             }
             Self::Static(s) => s.serve_now(&parts.method, &parts.uri, &parts.headers),
@@ -345,12 +351,20 @@ mod tests {
         parts.headers = request_map(reusable);
         let indices = parts.headers.capacity();
         let res = terminal
-            .respond_now(&mut parts, &Body::empty())
+            .respond_now(&mut parts, &Body::empty(), false)
             .expect("a bodiless request is answered at once");
         assert_eq!(res.headers().len(), 1, "{:?}", res.headers());
         assert_eq!(res.headers()["content-type"], "text/plain");
         assert_eq!(res.headers().capacity(), indices);
         assert!(parts.headers.is_empty());
+        // When the chain keeps the request for filters that read it later, its map stays.
+        parts.headers = request_map(reusable);
+        let res = terminal
+            .respond_now(&mut parts, &Body::empty(), true)
+            .expect("answered at once");
+        assert_eq!(res.headers().len(), 1, "{:?}", res.headers());
+        assert_eq!(parts.headers["x-request"], "1");
+        assert_eq!(parts.headers.len(), 2);
     }
 
     #[test]

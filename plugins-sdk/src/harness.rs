@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use wasm_host::state::{empty_request, empty_response};
+use wasm_host::state::{copy_head, empty_response};
 use wasm_host::{
     Action, CompiledPlugin, Effect, HostEngine, HttpCallOut, HttpCallResponse, HttpStream, Limits,
     PluginError, PluginInfo, Shared, StreamInfo, Vm,
@@ -106,7 +106,7 @@ impl Harness {
             listener: Arc::from("test"),
             ..Default::default()
         }));
-        stream.request = parts;
+        stream.put_request(parts);
         let ctx = self.vm.create_http(stream)?;
         let action = self.vm.on_request_headers(ctx, body.is_empty())?;
         self.collect();
@@ -158,10 +158,8 @@ impl Harness {
         let Some(h) = self.vm.http(ctx) else {
             return http::Request::new(Vec::new());
         };
-        let parts = std::mem::replace(&mut h.request, empty_request());
-        h.request.method = parts.method.clone();
-        h.request.uri = parts.uri.clone();
-        h.request.headers = parts.headers.clone();
+        // The VM keeps its head for the later phases, as the gateway keeps one for them.
+        let parts = copy_head(h.request());
         let body = h
             .request_body
             .take()

@@ -239,7 +239,7 @@ pub fn host_calls(script: &[u8]) {
     let mut http = || -> Option<()> {
         let mut stream = HttpStream::new(stream_info.clone());
         stream
-            .request
+            .request_mut()
             .headers
             .insert("x-fuzz", http::HeaderValue::from_static("1"));
         stream.request_body.extend_from_slice(b"request body");

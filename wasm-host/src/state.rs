@@ -76,8 +76,13 @@ pub struct StreamInfo {
 /// paused.
 #[derive(Debug)]
 pub struct HttpStream {
-    /// Request head (method, URI, headers); pseudo-headers map onto it.
-    pub request: request::Parts,
+    /// Request head (method, URI, headers), here while the guest may change it; pseudo-headers
+    /// map onto it. Read it with [`HttpStream::request`], change it with
+    /// [`HttpStream::request_mut`].
+    request: Option<request::Parts>,
+    /// The head the terminal got, lent by the embedder for the phases after the request's
+    /// (instead of the VM keeping a copy of every request's head); read in place.
+    lent_request: Option<Arc<request::Parts>>,
     /// Response head, once there is one.
     pub response: response::Parts,
     /// Request trailers.
@@ -94,11 +99,50 @@ pub struct HttpStream {
     pub properties: Option<HashMap<Vec<u8>, Bytes>>,
 }
 
+/// What a request head that is neither here nor lent reads as.
+static NO_REQUEST: std::sync::LazyLock<request::Parts> = std::sync::LazyLock::new(empty_request);
+
 impl HttpStream {
+    /// The request head as the guest sees it: the one here, else the lent one, else empty.
+    pub fn request(&self) -> &request::Parts {
+        match (&self.request, &self.lent_request) {
+            (Some(p), _) => p,
+            (None, Some(p)) => p,
+            (None, None) => &NO_REQUEST,
+        }
+    }
+
+    /// The request head to change. A lent head is copied first: a write after the request
+    /// phase changes what the guest reads later, never the request (as in Envoy).
+    pub fn request_mut(&mut self) -> &mut request::Parts {
+        let lent = &self.lent_request;
+        self.request
+            .get_or_insert_with(|| lent.as_deref().map_or_else(empty_request, copy_head))
+    }
+
+    /// Moves the request head in, for the request-header phase.
+    pub fn put_request(&mut self, head: request::Parts) {
+        self.request = Some(head);
+    }
+
+    /// Moves the request head out, to go on to the terminal.
+    pub fn take_request(&mut self) -> Option<request::Parts> {
+        self.request.take()
+    }
+
+    /// Lends the head the terminal got, for the phases after the request's (a head still
+    /// here, paused or copied by a write, is what the guest goes on reading).
+    pub fn lend_request(&mut self, head: &Arc<request::Parts>) {
+        if self.lent_request.is_none() {
+            self.lent_request = Some(head.clone());
+        }
+    }
+
     /// A stream with empty heads.
     pub fn new(info: Arc<StreamInfo>) -> Self {
         Self {
-            request: empty_request(),
+            request: None,
+            lent_request: None,
             response: empty_response(),
             request_trailers: HeaderMap::new(),
             response_trailers: HeaderMap::new(),
@@ -240,6 +284,17 @@ pub fn empty_request() -> request::Parts {
 /// See [`empty_request`].
 pub fn empty_response() -> response::Parts {
     http::Response::new(()).into_parts().0
+}
+
+/// A copy of a request head: method, URI, version and headers (extensions are the host's own
+/// and stay behind).
+pub fn copy_head(head: &request::Parts) -> request::Parts {
+    let mut copy = empty_request();
+    copy.method = head.method.clone();
+    copy.uri = head.uri.clone();
+    copy.version = head.version;
+    copy.headers = head.headers.clone();
+    copy
 }
 
 /// `proxy_stream_type_t`.
@@ -444,6 +499,30 @@ impl HostState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lent_request_head_is_read_in_place_and_copied_on_a_write() {
+        let mut h = HttpStream::new(Arc::new(StreamInfo::default()));
+        assert!(h.request().headers.is_empty(), "nothing here, nothing lent");
+        let head = http::Request::get("/a?b")
+            .header("x-tag", "1")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        h.put_request(head);
+        let head = h.take_request().expect("moved in, so it moves out");
+        assert!(h.take_request().is_none());
+        let lent = Arc::new(head);
+        h.lend_request(&lent);
+        assert_eq!(h.request().uri, "/a?b");
+        assert_eq!(h.request().headers["x-tag"], "1");
+        assert_eq!(Arc::strong_count(&lent), 2, "read in place, not copied");
+        h.request_mut().headers.insert("x-tag", "2".parse().unwrap());
+        assert_eq!(h.request().headers["x-tag"], "2");
+        assert_eq!(h.request().uri, "/a?b", "the copy has the whole head");
+        assert_eq!(lent.headers["x-tag"], "1", "the request itself is unchanged");
+    }
 
     #[test]
     fn a_chunk_passes_through_a_body_buffer_without_a_copy() {

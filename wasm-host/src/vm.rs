@@ -175,7 +175,7 @@ impl Vm {
             if response {
                 h.response.headers.len() as u32 + 1
             } else {
-                h.request.headers.len() as u32 + 4
+                h.request().headers.len() as u32 + 4
             }
         })
     }

@@ -37,10 +37,10 @@ fn add_header_both_ways() {
     let compiled = CompiledPlugin::load(&engine, Shared::new(), info, &bytes).unwrap();
     let mut vm = compiled.instantiate(None).unwrap();
     let mut stream = HttpStream::new(Arc::new(StreamInfo::default()));
-    stream.request = http::Request::get("/x").body(()).unwrap().into_parts().0;
+    stream.put_request(http::Request::get("/x").body(()).unwrap().into_parts().0);
     let id = vm.create_http(stream).unwrap();
     assert_eq!(vm.on_request_headers(id, true).unwrap(), Action::Continue);
-    assert_eq!(vm.http(id).unwrap().request.headers["x-test"], "yes");
+    assert_eq!(vm.http(id).unwrap().request().headers["x-test"], "yes");
     assert_eq!(vm.on_response_headers(id, false).unwrap(), Action::Continue);
     assert_eq!(vm.http(id).unwrap().response.headers["x-test"], "yes");
     vm.finish(id).unwrap();

@@ -23,6 +23,7 @@ use crate::context::RequestCx;
 use crate::error::GatewayError;
 use crate::telemetry::trace::{self, TraceCx, with_current};
 use crate::terminal::{BoxedResponse, Terminal};
+use wasm_host::state::copy_head;
 
 /// A route's compiled filter chain.
 #[derive(Clone, Default)]
@@ -32,6 +33,8 @@ pub struct Chain {
     response_body: bool,
     /// Some filter has a hook after the response head (body, trailers, log).
     after_response: bool,
+    /// Some filter reads the request head after its header hook ([`RequestCx::request_head`]).
+    reads_request_later: bool,
 }
 
 /// Filter instances a request keeps without a separate allocation; routes rarely have more.
@@ -251,11 +254,29 @@ impl Chain {
             });
         let response_body = factories.iter().any(|f| f.response_body());
         let after_response = response_body || factories.iter().any(|f| f.after_response());
+        let reads_request_later = factories.iter().any(|f| f.reads_request_later());
         Self {
             factories: factories.into(),
             request_body,
             response_body,
             after_response,
+            reads_request_later,
+        }
+    }
+
+    /// Keeps the request head for the filters that read it later, when nothing else needs it
+    /// any more (the terminal only looked at it, or never got it).
+    fn keep_head(&self, st: &mut State, parts: request::Parts) {
+        if self.reads_request_later {
+            st.cx.request_head = Some(Arc::new(parts));
+        }
+    }
+
+    /// Keeps a copy of the request head for the filters that read it later, before the body
+    /// hooks or the terminal, which takes the head itself (once per request).
+    fn keep_head_copy(&self, st: &mut State, parts: &request::Parts) {
+        if self.reads_request_later && st.cx.request_head.is_none() {
+            st.cx.request_head = Some(Arc::new(copy_head(parts)));
         }
     }
 
@@ -345,7 +366,10 @@ impl Chain {
             HeadPass::Waits(_) => {
                 return Started::Wait(Pending(Stage::Request { st, parts, body }));
             }
-            HeadPass::Reply(i, reply) => (i, reply),
+            HeadPass::Reply(i, reply) => {
+                self.keep_head(&mut st, parts);
+                (i, reply)
+            }
             HeadPass::Through => {
                 // A request without a body (most GETs) has no body hooks to run.
                 let body_needs_hooks = match self.request_body {
@@ -355,11 +379,14 @@ impl Chain {
                 if body_needs_hooks {
                     return Started::Wait(Pending(Stage::Request { st, parts, body }));
                 }
-                if let Some(res) = terminal.respond_now(&mut parts, &body) {
+                if let Some(res) = terminal.respond_now(&mut parts, &body, self.reads_request_later)
+                {
+                    self.keep_head(&mut st, parts);
                     (self.factories.len(), res)
                 } else {
                     // The terminal is started here, and its future comes back with the
                     // filters' state rather than inside a future of the chain's.
+                    self.keep_head_copy(&mut st, &parts);
                     let req = Request::from_parts(parts, body);
                     match with_current(trace.as_ref(), || terminal.handle(req, &st.cx)) {
                         Either::Left(res) => (self.factories.len(), res.into_inner()),
@@ -450,7 +477,12 @@ impl Chain {
             let response = 'answer: {
                 if let Some((i, reply)) = self.request_headers(&mut st, &mut parts).await {
                     upto = i;
+                    self.keep_head(&mut st, parts);
                     break 'answer reply;
+                }
+                // Body hooks may read the head too: kept before they run.
+                if !body.is_end_stream() {
+                    self.keep_head_copy(&mut st, &parts);
                 }
                 let body = match self.request_body {
                     None | Some(BodyAccess::None) => body,
@@ -469,6 +501,7 @@ impl Chain {
                         return Box::pin(streaming).await;
                     }
                 };
+                self.keep_head_copy(&mut st, &parts);
                 terminal
                     .handle(Request::from_parts(parts, body), &st.cx)
                     .await
@@ -1229,6 +1262,7 @@ mod tests {
             route: Arc::from("r"),
             start: tokio::time::Instant::now(),
             trace: None,
+            request_head: None,
         }
     }
 

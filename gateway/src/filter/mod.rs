@@ -67,6 +67,12 @@ pub trait FilterFactory: Send + Sync + 'static {
     fn after_response(&self) -> bool {
         true
     }
+    /// Whether instances read the request's head after its header hook (in body, response,
+    /// trailer or log hooks): the chain then keeps it for them in
+    /// [`RequestCx::request_head`](crate::context::RequestCx::request_head).
+    fn reads_request_later(&self) -> bool {
+        false
+    }
 }
 
 /// One filter's view of one request.

@@ -56,6 +56,7 @@ impl Dispatch {
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),
             trace: None,
+            request_head: None,
         };
         Self { routes, cx }
     }

@@ -1,7 +1,8 @@
 //! proxy-wasm HTTP filters as [`HttpFilter`]s. Each request gets a context in the VM of the
 //! worker thread it started on. The request or response head moves into the VM for the length
 //! of a callback (no copy; pseudo-headers map onto its fields) and moves back after it, or stays
-//! there while the request is paused. A pause is an await: the hook waits until the guest calls
+//! there while the request is paused. The callbacks after the request's read the request head
+//! the chain keeps for them ([`RequestCx::request_head`]), lent to the VM, not copied into it. A pause is an await: the hook waits until the guest calls
 //! `proxy_continue_stream` or `proxy_send_local_response` for the context (typically from
 //! `proxy_on_http_call_response`), the VM fails, or [`PAUSE_LIMIT`] passes.
 //!
@@ -72,6 +73,11 @@ impl FilterFactory for WasmFilterFactory {
     }
 
     fn response_body(&self) -> bool {
+        true
+    }
+
+    /// Plugins read request headers and properties in every later callback.
+    fn reads_request_later(&self) -> bool {
         true
     }
 }
@@ -252,13 +258,15 @@ impl WasmFilter {
             connection_id: 0,
         });
         let mut stream = Box::new(HttpStream::new(info));
-        stream.request = std::mem::replace(req, empty_request());
+        stream.put_request(std::mem::replace(req, empty_request()));
         let step = {
             let mut g = slot.lock();
             let vm = match slot.vm(&mut g) {
                 Ok(vm) => vm,
                 Err(e) => {
-                    *req = stream.request;
+                    if let Some(head) = stream.take_request() {
+                        *req = head;
+                    }
                     slot.fail(&mut g, &e);
                     return Ok(Err(fail(e)));
                 }
@@ -292,29 +300,22 @@ impl WasmFilter {
         }
     }
 
-    /// Takes the request head back from the VM and turns the resume into the hook's answer. A
-    /// copy stays behind: plugins read request headers and properties in later phases (writes
-    /// there change nothing, as in Envoy).
+    /// Takes the request head back from the VM and turns the resume into the hook's answer.
+    /// Nothing stays behind: the later callbacks read the head the chain keeps for them
+    /// ([`RequestCx::request_head`], lent to the VM by [`lend_head`]).
     fn request_head_back(
         &self,
         req: &mut request::Parts,
         resume: Resume,
     ) -> Result<Flow, BoxError> {
-        let back = self.with_stream(|h| {
-            let parts = std::mem::replace(&mut h.request, empty_request());
-            h.request.method = parts.method.clone();
-            h.request.uri = parts.uri.clone();
-            h.request.version = parts.version;
-            h.request.headers = parts.headers.clone();
-            parts
-        });
-        *req = back.ok_or_else(vm_replaced)?;
+        let back = self.with_stream(HttpStream::take_request);
+        *req = back.flatten().ok_or_else(vm_replaced)?;
         flow(resume)
     }
 
     /// Runs `proxy_on_response_headers` with the head moved into the VM: the hook's answer, or
     /// what to wait on when the guest paused (the head stays in the VM meanwhile).
-    fn response_headers_now(&mut self, res: &mut response::Parts) -> HeadNow {
+    fn response_headers_now(&mut self, res: &mut response::Parts, cx: &RequestCx) -> HeadNow {
         let status = res.status;
         self.held_status = status;
         let called = (|| {
@@ -327,6 +328,7 @@ impl WasmFilter {
                     return Err(Skip::Gone);
                 };
                 h.response = std::mem::replace(res, empty_response());
+                lend_head(h, cx);
                 vm.on_response_headers(self.ctx, false)
             };
             match r {
@@ -378,12 +380,18 @@ impl WasmFilter {
 
     /// `proxy_on_request_trailers` / `proxy_on_response_trailers`: the trailers move into the
     /// VM for the callback and back after it (changed or not).
-    fn trailers(&self, trailers: &mut HeaderMap, response: bool) -> Result<(), BoxError> {
+    fn trailers(
+        &self,
+        trailers: &mut HeaderMap,
+        response: bool,
+        cx: &RequestCx,
+    ) -> Result<(), BoxError> {
         let mut incoming = Some(std::mem::take(trailers));
         let r = self.call(|vm, id| {
             let Some(h) = vm.http(id) else {
                 return Ok(None);
             };
+            lend_head(h, cx);
             let slot = if response {
                 &mut h.response_trailers
             } else {
@@ -412,7 +420,7 @@ impl WasmFilter {
     }
 
     /// The log phase: the final status goes in, then the context ends.
-    fn finish(&mut self, status: StatusCode) {
+    fn finish(&mut self, status: StatusCode, cx: &RequestCx) {
         let Some(slot) = self.slot.take() else { return };
         let mut g = slot.lock();
         slot.unwait(&mut g, self.ctx);
@@ -422,6 +430,7 @@ impl WasmFilter {
         let Some(vm) = slot_vm(&mut g) else { return };
         if let Some(h) = vm.http(self.ctx) {
             h.response.status = status;
+            lend_head(h, cx);
         }
         match vm.finish(self.ctx) {
             Ok(()) => {
@@ -432,6 +441,13 @@ impl WasmFilter {
             }
             Err(e) => slot.fail(&mut g, &e),
         }
+    }
+}
+
+/// Lends the VM the request head the chain kept, for a callback after the request's.
+fn lend_head(h: &mut HttpStream, cx: &RequestCx) {
+    if let Some(head) = &cx.request_head {
+        h.lend_request(head);
     }
 }
 
@@ -466,13 +482,14 @@ impl HttpFilter for WasmFilter {
         &mut self,
         chunk: &mut Option<Bytes>,
         eos: bool,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
         let mut data = chunk.take();
         let r = self.call(|vm, id| {
             let Some(h) = vm.http(id) else {
                 return Ok(None);
             };
+            lend_head(h, cx);
             if let Some(d) = data.take() {
                 h.request_body.push(d);
             }
@@ -518,17 +535,17 @@ impl HttpFilter for WasmFilter {
     fn on_response_headers_sync(
         &mut self,
         res: &mut response::Parts,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        self.answer_now(|f| f.response_headers_now(res))
+        self.answer_now(|f| f.response_headers_now(res, cx))
     }
 
     async fn on_response_headers(
         &mut self,
         res: &mut response::Parts,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Result<Flow, BoxError> {
-        let rx = match self.kept_wait_or(|f| f.response_headers_now(res)) {
+        let rx = match self.kept_wait_or(|f| f.response_headers_now(res, cx)) {
             Ok(answer) => return answer,
             Err(rx) => rx,
         };
@@ -541,13 +558,14 @@ impl HttpFilter for WasmFilter {
         &mut self,
         chunk: &mut Option<Bytes>,
         eos: bool,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Option<Result<(), BoxError>> {
         let mut data = chunk.take();
         let r = self.call(|vm, id| {
             let Some(h) = vm.http(id) else {
                 return Ok(None);
             };
+            lend_head(h, cx);
             if let Some(d) = data.take() {
                 h.response_body.push(d);
             }
@@ -581,21 +599,21 @@ impl HttpFilter for WasmFilter {
     async fn on_request_trailers(
         &mut self,
         trailers: &mut HeaderMap,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Result<(), BoxError> {
-        self.trailers(trailers, false)
+        self.trailers(trailers, false, cx)
     }
 
     async fn on_response_trailers(
         &mut self,
         trailers: &mut HeaderMap,
-        _cx: &mut RequestCx,
+        cx: &mut RequestCx,
     ) -> Result<(), BoxError> {
-        self.trailers(trailers, true)
+        self.trailers(trailers, true, cx)
     }
 
-    fn on_log_sync(&mut self, _cx: &RequestCx, status: StatusCode) -> bool {
-        self.finish(status);
+    fn on_log_sync(&mut self, cx: &RequestCx, status: StatusCode) -> bool {
+        self.finish(status, cx);
         true
     }
 }

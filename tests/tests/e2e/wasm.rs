@@ -195,6 +195,65 @@ async fn body_rewrite_both_ways() {
     assert_eq!(trailers["x-body-rewrite"], "trailers-seen");
 }
 
+/// The callbacks after the request-header one read the request head the terminal got, which
+/// the chain keeps for them: on a `respond` route (the head itself, the terminal only looked at
+/// it) and on a proxied route with a request body (a copy, the proxy takes the head). A write to
+/// the head after the request phase changes only what the plugin reads next, not the request.
+#[tokio::test]
+async fn plugins_read_the_request_head_in_later_callbacks() {
+    let dir = temp_dir();
+    install(dir.path(), "late_reader", "late.wasm");
+    let backend = gateway_tests::backend::Backend::start("app").await;
+    let cfg = one_plugin("late.wasm", "{}", "", Some(backend.addr()));
+    let gw = TestGateway::start_in(dir, &cfg).await;
+    let mut c = http1(gw.addr("main")).await;
+    // Each reading is `:path x-tag request.path`.
+    let r = c.send(get("/one?q=1", &[("x-tag", "a")])).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.header("x-late-response-head"),
+        "/one?q=1 a /one?q=1; /one?q=1 rewritten /one?q=1"
+    );
+    // That request's body and log callbacks ran before this one's head went out.
+    let r = c.send(get("/two", &[("x-tag", "b")])).await.unwrap();
+    assert_eq!(
+        r.header("x-late-response-body"),
+        "/one?q=1 rewritten /one?q=1"
+    );
+    assert_eq!(r.header("x-late-log"), "/one?q=1 rewritten /one?q=1");
+
+    let upload = Request::post("/echo/upload")
+        .header("x-tag", "c")
+        .body(Full::new(Bytes::from("twelve bytes")))
+        .unwrap();
+    let r = c.send(upload).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.text(), "12");
+    assert_eq!(
+        r.header("x-late-response-head"),
+        "/echo/upload c /echo/upload; /echo/upload rewritten /echo/upload"
+    );
+    let seen = backend.last().expect("a request");
+    assert_eq!(
+        seen.header("x-tag"),
+        "c",
+        "the later write stays in the plugin"
+    );
+    let r = c.send(get("/three", &[])).await.unwrap();
+    assert_eq!(
+        r.header("x-late-request-body"),
+        "/echo/upload c /echo/upload"
+    );
+    assert_eq!(
+        r.header("x-late-response-body"),
+        "/echo/upload rewritten /echo/upload"
+    );
+    assert_eq!(
+        r.header("x-late-log"),
+        "/echo/upload rewritten /echo/upload"
+    );
+}
+
 #[tokio::test]
 async fn local_reply_and_pass_through() {
     let dir = temp_dir();

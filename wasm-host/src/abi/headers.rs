@@ -123,7 +123,7 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
 
 /// The request's pseudo-headers, borrowed.
 fn request_pseudo(h: &HttpStream) -> [(&'static [u8], &[u8]); 4] {
-    let r = &h.request;
+    let r = h.request();
     let path = r.uri.path_and_query().map_or("/", PathAndQuery::as_str);
     let authority = match r.uri.authority() {
         Some(a) => a.as_str().as_bytes(),
@@ -170,7 +170,7 @@ fn serialize(s: &mut HostState, map: u32, out: &mut Vec<u8>) {
                 match map {
                     REQUEST_HEADERS => {
                         let pseudo = request_pseudo(h);
-                        let it = pseudo.iter().copied().chain(plain(&h.request.headers));
+                        let it = pseudo.iter().copied().chain(plain(&h.request().headers));
                         return serialize_map(it, out);
                     }
                     RESPONSE_HEADERS => {
@@ -215,7 +215,7 @@ fn get(s: &mut HostState, map: u32, key: &[u8]) -> Option<Vec<u8>> {
             _ => None,
         };
     }
-    let headers = headers_mut(h, map)?;
+    let headers = headers(h, map)?;
     let mut values = headers.get_all(HeaderName::from_bytes(key).ok()?).iter();
     let first = values.next()?;
     // Several values of one name read as one, comma-joined (Envoy does the same).
@@ -227,9 +227,19 @@ fn get(s: &mut HostState, map: u32, key: &[u8]) -> Option<Vec<u8>> {
     Some(v)
 }
 
+fn headers(h: &HttpStream, map: u32) -> Option<&HeaderMap> {
+    Some(match map {
+        REQUEST_HEADERS => &h.request().headers,
+        REQUEST_TRAILERS => &h.request_trailers,
+        RESPONSE_HEADERS => &h.response.headers,
+        RESPONSE_TRAILERS => &h.response_trailers,
+        _ => return None,
+    })
+}
+
 fn headers_mut(h: &mut HttpStream, map: u32) -> Option<&mut HeaderMap> {
     Some(match map {
-        REQUEST_HEADERS => &mut h.request.headers,
+        REQUEST_HEADERS => &mut h.request_mut().headers,
         REQUEST_TRAILERS => &mut h.request_trailers,
         RESPONSE_HEADERS => &mut h.response.headers,
         RESPONSE_TRAILERS => &mut h.response_trailers,
@@ -268,17 +278,18 @@ fn set(s: &mut HostState, map: u32, key: &[u8], value: &[u8], replace: bool) {
 fn set_pseudo(h: &mut HttpStream, map: u32, key: &[u8], value: &[u8]) -> bool {
     match (map, key) {
         (REQUEST_HEADERS, b":method") => Method::from_bytes(value)
-            .map(|m| h.request.method = m)
+            .map(|m| h.request_mut().method = m)
             .is_ok(),
         (REQUEST_HEADERS, b":path") => {
             let Ok(pq) = PathAndQuery::try_from(value) else {
                 return false;
             };
-            let mut parts = std::mem::take(&mut h.request.uri).into_parts();
+            let request = h.request_mut();
+            let mut parts = std::mem::take(&mut request.uri).into_parts();
             parts.path_and_query = Some(pq);
             match Uri::from_parts(parts) {
                 Ok(u) => {
-                    h.request.uri = u;
+                    request.uri = u;
                     true
                 }
                 Err(_) => false,
@@ -289,12 +300,13 @@ fn set_pseudo(h: &mut HttpStream, map: u32, key: &[u8], value: &[u8]) -> bool {
             else {
                 return false;
             };
-            if h.request.uri.authority().is_some() {
-                let mut parts = std::mem::take(&mut h.request.uri).into_parts();
+            let request = h.request_mut();
+            if request.uri.authority().is_some() {
+                let mut parts = std::mem::take(&mut request.uri).into_parts();
                 parts.authority = Some(a);
-                h.request.uri = Uri::from_parts(parts).unwrap_or_default();
+                request.uri = Uri::from_parts(parts).unwrap_or_default();
             }
-            h.request.headers.insert(HOST, v);
+            request.headers.insert(HOST, v);
             true
         }
         (RESPONSE_HEADERS, b":status") => std::str::from_utf8(value)

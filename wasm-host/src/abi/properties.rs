@@ -70,7 +70,7 @@ pub(crate) fn get(s: &mut HostState, path: &[u8]) -> Option<Vec<u8>> {
     let Stream::Http(h) = stream else {
         return None;
     };
-    let req = &h.request;
+    let req = h.request();
     let header = |name| {
         req.headers
             .get(name)
