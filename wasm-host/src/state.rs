@@ -518,10 +518,15 @@ mod tests {
         assert_eq!(h.request().uri, "/a?b");
         assert_eq!(h.request().headers["x-tag"], "1");
         assert_eq!(Arc::strong_count(&lent), 2, "read in place, not copied");
-        h.request_mut().headers.insert("x-tag", "2".parse().unwrap());
+        h.request_mut()
+            .headers
+            .insert("x-tag", "2".parse().unwrap());
         assert_eq!(h.request().headers["x-tag"], "2");
         assert_eq!(h.request().uri, "/a?b", "the copy has the whole head");
-        assert_eq!(lent.headers["x-tag"], "1", "the request itself is unchanged");
+        assert_eq!(
+            lent.headers["x-tag"], "1",
+            "the request itself is unchanged"
+        );
     }
 
     #[test]
