@@ -216,6 +216,13 @@ def targets_section(res: Results) -> list[str]:
     cost("waf", "waf off", "waf on", 0.15, "WAF (every detector, 50 rules) costs ≤ 15% of req/s")
     cost("rate-limit", "rate limit off", "rate limit on", 0.05, "rate limiter costs ≤ 5% of req/s")
     cost("wasm", "native", "wasm", 0.10, "Wasm plugin vs native filter costs ≤ 10% of req/s")
+    cost(
+        "wasm-proxy",
+        "native",
+        "wasm",
+        0.10,
+        "the same, in front of the reverse proxy (where an API gateway runs plugins)",
+    )
 
     c = res.cell("stress-10k", 10000, "gateway")
     if c:
