@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header, reques
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::Mutex;
+use wasm_host::state::copy_head;
 
 use super::{BodyAccess, FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
@@ -23,7 +24,6 @@ use crate::context::RequestCx;
 use crate::error::GatewayError;
 use crate::telemetry::trace::{self, TraceCx, with_current};
 use crate::terminal::{BoxedResponse, Terminal};
-use wasm_host::state::copy_head;
 
 /// A route's compiled filter chain.
 #[derive(Clone, Default)]

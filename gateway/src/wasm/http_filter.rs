@@ -2,9 +2,10 @@
 //! worker thread it started on. The request or response head moves into the VM for the length
 //! of a callback (no copy; pseudo-headers map onto its fields) and moves back after it, or stays
 //! there while the request is paused. The callbacks after the request's read the request head
-//! the chain keeps for them ([`RequestCx::request_head`]), lent to the VM, not copied into it. A pause is an await: the hook waits until the guest calls
-//! `proxy_continue_stream` or `proxy_send_local_response` for the context (typically from
-//! `proxy_on_http_call_response`), the VM fails, or [`PAUSE_LIMIT`] passes.
+//! the chain keeps for them ([`RequestCx::request_head`]), lent to the VM, not copied into it.
+//! A pause is an await: the hook waits until the guest calls `proxy_continue_stream` or
+//! `proxy_send_local_response` for the context (typically from `proxy_on_http_call_response`),
+//! the VM fails, or [`PAUSE_LIMIT`] passes.
 //!
 //! Every callback runs in the chain's synchronous hooks: a request the guest does not pause
 //! makes no future of its own. Only a pause sends the chain on to the async hook, which waits
