@@ -6,10 +6,11 @@
 //!
 //! Every guest call first tells the ticker it runs ([`Ticker::arm`], which also sets the call's
 //! deadline, so no call site can do one without the other): one relaxed load on the hot path,
-//! a store (and, when parked, a wake-up) only for the first call after the ticker last looked. The ticker parks only after seeing no call for `linger` ticks, and `linger` is
-//! longer than the longest deadline a call is given, so a call that started before the ticker
-//! stopped counting has reached its deadline (and its deadline callback, which keeps the ticker
-//! awake too, has run) before the ticker parks.
+//! a store (and, when parked, a wake-up) only for the first call after the ticker last looked.
+//! The ticker parks only after seeing no call for `linger` ticks, and `linger` is longer than
+//! the longest deadline a call is given, so a call that started before the ticker stopped
+//! counting has reached its deadline (and its deadline callback, which keeps the ticker awake
+//! too, has run) before the ticker parks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
