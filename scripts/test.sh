@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: set-up, plugin builds, format and lint checks,
-# then every test in the workspace (unit, config golden tests, end to end). Debug builds only.
+# the benchmark report's verdict checks, then every test in the workspace (unit, config golden
+# tests, end to end). Debug builds only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,9 @@ bash scripts/setup.sh
 if [ -f scripts/build-plugins.sh ]; then
   bash scripts/build-plugins.sh
 fi
+
+echo "== benchmark report: the verdicts on the targets"
+PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s benches/harness -p 'test_*.py'
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

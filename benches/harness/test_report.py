@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Checks the report's verdicts on the issue's targets against results written for the purpose.
+
+    python3 -m unittest discover -s benches/harness -p 'test_*.py'
+
+The rule under test is the issue's: a ratio is judged on requests/s when both servers were
+saturated, otherwise on CPU per request (requests per fully-used core); feature costs the same
+way between a route with the feature and one without.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+import report  # noqa: E402
+
+
+def row(scenario: str, conns: int, target: str, rps: float, cpu_pct: float, rnd: int = 1) -> dict:
+    """One round of one target, with the derived columns computed as the harness computes them."""
+    cpu_us = cpu_pct / 100 * 1e6 / rps
+    return {
+        "scenario": scenario,
+        "conns": conns,
+        "target": target,
+        "server": target.split(" ")[0],
+        "round": rnd,
+        "rps": rps,
+        "p99_ms": 1.0,
+        "errors": 0,
+        "non2xx": 0,
+        "cpu_pct": cpu_pct,
+        "cpu_us_per_req": round(cpu_us, 3),
+        "sys_us_per_req": round(cpu_us * 0.7, 3),
+        "req_per_core": round(rps * 100 / cpu_pct, 1),
+        "peak_rss_kib": 20000,
+    }
+
+
+class Verdicts(unittest.TestCase):
+    def targets(self, rows: list[dict]) -> dict[str, tuple[str, str]]:
+        """The report's target rows for `rows`, by the target's name: (measured, verdict)."""
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "run.csv"
+            with path.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=bench.COLUMNS)
+                w.writeheader()
+                w.writerows(rows)
+            lines = report.targets_section(report.Results(path))
+        out = {}
+        for line in lines:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 3:
+                out[cells[0]] = (cells[1], cells[2])
+        return out
+
+    def static(self, rows: list[dict]) -> tuple[str, str]:
+        return self.targets(rows)["static 1 KiB keep-alive ≥ 1.3× nginx"]
+
+    def test_an_unsaturated_gateway_is_judged_on_cpu_per_request(self) -> None:
+        # wrk held the gateway at 82 % of its core: 1.10× nginx's requests/s, but 1.33× its
+        # requests per fully-used core.
+        measured, verdict = self.static(
+            [
+                row("static-1k", 1000, "gateway", 110_000, 82.0),
+                row("static-1k", 1000, "nginx", 100_000, 99.0),
+            ]
+        )
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("1.10× (per core **1.33×**)", measured)
+
+    def test_two_saturated_servers_are_judged_on_requests_per_second(self) -> None:
+        # Both at their core's limit: requests/s is the figure, though per core it would pass.
+        measured, verdict = self.static(
+            [
+                row("static-1k", 200, "gateway", 125_000, 96.0),
+                row("static-1k", 200, "nginx", 100_000, 99.0),
+            ]
+        )
+        self.assertEqual(verdict, "not met", measured)
+        self.assertIn("**1.25×** (per core 1.29×)", measured)
+
+    def test_every_concurrency_has_to_pass(self) -> None:
+        measured, verdict = self.static(
+            [
+                row("static-1k", 10, "gateway", 140_000, 99.0),
+                row("static-1k", 10, "nginx", 100_000, 99.0),
+                row("static-1k", 1000, "gateway", 100_000, 90.0),
+                row("static-1k", 1000, "nginx", 100_000, 99.0),
+            ]
+        )
+        self.assertEqual(verdict, "not met", measured)
+        self.assertIn("c=10: **1.40×**", measured)
+        self.assertIn("c=1000: 1.00× (per core **1.10×**)", measured)
+
+    def test_the_medians_of_the_rounds_decide(self) -> None:
+        rows = [row("static-1k", 200, "nginx", 100_000, 99.0, r) for r in (1, 2, 3)]
+        rows += [
+            row("static-1k", 200, "gateway", rps, 99.0, r)
+            for r, rps in ((1, 90_000), (2, 135_000), (3, 140_000))
+        ]
+        measured, verdict = self.static(rows)
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("**1.35×**", measured)
+
+    def test_a_feature_cost_follows_the_same_rule(self) -> None:
+        what = "Wasm plugin vs native filter costs ≤ 10% of req/s"
+        # Unsaturated: 2 % fewer requests/s, but 15 % more CPU per request.
+        measured, verdict = self.targets(
+            [
+                row("wasm", 200, "gateway native", 100_000, 85.0),
+                row("wasm", 200, "gateway wasm", 98_000, 95.8),
+            ]
+        )[what]
+        self.assertEqual(verdict, "not met", measured)
+        self.assertIn("2.0% fewer req/s, **CPU per request +15.0%**", measured)
+        # Saturated: the requests/s lost decide.
+        measured, verdict = self.targets(
+            [
+                row("wasm", 200, "gateway native", 100_000, 99.0),
+                row("wasm", 200, "gateway wasm", 92_000, 99.0),
+            ]
+        )[what]
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("**8.0% fewer req/s**", measured)
+
+    def test_a_feature_that_gains_says_so(self) -> None:
+        measured, verdict = self.targets(
+            [
+                row("waf", 200, "gateway waf off", 100_000, 99.0),
+                row("waf", 200, "gateway waf on", 104_000, 99.0),
+            ]
+        )["WAF (every detector, 50 rules) costs ≤ 15% of req/s"]
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("**4.0% more req/s**", measured)
+
+    def test_a_target_without_its_peer_is_not_measured(self) -> None:
+        _, verdict = self.static([row("static-1k", 200, "gateway", 100_000, 99.0)])
+        self.assertEqual(verdict, "not measured")
+
+
+if __name__ == "__main__":
+    unittest.main()
