@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: set-up, plugin builds, format and lint checks,
-# the benchmark report's verdict checks, then every test in the workspace (unit, config golden
+# the benchmark harness's own checks, then every test in the workspace (unit, config golden
 # tests, end to end). Debug builds only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ if [ -f scripts/build-plugins.sh ]; then
   bash scripts/build-plugins.sh
 fi
 
-echo "== benchmark report: the verdicts on the targets"
+echo "== benchmark harness: round order, verdicts on the targets"
 PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s benches/harness -p 'test_*.py'
 
 echo "== cargo fmt --check"

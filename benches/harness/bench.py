@@ -11,8 +11,9 @@ binaries first. This script:
 3. checks every target answers as expected (status, body length), skipping those that do not,
    with the reason;
 4. for every cell (scenario × concurrency): a warm-up run of each target, then `--rounds`
-   interleaved rounds (A, B, C, A, B, C, ...), each recording the load generator's figures and
-   the server's CPU time and peak RSS over the run;
+   interleaved rounds, the order reversed every other round and turned every two (A, B, C, then
+   C, B, A, then B, C, A, ...), each recording the load generator's figures and the server's CPU
+   time and peak RSS over the run;
 5. writes one CSV row per run to benches/results/<run id>.csv (and LATEST.csv), with a
    .meta.json beside it (versions, machine, options), then renders the report.
 
@@ -590,6 +591,18 @@ def idle_row(run_id: str, args: argparse.Namespace, s: Server, scenario: str) ->
     }
 
 
+def round_order(targets: list[Target], rnd: int) -> list[Target]:
+    """The order of the targets in round `rnd` (from 1): reversed every other round and turned
+    by one every two, so that no target runs right after the same one in every round (after a
+    run that left the host busy, such as one that closed thousands of connections) or always
+    first after the warm-ups: A B C, C B A, B C A, A C B, ..."""
+    if not targets:
+        return []
+    k = (rnd - 1) // 2 % len(targets)
+    turned = targets[k:] + targets[:k]
+    return turned if rnd % 2 == 1 else turned[::-1]
+
+
 def run_cell(
     w: csv.DictWriter,
     f,
@@ -609,7 +622,7 @@ def run_cell(
             log(f"  warm-up of {t.label} failed: {e}")
         time.sleep(args.pause)
     for rnd in range(1, args.rounds + 1):
-        for t in live:
+        for t in round_order(live, rnd):
             if not t.server.alive():
                 skipped.append(f"{sc.name} c={conns}: {t.label}: the server died")
                 continue
