@@ -191,7 +191,7 @@ def targets_section(res: Results) -> list[str]:
             )
             if r is None:
                 continue
-            on_rps = r if rc is None else res.saturated(scenario, c, ("gateway", peer))
+            on_rps = rc is None or res.saturated(scenario, c, ("gateway", peer))
             shown = (fmt_ratio(r), fmt_ratio(rc))
             shown = (f"**{shown[0]}**", shown[1]) if on_rps else (shown[0], f"**{shown[1]}**")
             parts.append(f"c={c}: {shown[0]} (per core {shown[1]})")
