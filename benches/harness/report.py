@@ -148,6 +148,11 @@ def fmt_ratio(r: float | None) -> str:
     return "—" if r is None else f"{r:#.3g}×"
 
 
+def bold(text: str, used: bool) -> str:
+    """`text` in bold when it is the figure a verdict used."""
+    return f"**{text}**" if used else text
+
+
 # === sections ===
 
 
@@ -192,9 +197,9 @@ def targets_section(res: Results) -> list[str]:
             if r is None:
                 continue
             on_rps = rc is None or res.saturated(scenario, c, ("gateway", peer))
-            shown = (fmt_ratio(r), fmt_ratio(rc))
-            shown = (f"**{shown[0]}**", shown[1]) if on_rps else (shown[0], f"**{shown[1]}**")
-            parts.append(f"c={c}: {shown[0]} (per core {shown[1]})")
+            parts.append(
+                f"c={c}: {bold(fmt_ratio(r), on_rps)} (per core {bold(fmt_ratio(rc), not on_rps)})"
+            )
             verdicts.append((r if on_rps else rc) >= goal)
         verdict = "not measured" if not verdicts else ("met" if all(verdicts) else "not met")
         rows.append((what, "; ".join(parts) or "—", verdict))
@@ -222,13 +227,10 @@ def targets_section(res: Results) -> list[str]:
             on_rps = added is None or res.saturated(
                 scenario, c, (f"gateway {off}", f"gateway {on}")
             )
-            shown_lost = f"{lost:.1%} fewer req/s" if lost >= 0 else f"{-lost:.1%} more req/s"
-            shown_added = "" if added is None else f"CPU per request {added:+.1%}"
-            if on_rps:
-                shown_lost = f"**{shown_lost}**"
-            else:
-                shown_added = f"**{shown_added}**"
-            parts.append(f"c={c}: {shown_lost}" + (f", {shown_added}" if shown_added else ""))
+            shown = f"{lost:.1%} fewer req/s" if lost >= 0 else f"{-lost:.1%} more req/s"
+            parts.append(f"c={c}: {bold(shown, on_rps)}")
+            if added is not None:
+                parts[-1] += f", {bold(f'CPU per request {added:+.1%}', not on_rps)}"
             verdicts.append((lost if on_rps else added) <= limit)
         verdict = "not measured" if not verdicts else ("met" if all(verdicts) else "not met")
         rows.append((what, "; ".join(parts) or "—", verdict))
