@@ -1392,6 +1392,78 @@ mod tests {
             .await;
         assert_eq!(res.headers()[header::SERVER], "gw");
     }
+    /// A filter whose response hook removes the `Server` header, noting what it found.
+    #[derive(Clone)]
+    struct ServerRemover {
+        journal: Journal,
+        reply: bool,
+    }
+
+    impl FilterFactory for ServerRemover {
+        fn name(&self) -> &'static str {
+            "server-remover"
+        }
+        fn create(&self) -> Box<dyn HttpFilter> {
+            Box::new(self.clone())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpFilter for ServerRemover {
+        fn on_request_headers_sync(
+            &mut self,
+            _req: &mut request::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            let reply = Response::new(Body::from("local"));
+            Some(Ok(if self.reply {
+                Flow::Respond(reply)
+            } else {
+                Flow::Continue
+            }))
+        }
+        fn on_response_headers_sync(
+            &mut self,
+            res: &mut response::Parts,
+            _cx: &mut RequestCx,
+        ) -> Option<Result<Flow, BoxError>> {
+            let found = res.headers.get_all(header::SERVER).iter();
+            let found: Vec<_> = found.map(|v| v.to_str().unwrap().to_owned()).collect();
+            self.journal.lock().unwrap().push(found.join(","));
+            res.headers.remove(header::SERVER);
+            Some(Ok(Flow::Continue))
+        }
+    }
+
+    #[tokio::test]
+    async fn response_filters_see_one_server_header_whoever_answered() {
+        let journal: Journal = Arc::default();
+        let server = HeaderValue::from_static("gw");
+        let own: gateway_config::model::RespondConfig =
+            serde_yaml::from_str("{ body: x, headers: { server: own } }").unwrap();
+        let own = Terminal::Respond(Arc::new(Respond::new(&own, true).unwrap()));
+        for (terminal, reply, seen) in [
+            // The terminal's response gets it before the response hooks run.
+            (respond("x"), false, "gw"),
+            // The route's own `Server` header is kept.
+            (own, false, "own"),
+            // So does a later filter's local reply.
+            (respond("x"), true, "gw"),
+        ] {
+            let filter = |reply| {
+                let journal = journal.clone();
+                Arc::new(ServerRemover { journal, reply }) as Arc<dyn FilterFactory>
+            };
+            let chain = Chain::new(vec![filter(false), filter(reply)]);
+            let res = chain
+                .run(&terminal, Request::new(Body::empty()), cx(), Some(&server))
+                .await;
+            // The filter nearer the terminal removed it (unless it replied): the other saw none.
+            let expected = if reply { vec![seen] } else { vec![seen, ""] };
+            assert_eq!(std::mem::take(&mut *journal.lock().unwrap()), expected);
+            assert!(!res.headers().contains_key(header::SERVER), "{res:?}");
+        }
+    }
 
     /// A filter whose request hook answers synchronously (optionally with a local reply) and
     /// whose response hook does too unless `sync_response` is false.
