@@ -55,6 +55,7 @@ fn request_cx() -> RequestCx {
         sni: None,
         client_hash: Default::default(),
         client_text: Default::default(),
+        plugin_facts: Default::default(),
     };
     RequestCx {
         conn: Arc::new(conn),

@@ -123,6 +123,7 @@ fn bench(c: &mut Criterion) {
         sni: None,
         client_hash: Default::default(),
         client_text: Default::default(),
+        plugin_facts: Default::default(),
     };
     let route: Arc<str> = Arc::from("users");
     let upstream: Arc<str> = Arc::from("users");

@@ -27,6 +27,10 @@ pub struct ConnInfo {
     pub client_hash: ClientHash,
     /// `client` as the proxy's forwarding headers write it, made when first asked for.
     pub client_text: OnceLock<ClientText>,
+    /// What a Wasm plugin reads about the connection and the route (its properties), made for
+    /// the connection's first request that runs a plugin and shared by the later ones on the
+    /// same route.
+    pub plugin_facts: OnceLock<Arc<wasm_host::StreamInfo>>,
 }
 
 /// A connection's [`client_ip_hash`], made at most once: per-client tables (the rate limiter's

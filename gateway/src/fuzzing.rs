@@ -246,6 +246,7 @@ pub fn http1_head(data: &[u8]) {
             sni: None,
             client_hash: Default::default(),
             client_text: Default::default(),
+            plugin_facts: Default::default(),
         };
         let watch = watch(&ConnWatchdog::start(CancellationToken::new()), &listener);
         let served = tokio::spawn(serve_io(listener, server_side, info, watch));

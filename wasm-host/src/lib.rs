@@ -20,6 +20,7 @@ mod exports;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod metrics;
+mod names;
 pub mod plugin;
 pub mod shared;
 mod start;

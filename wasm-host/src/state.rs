@@ -448,6 +448,8 @@ pub struct HostState {
     pub(crate) log_level: u32,
     /// Reused for serialising maps before they are copied into the guest.
     pub(crate) scratch: Vec<u8>,
+    /// The header names the guest has written, parsed.
+    pub(crate) names: crate::names::HeaderNames,
     pub(crate) queue_owner: Option<crate::shared::QueueNotify>,
     /// Thread CPU time when the current call first passed its epoch deadline.
     pub(crate) deadline_cpu: Option<std::time::Duration>,
@@ -481,6 +483,7 @@ impl HostState {
             fault: None,
             log_level: 0,
             scratch: Vec::new(),
+            names: crate::names::HeaderNames::default(),
             queue_owner: None,
             deadline_cpu: None,
             ticker,

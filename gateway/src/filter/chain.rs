@@ -1258,6 +1258,7 @@ mod tests {
                 sni: None,
                 client_hash: Default::default(),
                 client_text: Default::default(),
+                plugin_facts: Default::default(),
             }),
             route: Arc::from("r"),
             start: tokio::time::Instant::now(),

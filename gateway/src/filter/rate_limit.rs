@@ -834,6 +834,7 @@ mod tests {
             sni: None,
             client_hash: Default::default(),
             client_text: Default::default(),
+            plugin_facts: Default::default(),
         };
         assert_eq!(conn.client_hash(), client_ip_hash(v4));
         assert_eq!(conn.client_hash(), conn.client_hash());

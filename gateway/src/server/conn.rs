@@ -218,6 +218,7 @@ pub async fn serve(
                 sni: None,
                 client_hash: Default::default(),
                 client_text: Default::default(),
+                plugin_facts: Default::default(),
             };
             serve_http(rt, stream, info, h1, h2, watch).await;
         }
@@ -326,6 +327,7 @@ async fn serve_tls(
         sni,
         client_hash: Default::default(),
         client_text: Default::default(),
+        plugin_facts: Default::default(),
     };
     // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
     let (h1, h2) = if alpn_h2 {

@@ -52,6 +52,7 @@ impl Dispatch {
                 sni: None,
                 client_hash: Default::default(),
                 client_text: Default::default(),
+                plugin_facts: Default::default(),
             }),
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),

@@ -32,6 +32,29 @@ use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{BodyAccess, FilterFactory, Flow, HttpFilter};
 
+/// The facts a plugin reads about a request's connection and route: the connection's
+/// [`ConnInfo::plugin_facts`](crate::context::ConnInfo::plugin_facts) when the request is on
+/// the route they were made for (a keep-alive connection's requests mostly are), else made anew.
+fn stream_info(cx: &RequestCx) -> Arc<StreamInfo> {
+    if let Some(info) = cx.conn.plugin_facts.get()
+        && Arc::ptr_eq(&info.route_name, &cx.route)
+    {
+        return info.clone();
+    }
+    let info = Arc::new(StreamInfo {
+        source: Some(cx.conn.client),
+        destination: Some(cx.conn.local),
+        route_name: cx.route.clone(),
+        listener: cx.conn.listener.clone(),
+        tls: cx.conn.tls,
+        sni: cx.conn.sni.clone(),
+        connection_id: 0,
+    });
+    // Only the first route's facts are kept: a connection rarely moves between routes.
+    let _ = cx.conn.plugin_facts.set(info.clone());
+    info
+}
+
 /// Longest a request stays paused by a plugin.
 pub(crate) const PAUSE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -249,16 +272,7 @@ impl WasmFilter {
         let runtime = self.handle.runtime();
         let slot = pick(&runtime.slots).clone();
         let eos = headers_only(req);
-        let info = Arc::new(StreamInfo {
-            source: Some(cx.conn.client),
-            destination: Some(cx.conn.local),
-            route_name: cx.route.clone(),
-            listener: cx.conn.listener.clone(),
-            tls: cx.conn.tls,
-            sni: cx.conn.sni.clone(),
-            connection_id: 0,
-        });
-        let mut stream = Box::new(HttpStream::new(info));
+        let mut stream = Box::new(HttpStream::new(stream_info(cx)));
         stream.put_request(std::mem::replace(req, empty_request()));
         let step = {
             let mut g = slot.lock();

@@ -3,7 +3,8 @@
 //! response body and log callbacks each record what they read (`:path`, the `x-tag` header and
 //! the `request.path` property) in shared data, and the next response reports the records in
 //! `x-late-*` headers. The response-head callback also overwrites `x-tag` and reads it back,
-//! and reports both readings in `x-late-response-head`.
+//! and reports both readings in `x-late-response-head`, and the `route_name` property in
+//! `x-late-route`.
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
@@ -68,6 +69,8 @@ impl HttpContext for Reader {
         self.set_http_request_header("x-tag", Some("rewritten"));
         let after = self.reading();
         self.set_http_response_header("x-late-response-head", Some(&format!("{before}; {after}")));
+        let route = self.get_property(vec!["route_name"]).unwrap_or_default();
+        self.set_http_response_header("x-late-route", Some(&String::from_utf8_lossy(&route)));
         for (key, header) in RECORDED {
             if let (Some(v), _) = self.get_shared_data(key) {
                 self.set_http_response_header(header, Some(&String::from_utf8_lossy(&v)));

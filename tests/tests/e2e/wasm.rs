@@ -199,6 +199,8 @@ async fn body_rewrite_both_ways() {
 /// the chain keeps for them: on a `respond` route (the head itself, the terminal only looked at
 /// it) and on a proxied route with a request body (a copy, the proxy takes the head). A write to
 /// the head after the request phase changes only what the plugin reads next, not the request.
+/// The `route_name` property follows the connection from route to route (the connection's facts
+/// are made once and kept for one route).
 #[tokio::test]
 async fn plugins_read_the_request_head_in_later_callbacks() {
     let dir = temp_dir();
@@ -214,6 +216,7 @@ async fn plugins_read_the_request_head_in_later_callbacks() {
         r.header("x-late-response-head"),
         "/one?q=1 a /one?q=1; /one?q=1 rewritten /one?q=1"
     );
+    assert_eq!(r.header("x-late-route"), "hello");
     // That request's body and log callbacks ran before this one's head went out.
     let r = c.send(get("/two", &[("x-tag", "b")])).await.unwrap();
     assert_eq!(
@@ -233,6 +236,7 @@ async fn plugins_read_the_request_head_in_later_callbacks() {
         r.header("x-late-response-head"),
         "/echo/upload c /echo/upload; /echo/upload rewritten /echo/upload"
     );
+    assert_eq!(r.header("x-late-route"), "echo");
     let seen = backend.last().expect("a request");
     assert_eq!(
         seen.header("x-tag"),
@@ -240,6 +244,7 @@ async fn plugins_read_the_request_head_in_later_callbacks() {
         "the later write stays in the plugin"
     );
     let r = c.send(get("/three", &[])).await.unwrap();
+    assert_eq!(r.header("x-late-route"), "hello");
     assert_eq!(
         r.header("x-late-request-body"),
         "/echo/upload c /echo/upload"

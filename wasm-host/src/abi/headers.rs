@@ -8,7 +8,7 @@
 //! panics on any status other than OK from these calls.
 
 use bytes::Bytes;
-use http::header::{HOST, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HOST, HeaderMap, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
 use http::{Method, StatusCode, Uri};
 use wasmtime::Linker;
@@ -216,7 +216,8 @@ fn get(s: &mut HostState, map: u32, key: &[u8]) -> Option<Vec<u8>> {
         };
     }
     let headers = headers(h, map)?;
-    let mut values = headers.get_all(HeaderName::from_bytes(key).ok()?).iter();
+    // Looked up by its text, which makes no `HeaderName` (nor its allocation).
+    let mut values = headers.get_all(std::str::from_utf8(key).ok()?).iter();
     let first = values.next()?;
     // Several values of one name read as one, comma-joined (Envoy does the same).
     let mut v = first.as_bytes().to_vec();
@@ -261,8 +262,8 @@ fn set(s: &mut HostState, map: u32, key: &[u8], value: &[u8], replace: bool) {
     let Some(headers) = headers_mut(h, map) else {
         return;
     };
-    match (HeaderName::from_bytes(key), HeaderValue::from_bytes(value)) {
-        (Ok(k), Ok(v)) => {
+    match (s.names.parse(key), HeaderValue::from_bytes(value)) {
+        (Some(k), Ok(v)) => {
             if replace {
                 headers.insert(k, v);
             } else {
@@ -321,7 +322,7 @@ fn set_pseudo(h: &mut HttpStream, map: u32, key: &[u8], value: &[u8]) -> bool {
 
 fn remove(s: &mut HostState, map: u32, key: &[u8]) {
     let Some(h) = s.http() else { return };
-    if let (Some(headers), Ok(k)) = (headers_mut(h, map), HeaderName::from_bytes(key)) {
+    if let (Some(headers), Ok(k)) = (headers_mut(h, map), std::str::from_utf8(key)) {
         headers.remove(k);
     }
 }

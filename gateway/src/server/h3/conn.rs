@@ -51,6 +51,7 @@ pub(super) async fn serve(
         sni,
         client_hash: Default::default(),
         client_text: Default::default(),
+        plugin_facts: Default::default(),
     };
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
