@@ -4,7 +4,8 @@
     python3 benches/harness/report.py [benches/results/LATEST.csv] [--doc docs/benchmarks.md]
                                       [--plots docs/bench] [--stdout]
 
-Every figure is the median of the rounds of a cell, with the minimum and maximum beside it. The
+Every figure is the median of the rounds of a cell, with the minimum and maximum beside it; a
+ratio of two targets is the median of their per-round ratios (`Results.paired`). The
 Markdown goes between the `<!-- results:begin -->` and `<!-- results:end -->` markers of the doc
 (or to standard output with --stdout); the PNG plots go to --plots. The run's .meta.json (beside
 the CSV) labels the results: a smoke or quick run is said to be one in the heading.
@@ -105,6 +106,26 @@ class Results:
         c = self.cell(scenario, conns, target)
         return c.median(col) if c else None
 
+    def paired(self, scenario: str, conns: int, a: str, b: str, col: str) -> float | None:
+        """Target `a`'s figure over `b`'s: the median of the per-round ratios over the rounds
+        both ran in (a round runs every target once, in turn, so the two figures of a round
+        were taken minutes apart under the same load on the host, which drifts between rounds
+        by more than most differences measured here); the ratio of the medians when no round
+        pairs them."""
+        ca, cb = self.cell(scenario, conns, a), self.cell(scenario, conns, b)
+        if ca is None or cb is None:
+            return None
+
+        def by_round(c: Cell) -> dict[str, float]:
+            rows = ((r.get("round"), num(r.get(col))) for r in c.rows)
+            return {k: v for k, v in rows if k and v is not None}
+
+        ra, rb = by_round(ca), by_round(cb)
+        both = [k for k in ra if rb.get(k)]
+        if both:
+            return statistics.median(ra[k] / rb[k] for k in both)
+        return ratio(ca.median(col), cb.median(col))
+
     def saturated(self, scenario: str, conns: int, targets: tuple[str, ...]) -> bool:
         """Whether every one of `targets` used at least `SATURATED` % of its core (median)."""
         pcts = [self.med(scenario, conns, t, "cpu_pct") for t in targets]
@@ -189,11 +210,8 @@ def targets_section(res: Results) -> list[str]:
     def vs(scenario: str, peer: str, goal: float, what: str) -> None:
         parts, verdicts = [], []
         for c in res.conns(scenario):
-            r = ratio(res.med(scenario, c, "gateway", "rps"), res.med(scenario, c, peer, "rps"))
-            rc = ratio(
-                res.med(scenario, c, "gateway", "req_per_core"),
-                res.med(scenario, c, peer, "req_per_core"),
-            )
+            r = res.paired(scenario, c, "gateway", peer, "rps")
+            rc = res.paired(scenario, c, "gateway", peer, "req_per_core")
             if r is None:
                 continue
             on_rps = rc is None or res.saturated(scenario, c, ("gateway", peer))
@@ -216,14 +234,12 @@ def targets_section(res: Results) -> list[str]:
         the server, else the CPU per request it adds (the same rule as the ratios above)."""
         parts, verdicts = [], []
         for c in res.conns(scenario):
-            r_off = res.med(scenario, c, f"gateway {off}", "rps")
-            r_on = res.med(scenario, c, f"gateway {on}", "rps")
-            u_off = res.med(scenario, c, f"gateway {off}", "cpu_us_per_req")
-            u_on = res.med(scenario, c, f"gateway {on}", "cpu_us_per_req")
-            if not r_off or r_on is None:
+            kept = res.paired(scenario, c, f"gateway {on}", f"gateway {off}", "rps")
+            cpu = res.paired(scenario, c, f"gateway {on}", f"gateway {off}", "cpu_us_per_req")
+            if kept is None:
                 continue
-            lost = 1 - r_on / r_off
-            added = u_on / u_off - 1 if u_off and u_on else None
+            lost = 1 - kept
+            added = cpu - 1 if cpu else None
             on_rps = added is None or res.saturated(
                 scenario, c, (f"gateway {off}", f"gateway {on}")
             )
@@ -296,11 +312,13 @@ def targets_section(res: Results) -> list[str]:
     out = [
         "#### Targets from the issue",
         "",
-        "Ratios of medians, gateway over the peer, at each concurrency measured. As the issue "
-        "states the targets, the verdict uses requests/s when both servers were saturated "
-        f"(each at least {SATURATED:.0f} % of its core), otherwise CPU per request, shown as "
-        "requests per fully-used core; the figure the verdict used is in bold. Feature costs "
-        "follow the same rule between the two routes.",
+        "Medians of the per-round ratios, gateway over the peer, at each concurrency measured "
+        "(a round runs every target once, so a round's two figures share the host's load of "
+        "the moment, which drifts between rounds by more than many of these differences). As "
+        "the issue states the targets, the verdict uses requests/s when both servers were "
+        f"saturated (each at least {SATURATED:.0f} % of its core, median), otherwise CPU per "
+        "request, shown as requests per fully-used core; the figure the verdict used is in "
+        "bold. Feature costs follow the same rule between the two routes.",
         "",
         "| target | measured | verdict |",
         "|---|---|---|",
@@ -432,16 +450,16 @@ def compare_section(res: Results) -> list[str]:
     out = [
         "#### This build over the other (`--compare`)",
         "",
-        "Ratios of medians, gateway over gateway-other: above 1 is better for req/s and req/s "
-        "per core, below 1 is better for p99 and CPU per request. Differences under ~20% are "
-        "noise on these machines unless they repeat.",
+        "Medians of the per-round ratios, gateway over gateway-other: above 1 is better for "
+        "req/s and req/s per core, below 1 is better for p99 and CPU per request. Differences "
+        "under ~20% are noise on these machines unless they repeat.",
         "",
         "| scenario | conns | target | req/s | req/s per core | p99 | CPU µs/req | peak RSS |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for sc, cn, t, o in pairs:
         cells = [
-            fmt_ratio(ratio(res.med(sc, cn, t, col), res.med(sc, cn, o, col)))
+            fmt_ratio(res.paired(sc, cn, t, o, col))
             for col in ("rps", "req_per_core", "p99_ms", "cpu_us_per_req", "peak_rss_kib")
         ]
         out.append(f"| {sc} | {cn} | {t} | " + " | ".join(cells) + " |")

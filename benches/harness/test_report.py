@@ -108,6 +108,19 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(verdict, "met", measured)
         self.assertIn("**1.35×**", measured)
 
+    def test_rounds_are_compared_pair_by_pair(self) -> None:
+        # Run 20261130-192631's `wasm-proxy` cell: the native route's rounds drifted more than
+        # the plugin's cost. The ratio of the medians (44,972 / 49,890) would say 9.9 %; the
+        # rounds say 17.6, 9.4 and 15.9 %.
+        what = "the same, in front of the reverse proxy (where an API gateway runs plugins)"
+        rows = []
+        for r, native, wasm in ((1, 54_598, 44_972), (2, 49_890, 45_182), (3, 47_205, 39_696)):
+            rows.append(row("wasm-proxy", 200, "gateway native", native, 99.0, r))
+            rows.append(row("wasm-proxy", 200, "gateway wasm", wasm, 99.0, r))
+        measured, verdict = self.targets(rows)[what]
+        self.assertEqual(verdict, "not met", measured)
+        self.assertIn("**15.9% fewer req/s**", measured)
+
     def test_a_feature_cost_follows_the_same_rule(self) -> None:
         what = "Wasm plugin vs native filter costs ≤ 10% of req/s"
         # Unsaturated: 2 % fewer requests/s, but 15 % more CPU per request.
