@@ -47,16 +47,13 @@ fn terminal() -> Terminal {
 }
 
 fn request_cx() -> RequestCx {
-    let conn = ConnInfo {
-        client: SocketAddr::from(([127, 0, 0, 1], 40000)),
-        local: SocketAddr::from(([127, 0, 0, 1], 8080)),
-        listener: Arc::from("plain"),
-        tls: false,
-        sni: None,
-        client_hash: Default::default(),
-        client_text: Default::default(),
-        plugin_facts: Default::default(),
-    };
+    let conn = ConnInfo::new(
+        SocketAddr::from(([127, 0, 0, 1], 40000)),
+        SocketAddr::from(([127, 0, 0, 1], 8080)),
+        Arc::from("plain"),
+        false,
+        None,
+    );
     RequestCx {
         conn: Arc::new(conn),
         route: Arc::from("hello"),

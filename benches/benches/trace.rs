@@ -115,16 +115,13 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let _guard = rt.enter();
-    let conn = ConnInfo {
-        client: SocketAddr::from(([127, 0, 0, 1], 40000)),
-        local: SocketAddr::from(([127, 0, 0, 1], 8080)),
-        listener: Arc::from("main"),
-        tls: false,
-        sni: None,
-        client_hash: Default::default(),
-        client_text: Default::default(),
-        plugin_facts: Default::default(),
-    };
+    let conn = ConnInfo::new(
+        SocketAddr::from(([127, 0, 0, 1], 40000)),
+        SocketAddr::from(([127, 0, 0, 1], 8080)),
+        Arc::from("main"),
+        false,
+        None,
+    );
     let route: Arc<str> = Arc::from("users");
     let upstream: Arc<str> = Arc::from("users");
     let authority = Authority::from_static("users.internal:8080");

@@ -24,13 +24,13 @@ pub struct ConnInfo {
     /// TLS server name the client asked for, if any.
     pub sni: Option<Arc<str>>,
     /// [`client_ip_hash`] of `client`, made when first asked for.
-    pub client_hash: ClientHash,
+    client_hash: ClientHash,
     /// `client` as the proxy's forwarding headers write it, made when first asked for.
-    pub client_text: OnceLock<ClientText>,
+    client_text: OnceLock<ClientText>,
     /// What a Wasm plugin reads about the connection and the route (its properties), made for
     /// the connection's first request that runs a plugin and shared by the later ones on the
     /// same route.
-    pub plugin_facts: OnceLock<Arc<wasm_host::StreamInfo>>,
+    pub(crate) plugin_facts: OnceLock<Arc<wasm_host::StreamInfo>>,
 }
 
 /// A connection's [`client_ip_hash`], made at most once: per-client tables (the rate limiter's
@@ -40,6 +40,26 @@ pub struct ConnInfo {
 pub struct ClientHash(OnceLock<u64>);
 
 impl ConnInfo {
+    /// A connection's facts; what is derived from them is made when first asked for.
+    pub fn new(
+        client: SocketAddr,
+        local: SocketAddr,
+        listener: Arc<str>,
+        tls: bool,
+        sni: Option<Arc<str>>,
+    ) -> Self {
+        Self {
+            client,
+            local,
+            listener,
+            tls,
+            sni,
+            client_hash: ClientHash::default(),
+            client_text: OnceLock::new(),
+            plugin_facts: OnceLock::new(),
+        }
+    }
+
     /// The keyed hash of the client's IP address.
     pub fn client_hash(&self) -> u64 {
         *self

@@ -238,16 +238,13 @@ pub fn http1_head(data: &[u8]) {
     s.rt.block_on(async move {
         let (client, server_side) = tokio::io::duplex(64 * 1024);
         let addr = SocketAddr::from(([127, 0, 0, 1], 40000));
-        let info = ConnInfo {
-            client: addr,
-            local: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            listener: listener.name.clone(),
-            tls: false,
-            sni: None,
-            client_hash: Default::default(),
-            client_text: Default::default(),
-            plugin_facts: Default::default(),
-        };
+        let info = ConnInfo::new(
+            addr,
+            SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listener.name.clone(),
+            false,
+            None,
+        );
         let watch = watch(&ConnWatchdog::start(CancellationToken::new()), &listener);
         let served = tokio::spawn(serve_io(listener, server_side, info, watch));
         let (mut read, mut write) = tokio::io::split(client);

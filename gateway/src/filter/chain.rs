@@ -1250,16 +1250,7 @@ mod tests {
     fn cx() -> RequestCx {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
         RequestCx {
-            conn: Arc::new(ConnInfo {
-                client: addr,
-                local: addr,
-                listener: Arc::from("l"),
-                tls: false,
-                sni: None,
-                client_hash: Default::default(),
-                client_text: Default::default(),
-                plugin_facts: Default::default(),
-            }),
+            conn: Arc::new(ConnInfo::new(addr, addr, Arc::from("l"), false, None)),
             route: Arc::from("r"),
             start: tokio::time::Instant::now(),
             trace: None,
@@ -1393,6 +1384,16 @@ mod tests {
             .await;
         assert_eq!(res.headers()[header::SERVER], "gw");
     }
+
+    /// A synchronous request hook's answer: a local reply with `body`, or on to the next.
+    fn reply_or_continue(reply: bool, body: &'static str) -> Option<Result<Flow, BoxError>> {
+        Some(Ok(if reply {
+            Flow::Respond(Response::new(Body::from(body)))
+        } else {
+            Flow::Continue
+        }))
+    }
+
     /// A filter whose response hook removes the `Server` header, noting what it found.
     #[derive(Clone)]
     struct ServerRemover {
@@ -1416,12 +1417,7 @@ mod tests {
             _req: &mut request::Parts,
             _cx: &mut RequestCx,
         ) -> Option<Result<Flow, BoxError>> {
-            let reply = Response::new(Body::from("local"));
-            Some(Ok(if self.reply {
-                Flow::Respond(reply)
-            } else {
-                Flow::Continue
-            }))
+            reply_or_continue(self.reply, "local")
         }
         fn on_response_headers_sync(
             &mut self,
@@ -1518,11 +1514,7 @@ mod tests {
             self.note("req");
             req.headers
                 .append("x-seen", HeaderValue::from_static(self.name));
-            Some(Ok(if self.reply {
-                Flow::Respond(Response::new(Body::from("sync reply")))
-            } else {
-                Flow::Continue
-            }))
+            reply_or_continue(self.reply, "sync reply")
         }
         fn on_response_headers_sync(
             &mut self,

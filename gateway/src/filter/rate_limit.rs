@@ -826,16 +826,13 @@ mod tests {
             client_ip_hash("10.0.0.2".parse().unwrap())
         );
         // A connection's cached hash is the same key.
-        let conn = crate::context::ConnInfo {
-            client: "[::ffff:10.0.0.1]:4000".parse().unwrap(),
-            local: "127.0.0.1:80".parse().unwrap(),
-            listener: Arc::from("l"),
-            tls: false,
-            sni: None,
-            client_hash: Default::default(),
-            client_text: Default::default(),
-            plugin_facts: Default::default(),
-        };
+        let conn = crate::context::ConnInfo::new(
+            "[::ffff:10.0.0.1]:4000".parse().unwrap(),
+            "127.0.0.1:80".parse().unwrap(),
+            Arc::from("l"),
+            false,
+            None,
+        );
         assert_eq!(conn.client_hash(), client_ip_hash(v4));
         assert_eq!(conn.client_hash(), conn.client_hash());
         assert_ne!(client_ip_hash(v4), l.value_key(b"10.0.0.1"));

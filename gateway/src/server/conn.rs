@@ -210,16 +210,7 @@ pub async fn serve(
             // The bytes read so far (past a PROXY header, or the first read) belong to HTTP:
             // replay them first.
             let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
-            let info = ConnInfo {
-                client,
-                local,
-                listener: rt.name.clone(),
-                tls: false,
-                sni: None,
-                client_hash: Default::default(),
-                client_text: Default::default(),
-                plugin_facts: Default::default(),
-            };
+            let info = ConnInfo::new(client, local, rt.name.clone(), false, None);
             serve_http(rt, stream, info, h1, h2, watch).await;
         }
         Some(acceptor) => {
@@ -319,16 +310,7 @@ async fn serve_tls(
             session.server_name().map(Arc::from),
         )
     };
-    let info = ConnInfo {
-        client,
-        local,
-        listener: rt.name.clone(),
-        tls: true,
-        sni,
-        client_hash: Default::default(),
-        client_text: Default::default(),
-        plugin_facts: Default::default(),
-    };
+    let info = ConnInfo::new(client, local, rt.name.clone(), true, sni);
     // ALPN decided the protocol; without ALPN, HTTP/1.1 is the safe default.
     let (h1, h2) = if alpn_h2 {
         (false, true)

@@ -44,16 +44,13 @@ impl Dispatch {
             .collect();
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let cx = RequestCx {
-            conn: Arc::new(ConnInfo {
-                client: local,
+            conn: Arc::new(ConnInfo::new(
                 local,
-                listener: Arc::from("plugin"),
-                tls: false,
-                sni: None,
-                client_hash: Default::default(),
-                client_text: Default::default(),
-                plugin_facts: Default::default(),
-            }),
+                local,
+                Arc::from("plugin"),
+                false,
+                None,
+            )),
             route: Arc::from("plugin-http-call"),
             start: Instant::now(),
             trace: None,

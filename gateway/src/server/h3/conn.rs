@@ -41,18 +41,14 @@ pub(super) async fn serve(
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|d| d.server_name)
         .map(Arc::from);
-    let info = ConnInfo {
+    let info = ConnInfo::new(
         client,
-        local: conn
-            .local_ip()
+        conn.local_ip()
             .map_or(local, |ip| SocketAddr::new(ip, local.port())),
-        listener: rt.name.clone(),
-        tls: true,
+        rt.name.clone(),
+        true,
         sni,
-        client_hash: Default::default(),
-        client_text: Default::default(),
-        plugin_facts: Default::default(),
-    };
+    );
     let svc = Arc::new(ConnService {
         generation: rt.generation.clone(),
         conn: Arc::new(info),
