@@ -14,7 +14,7 @@ if [ -f scripts/build-plugins.sh ]; then
   bash scripts/build-plugins.sh
 fi
 
-echo "== benchmark harness: round order, verdicts on the targets"
+echo "== benchmark harness: round order, the same answer from every server, verdicts"
 PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s benches/harness -p 'test_*.py'
 
 echo "== cargo fmt --check"

@@ -266,10 +266,10 @@ def check_ports(servers: list[Server]) -> None:
         sys.exit(f"ports in use: {', '.join(sorted(set(busy)))}; pick others with --port-base")
 
 
-def probe(url: str, headers: list[str]) -> tuple[int, int]:
+def probe(url: str, headers: list[str]) -> tuple[int, int, set[str]]:
     """One HTTP/1.1 request (TLS unverified: the certificate is self-signed).
 
-    Returns the status and the body length."""
+    Returns the status, the body length and the names of the answer's header fields."""
     scheme, rest = url.split("://", 1)
     hostport, path = rest.split("/", 1)
     host, port = hostport.split(":")
@@ -287,7 +287,34 @@ def probe(url: str, headers: list[str]) -> tuple[int, int]:
     res = conn.getresponse()
     body = res.read()
     conn.close()
-    return res.status, len(body)
+    return res.status, len(body), {name.lower() for name, _ in res.getheaders()}
+
+
+# Fields about the connection, not the answer: a peer's choice of framing is not a difference.
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding"}
+
+
+def head_differences(scenario: str, heads: dict[str, set[str]]) -> list[str]:
+    """What each peer's answer lacks or adds against the gateway's, field names only.
+
+    A shorter head is less work (over HTTP/2 every field is one more HPACK lookup), so the
+    report says where the servers compared do not send the same answer."""
+    subject = next((label for label in heads if label.startswith("gateway")), None)
+    if subject is None:
+        return []
+    want = heads[subject] - HOP_BY_HOP
+    out = []
+    for label, names in heads.items():
+        if label == subject:
+            continue
+        names = names - HOP_BY_HOP
+        lacks, adds = sorted(want - names), sorted(names - want)
+        if lacks or adds:
+            parts = ([f"lacks {', '.join(lacks)}"] if lacks else []) + (
+                [f"adds {', '.join(adds)}"] if adds else []
+            )
+            out.append(f"{scenario}: {label}'s answer {' and '.join(parts)} (against {subject}'s)")
+    return out
 
 
 # === the plan ===
@@ -323,15 +350,17 @@ def targets_for(
     return out
 
 
-def sanity(sc: Scenario, targets: list[Target], skipped: list[str]) -> list[Target]:
+def sanity(
+    sc: Scenario, targets: list[Target], skipped: list[str], answers: list[str]
+) -> list[Target]:
     """Keeps the targets that answer the expected status (200, or 206 for a range) with the
-    expected body length (HTTP/1.1 only)."""
+    expected body length (HTTP/1.1 only), and notes in `answers` where their heads differ."""
     if sc.tool != "wrk":
         return targets
-    ok = []
+    ok, heads = [], {}
     for t in targets:
         try:
-            status, length = probe(t.url, sc.headers)
+            status, length, names = probe(t.url, sc.headers)
         except (OSError, http.client.HTTPException) as e:
             skipped.append(f"{sc.name}: {t.label}: probe failed: {e}")
             continue
@@ -339,6 +368,9 @@ def sanity(sc: Scenario, targets: list[Target], skipped: list[str]) -> list[Targ
             skipped.append(f"{sc.name}: {t.label}: answered {status} with {length} bytes")
             continue
         ok.append(t)
+        heads[t.label] = names
+    if not sc.variants:
+        answers.extend(head_differences(sc.name, heads))
     return ok
 
 
@@ -467,6 +499,7 @@ def main(argv: list[str]) -> int:
     run_id = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"{run_id}.csv"
     skipped: list[str] = []
+    answers: list[str] = []
     dma = procstat.hold_cpu_dma_latency()
     if dma is None:
         log("cannot hold /dev/cpu_dma_latency at 0 (not root?): expect noisier numbers")
@@ -496,7 +529,7 @@ def main(argv: list[str]) -> int:
 
         plan = []
         for sc in scenarios:
-            targets = sanity(sc, targets_for(sc, servers, args, skipped), skipped)
+            targets = sanity(sc, targets_for(sc, servers, args, skipped), skipped, answers)
             if sc.tool == "h3load" and not args.h3load.is_file():
                 skipped.append(f"{sc.name}: no h3load binary ({args.h3load.name}): HTTP/3 skipped")
             if not targets or (sc.variants and len(targets) < 2):
@@ -525,6 +558,8 @@ def main(argv: list[str]) -> int:
         )
         for line in skipped:
             log(f"skip: {line}")
+        for line in answers:
+            log(f"answer: {line}")
         if args.dry_run:
             for sc, c, targets in plan:
                 print(f"{sc.name:16} c={c:<6} " + ", ".join(t.label for t in targets))
@@ -567,6 +602,7 @@ def main(argv: list[str]) -> int:
         "machine": machine(),
         "versions": versions(servers, args),
         "skipped": skipped,
+        "answers": answers,
     }
     out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if args.out is None:

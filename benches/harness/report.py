@@ -201,6 +201,8 @@ def header(res: Results) -> list[str]:
         out.append("- versions: " + "; ".join(f"{k}: {v}" for k, v in vers.items() if v))
     for s in m.get("skipped", []):
         out.append(f"- skipped: {s}")
+    for s in m.get("answers", []):
+        out.append(f"- not the same answer: {s}")
     return out + [""]
 
 

@@ -18,9 +18,11 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from pathlib import Path
 
 import procstat
+from scenarios import FILES_MTIME
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
@@ -167,6 +169,11 @@ class Server:
             "L4": str(self.ports["l4"]),
             "H3": str(self.ports["h3"]),
             "GENERAL": str(self.ports["general"]),
+            # For a server that does not derive a file's validators itself (HAProxy): the
+            # values nginx sends for the harness's files (ETag: mtime and size in hex).
+            "LAST_MODIFIED": formatdate(FILES_MTIME, usegmt=True),
+            "ETAG_1K": f'"{FILES_MTIME:x}-{1024:x}"',
+            "ETAG_10K": f'"{FILES_MTIME:x}-{10240:x}"',
         }
 
     # === configuration ===
