@@ -497,6 +497,8 @@ def main(argv: list[str]) -> int:
     check_ports(servers + [backend])
 
     run_id = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    # Taken now: the tree the binaries were built from, not what it became during the run.
+    commit = git_commit()
     out = args.out or RESULTS / f"{run_id}.csv"
     skipped: list[str] = []
     answers: list[str] = []
@@ -592,7 +594,7 @@ def main(argv: list[str]) -> int:
         "run_id": run_id,
         "label": args.label,
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": commit,
         "quick": args.quick,
         "rounds": args.rounds,
         "duration_s": args.duration,

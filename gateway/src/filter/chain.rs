@@ -169,15 +169,34 @@ enum HeadPass {
 
 type Shared = Arc<Mutex<State>>;
 type HookFuture = Pin<Box<dyn Future<Output = Result<Option<Bytes>, BoxError>> + Send>>;
-/// Trailers handed between a body stream and the future that runs their hooks.
-type TrailerSlot = Arc<std::sync::Mutex<Option<HeaderMap>>>;
+/// Trailers handed between a body stream and the future that runs their hooks. The shared
+/// cell is made when trailers arrive: nearly every body has none, and a response through a
+/// filter's hooks then costs one allocation less. A future that takes the trailers is made
+/// only after they arrived, so it shares the cell the stream reads them back from.
+#[derive(Clone, Default)]
+struct TrailerSlot(Option<Arc<std::sync::Mutex<Option<HeaderMap>>>>);
 
-fn take_trailers(slot: &TrailerSlot) -> Option<HeaderMap> {
-    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
-}
+impl TrailerSlot {
+    fn take(&self) -> Option<HeaderMap> {
+        let cell = self.0.as_ref()?;
+        cell.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 
-fn put_trailers(slot: &TrailerSlot, trailers: Option<HeaderMap>) {
-    *slot.lock().unwrap_or_else(|p| p.into_inner()) = trailers;
+    fn put(&mut self, trailers: Option<HeaderMap>) {
+        match (&self.0, trailers) {
+            (Some(cell), trailers) => *cell.lock().unwrap_or_else(|p| p.into_inner()) = trailers,
+            (None, Some(trailers)) => {
+                self.0 = Some(Arc::new(std::sync::Mutex::new(Some(trailers))))
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|cell| cell.lock().unwrap_or_else(|p| p.into_inner()).is_none())
+    }
 }
 
 /// What a body stream's `poll_frame` answers.
@@ -207,9 +226,7 @@ fn drain_pending(
         }
     }
     if done {
-        return Break(Poll::Ready(
-            take_trailers(trailers).map(|t| Ok(Frame::trailers(t))),
-        ));
+        return Break(Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t)))));
     }
     Continue(())
 }
@@ -933,7 +950,7 @@ impl HttpBody for ResponseBodyHooks {
                     Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
                     Err(frame) => {
                         // Trailers end the body: the end-of-stream hooks run before they go out.
-                        put_trailers(&this.trailers, frame.into_trailers().ok());
+                        this.trailers.put(frame.into_trailers().ok());
                         this.finish(None)
                     }
                 },
@@ -974,11 +991,7 @@ impl ResponseBodyHooks {
     fn finish(&mut self, last: Option<Bytes>) -> Option<Result<Option<Bytes>, BoxError>> {
         self.finished = true;
         let trace = self.trace.as_ref();
-        let no_trailers = self
-            .trailers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none();
+        let no_trailers = self.trailers.is_empty();
         let (tail, below) = if self.hooks {
             match with_current(trace, || {
                 response_body_now(&self.state, self.upto, last, true)
@@ -1015,7 +1028,7 @@ async fn finish_later(
     upto: usize,
     below: usize,
     tail: Option<Bytes>,
-    trailers: TrailerSlot,
+    mut trailers: TrailerSlot,
 ) -> Result<Option<Bytes>, BoxError> {
     let out = async {
         let tail = if below > 0 {
@@ -1023,9 +1036,9 @@ async fn finish_later(
         } else {
             tail
         };
-        if let Some(mut t) = take_trailers(&trailers) {
+        if let Some(mut t) = trailers.take() {
             run_trailer_hooks(&state, Some(upto), &mut t).await?;
-            put_trailers(&trailers, Some(t));
+            trailers.put(Some(t));
         }
         Ok(tail)
     }
@@ -1095,14 +1108,14 @@ impl HttpBody for RequestBodyHooks {
                         // trailer hooks, run before they go on.
                         Ok(t) => {
                             this.done = true;
-                            put_trailers(&this.trailers, Some(t));
-                            let (state, slot) = (this.state.clone(), this.trailers.clone());
+                            this.trailers.put(Some(t));
+                            let (state, mut slot) = (this.state.clone(), this.trailers.clone());
                             this.pending = Some(Box::pin(async move {
                                 let tail =
                                     run_request_body_hooks(state.clone(), None, true).await?;
-                                if let Some(mut t) = take_trailers(&slot) {
+                                if let Some(mut t) = slot.take() {
                                     run_trailer_hooks(&state, None, &mut t).await?;
-                                    put_trailers(&slot, Some(t));
+                                    slot.put(Some(t));
                                 }
                                 Ok(tail)
                             }));
@@ -2094,5 +2107,100 @@ mod tests {
         // log hooks run in the body's drop, not in a task spawned for them (this test's
         // runtime has one thread, and the test has not yielded to other tasks).
         assert_eq!(*journal.lock().unwrap(), ["a:body:true", "a:log:200"]);
+    }
+
+    /// Marks the trailers it sees, both ways.
+    struct TrailerTag(&'static str);
+
+    impl FilterFactory for TrailerTag {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn create(&self) -> Box<dyn HttpFilter> {
+            Box::new(TrailerTag(self.0))
+        }
+        fn after_response(&self) -> bool {
+            true
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpFilter for TrailerTag {
+        async fn on_request_trailers(
+            &mut self,
+            trailers: &mut HeaderMap,
+            _cx: &mut RequestCx,
+        ) -> Result<(), BoxError> {
+            trailers.append("x-seen-by", HeaderValue::from_static(self.0));
+            Ok(())
+        }
+        async fn on_response_trailers(
+            &mut self,
+            trailers: &mut HeaderMap,
+            _cx: &mut RequestCx,
+        ) -> Result<(), BoxError> {
+            trailers.append("x-seen-by", HeaderValue::from_static(self.0));
+            Ok(())
+        }
+    }
+
+    /// A body of one chunk, then trailers `x-sum: 1` when `with_trailers`.
+    fn body_with_trailers(with_trailers: bool) -> Body {
+        let mut frames = vec![Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"ok")))];
+        if with_trailers {
+            let mut t = HeaderMap::new();
+            t.insert("x-sum", HeaderValue::from_static("1"));
+            frames.push(Ok(Frame::trailers(t)));
+        }
+        Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(
+            frames,
+        )))
+    }
+
+    fn seen_by(trailers: Option<&HeaderMap>) -> Vec<String> {
+        let Some(t) = trailers else {
+            return vec!["none".into()];
+        };
+        let mut out = vec![format!("x-sum={}", t["x-sum"].to_str().unwrap())];
+        out.extend(
+            t.get_all("x-seen-by")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned()),
+        );
+        out
+    }
+
+    /// Response trailers go through the trailer hooks in reverse order, after the body, and a
+    /// body without trailers ends without any.
+    #[tokio::test]
+    async fn response_trailers_go_through_the_hooks_after_the_body() {
+        for (with_trailers, expected) in [(true, &["x-sum=1", "b", "a"][..]), (false, &["none"])] {
+            let chain = Chain::new(vec![Arc::new(TrailerTag("a")), Arc::new(TrailerTag("b"))]);
+            let mut st = chain.fresh_state(cx());
+            st.started = 2;
+            let body = body_with_trailers(with_trailers);
+            let res = chain.with_body_hooks(st, 2, Response::new(body));
+            let collected = res.into_body().collect().await.unwrap();
+            assert_eq!(seen_by(collected.trailers()), expected);
+            assert_eq!(collected.to_bytes(), "ok");
+        }
+    }
+
+    /// Request trailers go through the trailer hooks in filter order once the body is read.
+    #[tokio::test]
+    async fn request_trailers_go_through_the_hooks_after_the_body() {
+        for (with_trailers, expected) in [(true, &["x-sum=1", "a", "b"][..]), (false, &["none"])] {
+            let chain = Chain::new(vec![Arc::new(TrailerTag("a")), Arc::new(TrailerTag("b"))]);
+            let body = Body::new(RequestBodyHooks {
+                inner: body_with_trailers(with_trailers),
+                state: Arc::new(Mutex::new(chain.fresh_state(cx()))),
+                pending: None,
+                done: false,
+                trailers: TrailerSlot::default(),
+            });
+            let collected = body.collect().await.unwrap();
+            assert_eq!(seen_by(collected.trailers()), expected);
+            assert_eq!(collected.to_bytes(), "ok");
+        }
     }
 }
