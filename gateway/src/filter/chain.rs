@@ -2124,6 +2124,13 @@ mod tests {
         }
     }
 
+    impl TrailerTag {
+        fn tag(&self, trailers: &mut HeaderMap) -> Result<(), BoxError> {
+            trailers.append("x-seen-by", HeaderValue::from_static(self.0));
+            Ok(())
+        }
+    }
+
     #[async_trait::async_trait]
     impl HttpFilter for TrailerTag {
         async fn on_request_trailers(
@@ -2131,16 +2138,14 @@ mod tests {
             trailers: &mut HeaderMap,
             _cx: &mut RequestCx,
         ) -> Result<(), BoxError> {
-            trailers.append("x-seen-by", HeaderValue::from_static(self.0));
-            Ok(())
+            self.tag(trailers)
         }
         async fn on_response_trailers(
             &mut self,
             trailers: &mut HeaderMap,
             _cx: &mut RequestCx,
         ) -> Result<(), BoxError> {
-            trailers.append("x-seen-by", HeaderValue::from_static(self.0));
-            Ok(())
+            self.tag(trailers)
         }
     }
 
