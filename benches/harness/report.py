@@ -67,6 +67,11 @@ class Cell:
     def total(self, col: str) -> int:
         return int(sum(self.values(col)))
 
+    def by_round(self, col: str) -> dict[str, float]:
+        """The figure of each round (by its number) that has one."""
+        rows = ((r.get("round"), num(r.get(col))) for r in self.rows)
+        return {k: v for k, v in rows if k and v is not None}
+
 
 class Results:
     def __init__(self, path: Path) -> None:
@@ -115,16 +120,21 @@ class Results:
         ca, cb = self.cell(scenario, conns, a), self.cell(scenario, conns, b)
         if ca is None or cb is None:
             return None
-
-        def by_round(c: Cell) -> dict[str, float]:
-            rows = ((r.get("round"), num(r.get(col))) for r in c.rows)
-            return {k: v for k, v in rows if k and v is not None}
-
-        ra, rb = by_round(ca), by_round(cb)
+        ra, rb = ca.by_round(col), cb.by_round(col)
         both = [k for k in ra if rb.get(k)]
         if both:
             return statistics.median(ra[k] / rb[k] for k in both)
         return ratio(ca.median(col), cb.median(col))
+
+    def rounds_above(self, scenario: str, conns: int, a: str, b: str, col: str) -> tuple[int, int]:
+        """In how many of the rounds both ran target `a`'s figure was above `b`'s, of how many:
+        whether a difference of medians held round by round or is one round's noise."""
+        ca, cb = self.cell(scenario, conns, a), self.cell(scenario, conns, b)
+        if ca is None or cb is None:
+            return 0, 0
+        ra, rb = ca.by_round(col), cb.by_round(col)
+        both = [k for k in ra if k in rb]
+        return sum(ra[k] > rb[k] for k in both), len(both)
 
     def saturated(self, scenario: str, conns: int, targets: tuple[str, ...]) -> bool:
         """Whether every one of `targets` used at least `SATURATED` % of its core (median)."""
@@ -295,12 +305,15 @@ def targets_section(res: Results) -> list[str]:
     for sc in res.scenarios():
         for cn in res.conns(sc):
             g = res.med(sc, cn, "gateway", "p99_ms")
-            peers = [v for p in PEERS if (v := res.med(sc, cn, p, "p99_ms")) is not None]
+            peers = [(v, p) for p in PEERS if (v := res.med(sc, cn, p, "p99_ms")) is not None]
             if g is None or not peers:
                 continue
             compared += 1
-            if g > min(peers):
-                worse.append(f"{sc} c={cn} ({fmt_ms(g)} vs {fmt_ms(min(peers))} ms)")
+            best, peer = min(peers)
+            if g > best:
+                above, rounds = res.rounds_above(sc, cn, "gateway", peer, "p99_ms")
+                held = f", {peer}; higher in {above} of {rounds} rounds" if rounds else f", {peer}"
+                worse.append(f"{sc} c={cn} ({fmt_ms(g)} vs {fmt_ms(best)} ms{held})")
     if compared:
         rows.append(
             (

@@ -121,6 +121,19 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(verdict, "not met", measured)
         self.assertIn("**15.9% fewer req/s**", measured)
 
+    def test_a_p99_miss_says_whether_it_held_round_by_round(self) -> None:
+        # p99 per round: gateway, HAProxy (the best peer by its median), nginx.
+        rounds = ((1, 0.72, 0.63, 1.9), (2, 0.61, 0.63, 1.6), (3, 0.81, 0.67, 1.4))
+        rows = []
+        for r, gateway, haproxy, nginx in rounds:
+            for target, p99 in (("gateway", gateway), ("haproxy", haproxy), ("nginx", nginx)):
+                rows.append(dict(row("tls-h2-1k", 10, target, 200_000, 90.0, r), p99_ms=p99))
+        measured, verdict = self.targets(rows)["p99 no worse than the best peer"]
+        self.assertEqual(verdict, "not met", measured)
+        self.assertIn(
+            "tls-h2-1k c=10 (0.72 vs 0.63 ms, haproxy; higher in 2 of 3 rounds)", measured
+        )
+
     def test_a_feature_cost_follows_the_same_rule(self) -> None:
         what = "Wasm plugin vs native filter costs ≤ 10% of req/s"
         # Unsaturated: 2 % fewer requests/s, but 15 % more CPU per request.
