@@ -43,14 +43,13 @@ from pathlib import Path
 
 import loadgen
 import procstat
-from scenarios import FILES_MTIME, SCENARIOS, Scenario
+from scenarios import FILES_MTIME, SCENARIOS, STATIC_FILES, Scenario
 from servers import Env, Server, have, port_free
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS = REPO / "benches" / "results"
 
-STATIC_FILES = {"1k.bin": 1024, "10k.bin": 10240, "100k.bin": 102400, "1m.bin": 1048576}
 PEER_KINDS = ["hyper", "gateway", "nginx", "haproxy", "caddy"]
 
 COLUMNS = [

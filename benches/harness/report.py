@@ -111,30 +111,35 @@ class Results:
         c = self.cell(scenario, conns, target)
         return c.median(col) if c else None
 
-    def paired(self, scenario: str, conns: int, a: str, b: str, col: str) -> float | None:
-        """Target `a`'s figure over `b`'s: the median of the per-round ratios over the rounds
-        both ran in (a round runs every target once, in turn, so the two figures of a round
-        were taken minutes apart under the same load on the host, which drifts between rounds
-        by more than most differences measured here); the ratio of the medians when no round
-        pairs them."""
+    def pairs(
+        self, scenario: str, conns: int, a: str, b: str, col: str
+    ) -> list[tuple[float, float]] | None:
+        """Targets `a`'s and `b`'s figures of each round both ran in (a round runs every target
+        once, in turn, so the two figures of a round were taken minutes apart under the same
+        load on the host, which drifts between rounds by more than most differences measured
+        here); None when either target has no cell."""
         ca, cb = self.cell(scenario, conns, a), self.cell(scenario, conns, b)
         if ca is None or cb is None:
             return None
         ra, rb = ca.by_round(col), cb.by_round(col)
-        both = [k for k in ra if rb.get(k)]
-        if both:
-            return statistics.median(ra[k] / rb[k] for k in both)
-        return ratio(ca.median(col), cb.median(col))
+        return [(ra[k], rb[k]) for k in ra if k in rb]
+
+    def paired(self, scenario: str, conns: int, a: str, b: str, col: str) -> float | None:
+        """Target `a`'s figure over `b`'s: the median of the per-round ratios ([`pairs`]); the
+        ratio of the medians when no round pairs them."""
+        pairs = self.pairs(scenario, conns, a, b, col)
+        if pairs is None:
+            return None
+        ratios = [x / y for x, y in pairs if y]
+        if ratios:
+            return statistics.median(ratios)
+        return ratio(self.med(scenario, conns, a, col), self.med(scenario, conns, b, col))
 
     def rounds_above(self, scenario: str, conns: int, a: str, b: str, col: str) -> tuple[int, int]:
         """In how many of the rounds both ran target `a`'s figure was above `b`'s, of how many:
         whether a difference of medians held round by round or is one round's noise."""
-        ca, cb = self.cell(scenario, conns, a), self.cell(scenario, conns, b)
-        if ca is None or cb is None:
-            return 0, 0
-        ra, rb = ca.by_round(col), cb.by_round(col)
-        both = [k for k in ra if k in rb]
-        return sum(ra[k] > rb[k] for k in both), len(both)
+        pairs = self.pairs(scenario, conns, a, b, col) or []
+        return sum(x > y for x, y in pairs), len(pairs)
 
     def saturated(self, scenario: str, conns: int, targets: tuple[str, ...]) -> bool:
         """Whether every one of `targets` used at least `SATURATED` % of its core (median)."""

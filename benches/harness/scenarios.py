@@ -26,6 +26,9 @@ BROWSER_HEADERS = [
 # default `if_modified_since exact`). 2023-11-14T22:13:20Z.
 FILES_MTIME = 1_700_000_000
 
+# The static files of the document root and their sizes.
+STATIC_FILES = {"1k.bin": 1024, "10k.bin": 10240, "100k.bin": 102400, "1m.bin": 1048576}
+
 
 @dataclass
 class Variant:

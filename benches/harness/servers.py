@@ -22,7 +22,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import procstat
-from scenarios import FILES_MTIME
+from scenarios import FILES_MTIME, STATIC_FILES
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
@@ -172,8 +172,8 @@ class Server:
             # For a server that does not derive a file's validators itself (HAProxy): the
             # values nginx sends for the harness's files (ETag: mtime and size in hex).
             "LAST_MODIFIED": formatdate(FILES_MTIME, usegmt=True),
-            "ETAG_1K": f'"{FILES_MTIME:x}-{1024:x}"',
-            "ETAG_10K": f'"{FILES_MTIME:x}-{10240:x}"',
+            "ETAG_1K": f'"{FILES_MTIME:x}-{STATIC_FILES["1k.bin"]:x}"',
+            "ETAG_10K": f'"{FILES_MTIME:x}-{STATIC_FILES["10k.bin"]:x}"',
         }
 
     # === configuration ===
