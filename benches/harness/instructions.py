@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Instructions per request of the gateway, counted by callgrind, for one or two builds.
+
+The harness's CPU time per request moves by 10 to 30 % from round to round on a shared
+two-core host, so a change worth a few per cent cannot be told from that noise there.
+callgrind counts the instructions the gateway executes in user space, which repeat from run
+to run within about 1 %: the before/after figure of most user-space changes in
+docs/benchmarks.md. It does not see the kernel, so a change to system calls, or to how many
+cache lines a request touches, still needs the harness.
+
+    python3 benches/harness/instructions.py --gateway NEW [--compare OLD] --scenario proxy-close
+            [--conns 200] [--warmup 5] [--duration 10] [--top 25] [--keep DIR]
+
+Scenarios: those of the harness that wrk drives over plain HTTP/1.1 (`hello`, `static-*`,
+`proxy`, `proxy-close`, the filter comparisons `wasm`, `waf`, ... on both of their routes).
+Each build runs alone under `valgrind --tool=callgrind` on the server CPU with the harness's
+gateway config (one worker) and the shared nginx backend, wrk on the load CPU: wrk warms the
+gateway up, the counters are zeroed (`callgrind_control -z`), wrk runs again for the measured
+window, and the counters dumped then are divided by the requests wrk completed in it.
+valgrind runs the gateway about 50 times slower, so the load's concurrency is what the
+gateway sees, not its rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import loadgen
+from bench import prepare_files
+from scenarios import BY_NAME, Scenario
+from servers import Env, Server, have, wait_tcp
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+# How long valgrind may take to start the gateway and load its config (Wasm plugins compile
+# under valgrind too).
+START_TIMEOUT = 120.0
+
+
+@dataclass
+class Counts:
+    """One callgrind dump: the instructions of the whole window and of each function alone."""
+
+    total: int
+    by_function: dict[str, int]
+
+
+def read_counts(path: Path) -> Counts:
+    """Parses a callgrind output file (its first event, `Ir`). A function's own cost is every
+    cost line under its `fn=` except the line after each `calls=`, which is what the callee
+    cost, inclusive."""
+    names: dict[str, str] = {}
+    own: collections.Counter[str] = collections.Counter()
+    total = None
+    current = "?"
+    after_call = False
+    name_line = re.compile(r"(c?)fn=\((\d+)\)(?: (.*))?$")
+    with path.open() as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = name_line.match(line)
+            if m:
+                is_callee, ident, name = m.groups()
+                if name:
+                    names[ident] = name
+                if not is_callee:
+                    current = names.get(ident, ident)
+                continue
+            if line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+                continue
+            if line.startswith("calls="):
+                after_call = True
+                continue
+            if line and (line[0].isdigit() or line[0] in "+-*"):
+                fields = line.split()
+                if after_call:
+                    after_call = False
+                elif len(fields) >= 2:
+                    own[current] += int(fields[1])
+    if total is None:
+        total = sum(own.values())
+    return Counts(total, dict(own))
+
+
+def newest_dump(out: Path, before: set[Path]) -> Path:
+    """The dump `callgrind_control -d` wrote: `out.N`, the one that was not there before."""
+    fresh = [p for p in out.parent.glob(out.name + ".*") if p not in before]
+    if not fresh:
+        raise RuntimeError(f"callgrind wrote no dump next to {out}")
+    return max(fresh, key=lambda p: p.stat().st_mtime)
+
+
+def control(flag: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, capture_output=True)
+
+
+@dataclass
+class Measured:
+    build: str
+    path: str
+    requests: int
+    counts: Counts
+
+    @property
+    def per_request(self) -> float:
+        return self.counts.total / self.requests
+
+
+def countable(sc: Scenario) -> bool:
+    """A scenario this counts: wrk over plain HTTP/1.1 to the gateway's own listeners."""
+    return sc.tool == "wrk" and sc.port in ("http", "general")
+
+
+def paths_of(sc: Scenario) -> list[str]:
+    return [v.path for v in sc.variants] if sc.variants else [sc.path]
+
+
+def measure_build(
+    label: str, binary: Path, sc: Scenario, args: argparse.Namespace, env: Env
+) -> list[Measured]:
+    """Starts `binary` under callgrind and counts each of the scenario's routes in turn."""
+    gateway = Server(label, "gateway", args.port_base + 100, env, binary=binary)
+    config = gateway.write_config()
+    out = env.work / f"callgrind.{label}.out"
+    cmd = ["taskset", "-c", env.server_cpu, "valgrind", "--tool=callgrind", "--dump-instr=no"]
+    cmd += [f"--callgrind-out-file={out}", str(binary), "run", "--config", str(config)]
+    log_path = env.work / f"{label}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, RUST_LOG="warn"),
+            cwd=env.work,
+        )
+    results = []
+    try:
+        wait_tcp(gateway.ports["http"], proc, timeout=START_TIMEOUT)
+        for path in paths_of(sc):
+            url = gateway.url(sc.port, path)
+            cpu, close, headers = env.backend_cpu, sc.close, sc.headers
+            loadgen.wrk(cpu, url, args.conns, args.warmup, close, headers)
+            control("-z", proc.pid)
+            load = loadgen.wrk(cpu, url, args.conns, args.duration, close, headers)
+            before = set(out.parent.glob(out.name + ".*"))
+            control("-d", proc.pid)
+            dump = newest_dump(out, before)
+            if load.requests == 0:
+                raise RuntimeError(f"{label} {path}: wrk completed no request")
+            if load.errors or load.non2xx:
+                print(
+                    f"[instructions] {label} {path}: {load.errors} errors, {load.non2xx} "
+                    "non-2xx answers in the window (counted as requests)",
+                    file=sys.stderr,
+                )
+            results.append(Measured(label, path, load.requests, read_counts(dump)))
+            if args.keep:
+                shutil.copy(dump, args.keep / f"{label}{path.replace('/', '_')}.callgrind")
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        tail = log_path.read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"{label}: {e}\n{tail}") from None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return results
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
+    p.add_argument("--compare", type=Path, help="another build, measured after the first")
+    p.add_argument("--scenario", default="hello", help="a wrk scenario of the harness")
+    p.add_argument("--conns", type=int, help="default: the scenario's quick concurrency")
+    p.add_argument("--warmup", type=int, default=5, help="seconds of load before counting")
+    p.add_argument("--duration", type=int, default=10, help="seconds counted")
+    p.add_argument("--top", type=int, default=0, help="functions to list by their own cost")
+    p.add_argument("--keep", type=Path, help="a directory to keep the callgrind files in")
+    p.add_argument("--plugin", type=Path, default=REPO / "plugins/target/add-header.wasm")
+    p.add_argument("--port-base", type=int, default=29000)
+    args = p.parse_args(argv)
+    sc = BY_NAME.get(args.scenario)
+    if sc is None or not countable(sc):
+        names = ", ".join(s.name for s in BY_NAME.values() if countable(s))
+        p.error(f"--scenario: one of {names}")
+    args.sc = sc
+    args.conns = args.conns or sc.quick_conns[0]
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    for tool in ("valgrind", "callgrind_control", "wrk", "nginx", "taskset", "openssl"):
+        if not have(tool):
+            sys.exit(f"{tool} is not installed (valgrind: the Debian package of that name)")
+    builds = [("new", args.gateway)] + ([("old", args.compare)] if args.compare else [])
+    for _, binary in builds:
+        if not binary.is_file():
+            sys.exit(f"no gateway binary at {binary}")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    os.sched_setaffinity(0, {0})
+    work = Path(tempfile.mkdtemp(prefix="gateway-instructions-"))
+    results: list[Measured] = []
+    try:
+        env = prepare_files(work)
+        env.backend_port = args.port_base + 80
+        env.plugin = args.plugin if args.plugin.is_file() else None
+        backend = Server("backend", "backend", env.backend_port, env)
+        backend.start()
+        try:
+            for label, binary in builds:
+                results += measure_build(label, binary, args.sc, args, env)
+                time.sleep(0.5)
+        finally:
+            backend.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(report(results, args))
+    return 0
+
+
+def report(results: list[Measured], args: argparse.Namespace) -> str:
+    """Instructions per request of each build on each route, the ratio of the two builds, and
+    the functions with the largest own cost."""
+    sc = args.sc
+    mode = "a new connection per request" if sc.close else "keep-alive"
+    lines = [
+        f"{sc.name}: {args.conns} connections, {mode}; {args.duration} s counted "
+        f"after {args.warmup} s",
+        "",
+        "| build | route | requests counted | instructions per request |",
+        "|---|---|---|---|",
+    ]
+    for m in results:
+        lines.append(f"| {m.build} | `{m.path}` | {m.requests:,} | {m.per_request:,.0f} |")
+    by_path = collections.defaultdict(dict)
+    for m in results:
+        by_path[m.path][m.build] = m
+    for path, builds in by_path.items():
+        if "new" in builds and "old" in builds:
+            ratio = builds["new"].per_request / builds["old"].per_request
+            lines.append(f"\n`{path}`: new over old {ratio:.3f}")
+    if args.top:
+        for m in results:
+            lines.append(f"\nOwn instructions per request, {m.build} `{m.path}`:")
+            ranked = sorted(m.counts.by_function.items(), key=lambda kv: -kv[1])
+            for name, cost in ranked[: args.top]:
+                lines.append(f"{cost / m.requests:9.0f}  {name[:140]}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Checks how instructions.py reads callgrind's output and which scenarios it counts.
+
+    python3 -m unittest discover -s benches/harness -p 'test_*.py'
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from instructions import countable, newest_dump, read_counts  # noqa: E402
+from scenarios import BY_NAME  # noqa: E402
+
+# A dump as callgrind writes one with `--dump-instr=no`: `main` runs 10 instructions of its own
+# at two lines and calls `work` twice (the line after `calls=` is what those calls cost,
+# inclusive: 70); `work` runs 70 of its own; names are given once and then referred to by id;
+# a position may be relative (`+2`).
+DUMP = """\
+# callgrind format
+version: 1
+creator: callgrind-3.19.0
+positions: line
+events: Ir
+summary: 80
+
+ob=(1) /bin/gateway
+fl=(1) src/main.rs
+fn=(1) main
+10 4
++2 6
+cfn=(2) work
+calls=2 20
+12 70
+
+fn=(2) work
+20 30
+fi=(2) src/inlined.rs
++1 40
+
+fn=(1)
+cfn=(2)
+calls=1 20
+14 0
+"""
+
+
+class ReadCounts(unittest.TestCase):
+    def write(self, text: str) -> Path:
+        d = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, d, True)
+        path = d / "callgrind.out.1"
+        path.write_text(text)
+        return path
+
+    def test_own_cost_leaves_out_what_calls_cost(self) -> None:
+        counts = read_counts(self.write(DUMP))
+        self.assertEqual(counts.total, 80)
+        self.assertEqual(counts.by_function, {"main": 10, "work": 70})
+
+    def test_the_total_comes_from_totals_or_the_sum(self) -> None:
+        counts = read_counts(self.write(DUMP.replace("summary: 80", "totals: 81")))
+        self.assertEqual(counts.total, 81)
+        counts = read_counts(self.write(DUMP.replace("summary: 80\n", "")))
+        self.assertEqual(counts.total, 80)
+
+    def test_the_first_event_is_the_one_read(self) -> None:
+        text = DUMP.replace("events: Ir", "events: Ir Dr").replace("\n10 4\n", "\n10 4 99\n")
+        self.assertEqual(read_counts(self.write(text)).by_function["main"], 10)
+
+    def test_the_dump_is_the_file_that_was_not_there_before(self) -> None:
+        d = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, d, True)
+        out = d / "callgrind.new.out"
+        old = d / "callgrind.new.out.1"
+        old.write_text("")
+        before = set(d.glob(out.name + ".*"))
+        time.sleep(0.01)
+        fresh = d / "callgrind.new.out.2"
+        fresh.write_text("")
+        self.assertEqual(newest_dump(out, before), fresh)
+        with self.assertRaises(RuntimeError):
+            newest_dump(out, before | {fresh})
+
+
+class Countable(unittest.TestCase):
+    def test_plain_http1_scenarios_only(self) -> None:
+        self.assertTrue(countable(BY_NAME["proxy-close"]))
+        self.assertTrue(countable(BY_NAME["wasm"]))  # both routes, on the general listener
+        for name in ("tls-h1-1k", "tls-h2-1k", "h3-1k", "l4-tcp"):
+            self.assertFalse(countable(BY_NAME[name]), name)
+
+
+if __name__ == "__main__":
+    unittest.main()
