@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import loadgen
 from bench import prepare_files
@@ -147,9 +148,10 @@ def measure_build(
         )
     results = []
     try:
-        wait_tcp(gateway.ports["http"], proc, timeout=START_TIMEOUT)
         for path in paths_of(sc):
             url = gateway.url(sc.port, path)
+            # Under valgrind the listeners open one by one, seconds apart.
+            wait_tcp(urlsplit(url).port or 80, proc, timeout=START_TIMEOUT)
             cpu, close, headers = env.backend_cpu, sc.close, sc.headers
             loadgen.wrk(cpu, url, args.conns, args.warmup, close, headers)
             control("-z", proc.pid)
@@ -191,7 +193,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=int, default=10, help="seconds counted")
     p.add_argument("--top", type=int, default=0, help="functions to list by their own cost")
     p.add_argument("--keep", type=Path, help="a directory to keep the callgrind files in")
-    p.add_argument("--plugin", type=Path, default=REPO / "plugins/target/add-header.wasm")
+    p.add_argument(
+        "--plugin", type=Path, default=REPO / "plugins/target/wasm32-wasip1/release/add_header.wasm"
+    )
     p.add_argument("--port-base", type=int, default=29000)
     args = p.parse_args(argv)
     sc = BY_NAME.get(args.scenario)
@@ -256,6 +260,16 @@ def report(results: list[Measured], args: argparse.Namespace) -> str:
         if "new" in builds and "old" in builds:
             ratio = builds["new"].per_request / builds["old"].per_request
             lines.append(f"\n`{path}`: new over old {ratio:.3f}")
+    # A feature comparison's two routes (`wasm`: native filter, then the plugin): the
+    # feature's cost in each build.
+    for build in dict.fromkeys(m.build for m in results):
+        routes = [m for m in results if m.build == build]
+        if len(routes) == 2:
+            base, feature = routes
+            lines.append(
+                f"\n{build}: `{feature.path}` over `{base.path}` "
+                f"{feature.per_request / base.per_request:.3f}"
+            )
     if args.top:
         for m in results:
             lines.append(f"\nOwn instructions per request, {m.build} `{m.path}`:")

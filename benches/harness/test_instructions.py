@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from instructions import countable, newest_dump, read_counts  # noqa: E402
+from instructions import Counts, Measured, countable, newest_dump, read_counts, report  # noqa: E402
 from scenarios import BY_NAME  # noqa: E402
 
 # A dump as callgrind writes one with `--dump-instr=no`: `main` runs 10 instructions of its own
@@ -94,6 +95,26 @@ class Countable(unittest.TestCase):
         self.assertTrue(countable(BY_NAME["wasm"]))  # both routes, on the general listener
         for name in ("tls-h1-1k", "tls-h2-1k", "h3-1k", "l4-tcp"):
             self.assertFalse(countable(BY_NAME[name]), name)
+
+
+class Report(unittest.TestCase):
+    def test_builds_and_routes_are_compared(self) -> None:
+        args = argparse.Namespace(sc=BY_NAME["wasm"], conns=10, duration=10, warmup=5, top=1)
+        results = [
+            Measured("new", "/native", 100, Counts(1_000_000, {"a": 600_000, "b": 400_000})),
+            Measured("new", "/wasm", 50, Counts(900_000, {"a": 900_000})),
+            Measured("old", "/native", 100, Counts(1_000_000, {"a": 1_000_000})),
+            Measured("old", "/wasm", 50, Counts(1_000_000, {"a": 1_000_000})),
+        ]
+        text = report(results, args)
+        self.assertIn("| new | `/wasm` | 50 | 18,000 |", text)
+        self.assertIn("`/native`: new over old 1.000", text)
+        self.assertIn("`/wasm`: new over old 0.900", text)
+        self.assertIn("new: `/wasm` over `/native` 1.800", text)
+        self.assertIn("old: `/wasm` over `/native` 2.000", text)
+        # `--top 1`: the largest own cost per request, of each build's route.
+        self.assertIn("     6000  a", text)
+        self.assertNotIn("  b", text)
 
 
 if __name__ == "__main__":
