@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from urllib.parse import urlsplit
 
 import loadgen
 from bench import prepare_files
+from link_order import self_costs
 from scenarios import BY_NAME, Scenario
 from servers import Env, Server, have, wait_tcp
 
@@ -58,41 +58,15 @@ class Counts:
 
 
 def read_counts(path: Path) -> Counts:
-    """Parses a callgrind output file (its first event, `Ir`). A function's own cost is every
-    cost line under its `fn=` except the line after each `calls=`, which is what the callee
-    cost, inclusive."""
-    names: dict[str, str] = {}
-    own: collections.Counter[str] = collections.Counter()
+    """The window's total (callgrind's `summary:` or `totals:` line) and each function's own
+    instructions ([`link_order.self_costs`], every object), from a callgrind output file."""
     total = None
-    current = "?"
-    after_call = False
-    name_line = re.compile(r"(c?)fn=\((\d+)\)(?: (.*))?$")
-    with path.open() as f:
+    with path.open(errors="replace") as f:
         for line in f:
-            line = line.rstrip("\n")
-            m = name_line.match(line)
-            if m:
-                is_callee, ident, name = m.groups()
-                if name:
-                    names[ident] = name
-                if not is_callee:
-                    current = names.get(ident, ident)
-                continue
             if line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
-                continue
-            if line.startswith("calls="):
-                after_call = True
-                continue
-            if line and (line[0].isdigit() or line[0] in "+-*"):
-                fields = line.split()
-                if after_call:
-                    after_call = False
-                elif len(fields) >= 2:
-                    own[current] += int(fields[1])
-    if total is None:
-        total = sum(own.values())
-    return Counts(total, dict(own))
+    own = self_costs(path, None)
+    return Counts(total if total is not None else sum(own.values()), dict(own))
 
 
 def newest_dump(out: Path, before: set[Path]) -> Path:

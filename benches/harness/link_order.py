@@ -133,16 +133,17 @@ def profile(gw: Server, config: Path, out: Path, paths: list[str], args, h3: boo
     return parts
 
 
-def self_costs(profile_file: Path, binary: Path) -> collections.Counter[str]:
+def self_costs(profile_file: Path, binary: Path | None) -> collections.Counter[str]:
     """Instructions executed in each function of `binary` itself (not in its callees), from a
-    callgrind profile with undemangled names."""
+    callgrind profile with undemangled names; of every object when `binary` is None
+    (`instructions.py`)."""
     objects: dict[str, str] = {}
     names: dict[str, str] = {}
     cost: collections.Counter[str] = collections.Counter()
     current: str | None = None
     in_binary = False
     after_call = False
-    binary_path = str(binary.resolve())
+    binary_path = str(binary.resolve()) if binary is not None else None
     entry = re.compile(r"(c?(?:ob|fn))=\((\d+)\)(?: (.*))?")
     for line in profile_file.open(errors="replace"):
         m = entry.match(line)
@@ -152,7 +153,7 @@ def self_costs(profile_file: Path, binary: Path) -> collections.Counter[str]:
             if name:
                 table[ident] = name.strip()
             if kind == "ob":
-                in_binary = objects.get(ident) == binary_path
+                in_binary = binary_path is None or objects.get(ident) == binary_path
             elif kind == "fn":
                 # callgrind names a recursion level `name'2`, and a function without a
                 # symbol by its address or `(below main)`: only symbols can be ordered.

@@ -222,10 +222,11 @@ impl ClientText {
     }
 }
 
-/// The fields [`add_forwarding`] may add (five), and one for the upstream's `Host`, set when the
-/// attempt's request is made: `HeaderMap::insert` makes room before it looks for the name, so
-/// even replacing the client's `Host` grows a full map.
-const FORWARDING_FIELDS: usize = 6;
+/// Header fields the proxy may add to a request or response it forwards (`X-Forwarded-*`,
+/// `Forwarded`, `Via`, the upstream's `Host`, and a few a route's filters set). `Host` counts
+/// although the client sent one: `HeaderMap::insert` makes room before it looks for the name,
+/// so even replacing it grows a full map.
+pub(crate) const FORWARDING_ROOM: usize = 8;
 
 /// Adds the forwarding headers for a request from `client` (its address and scheme) that
 /// arrived with `version`, addressed to `host`.
@@ -238,7 +239,7 @@ pub(crate) fn add_forwarding(
     // The first request of a connection comes in a map hyper sized to its fields, full; each
     // field added would grow it, a rehash and two reallocations each (three per request on
     // short connections). Later requests reuse a map with room, where this does nothing.
-    headers.reserve(FORWARDING_FIELDS);
+    headers.reserve(FORWARDING_ROOM);
     // One probe per header: a request usually carries neither, and then the connection's
     // value goes in as it is.
     match headers.entry(&X_FORWARDED_FOR) {

@@ -45,10 +45,6 @@ fn invalid(what: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
-/// Header fields the proxy may add to a request or response it forwards (`X-Forwarded-*`,
-/// `Forwarded`, `Via`, and a few a route's filters set).
-const FORWARDING_ROOM: usize = 8;
-
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
 /// responses before it). `Ok(None)`: more bytes are needed.
 pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
@@ -93,7 +89,8 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
         // Room beyond the upstream's fields: the proxy adds its own to the response, and hyper
         // keeps the sent response's map (emptied) for the client's next request, to which the
         // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
-        let mut headers = HeaderMap::with_capacity(spans.len() + FORWARDING_ROOM);
+        let mut headers =
+            HeaderMap::with_capacity(spans.len() + crate::proxy::headers::FORWARDING_ROOM);
         let mut fields = FramingFields::default();
         // Drained in place: iterating the `SmallVec` by value would first copy its inline
         // array (1,152 bytes) into the iterator.
