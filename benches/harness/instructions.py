@@ -11,12 +11,14 @@ cache lines a request touches, still needs the harness.
     python3 benches/harness/instructions.py --gateway NEW [--compare OLD] --scenario proxy-close
             [--conns 200] [--warmup 5] [--duration 10] [--top 25] [--keep DIR]
 
-Scenarios: those of the harness that wrk drives over plain HTTP/1.1 (`hello`, `static-*`,
-`proxy`, `proxy-close`, the filter comparisons `wasm`, `waf`, ... on both of their routes).
+Scenarios: those of the harness that wrk or h2load drive to the gateway's HTTP listeners
+(`hello`, `static-*`, `proxy`, `proxy-close`, TLS `tls-h1-1k` and `tls-h2-1k`, the filter
+comparisons `wasm`, `waf`, ... on both of their routes); not HTTP/3 (the project's own load
+generator) or the L4 relay.
 Each build runs alone under `valgrind --tool=callgrind` on the server CPU with the harness's
 gateway config (one worker) and the shared nginx backend, wrk on the load CPU: wrk warms the
-gateway up, the counters are zeroed (`callgrind_control -z`), wrk runs again for the measured
-window, and the counters dumped then are divided by the requests wrk completed in it.
+gateway up, the counters are zeroed (`callgrind_control -z`), the load runs again for the
+measured window, and the counters dumped then are divided by the requests completed in it.
 valgrind runs the gateway about 50 times slower, so the load's concurrency is what the
 gateway sees, not its rate.
 """
@@ -94,8 +96,15 @@ class Measured:
 
 
 def countable(sc: Scenario) -> bool:
-    """A scenario this counts: wrk over plain HTTP/1.1 to the gateway's own listeners."""
-    return sc.tool == "wrk" and sc.port in ("http", "general")
+    """A scenario this counts: wrk or h2load to the gateway's HTTP listeners."""
+    return sc.tool in ("wrk", "h2load") and sc.port in ("http", "general", "tls")
+
+
+def drive(sc: Scenario, cpu: str, url: str, conns: int, seconds: int) -> loadgen.Load:
+    """One run of the scenario's load generator with the scenario's settings."""
+    if sc.tool == "h2load":
+        return loadgen.h2load(cpu, url, conns, sc.streams, seconds)
+    return loadgen.wrk(cpu, url, conns, seconds, sc.close, sc.headers)
 
 
 def paths_of(sc: Scenario) -> list[str]:
@@ -126,15 +135,14 @@ def measure_build(
             url = gateway.url(sc.port, path)
             # Under valgrind the listeners open one by one, seconds apart.
             wait_tcp(urlsplit(url).port or 80, proc, timeout=START_TIMEOUT)
-            cpu, close, headers = env.backend_cpu, sc.close, sc.headers
-            loadgen.wrk(cpu, url, args.conns, args.warmup, close, headers)
+            drive(sc, env.backend_cpu, url, args.conns, args.warmup)
             control("-z", proc.pid)
-            load = loadgen.wrk(cpu, url, args.conns, args.duration, close, headers)
+            load = drive(sc, env.backend_cpu, url, args.conns, args.duration)
             before = set(out.parent.glob(out.name + ".*"))
             control("-d", proc.pid)
             dump = newest_dump(out, before)
             if load.requests == 0:
-                raise RuntimeError(f"{label} {path}: wrk completed no request")
+                raise RuntimeError(f"{label} {path}: {sc.tool} completed no request")
             if load.errors or load.non2xx:
                 print(
                     f"[instructions] {label} {path}: {load.errors} errors, {load.non2xx} "
@@ -161,7 +169,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
     p.add_argument("--compare", type=Path, help="another build, measured after the first")
-    p.add_argument("--scenario", default="hello", help="a wrk scenario of the harness")
+    p.add_argument("--scenario", default="hello", help="a wrk or h2load scenario of the harness")
     p.add_argument("--conns", type=int, help="default: the scenario's quick concurrency")
     p.add_argument("--warmup", type=int, default=5, help="seconds of load before counting")
     p.add_argument("--duration", type=int, default=10, help="seconds counted")
@@ -183,9 +191,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    for tool in ("valgrind", "callgrind_control", "wrk", "nginx", "taskset", "openssl"):
+    for tool in ("valgrind", "callgrind_control", args.sc.tool, "nginx", "taskset", "openssl"):
         if not have(tool):
-            sys.exit(f"{tool} is not installed (valgrind: the Debian package of that name)")
+            sys.exit(f"{tool} is not installed (valgrind and wrk: the Debian packages of those "
+                     "names; h2load: nghttp2-client)")
     builds = [("new", args.gateway)] + ([("old", args.compare)] if args.compare else [])
     for _, binary in builds:
         if not binary.is_file():
@@ -218,6 +227,8 @@ def report(results: list[Measured], args: argparse.Namespace) -> str:
     the functions with the largest own cost."""
     sc = args.sc
     mode = "a new connection per request" if sc.close else "keep-alive"
+    if sc.streams > 1:
+        mode += f", {sc.streams} streams per connection"
     lines = [
         f"{sc.name}: {args.conns} connections, {mode}; {args.duration} s counted "
         f"after {args.warmup} s",
