@@ -1,5 +1,6 @@
-//! Router lookup cost: first-match-wins over a realistic table (exact hosts, wildcards, path
-//! prefixes, a regex), for a hit near the front, one at the end, and a miss.
+//! Router lookup cost: first-match-wins over a mixed table (exact hosts, wildcards, path
+//! prefixes, a regex), for a hit near the front, one at the end, and a miss; and over an API
+//! gateway's table of path prefixes only (one per service), for the first and the last service.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use gateway::router::{Matcher, Router};
@@ -18,8 +19,25 @@ fn table(routes: usize) -> Router<usize> {
     }
     yaml.push_str("  - match: { path_prefix: / }\n    respond: { body: fallback }\n");
     yaml.push_str("listeners:\n  - name: l\n    bind: 127.0.0.1:0\n");
+    compile(&yaml)
+}
+
+/// `routes` services, each a path prefix (`/svc0/`, `/svc1/`, ...), then a fallback.
+fn services(routes: usize) -> Router<usize> {
+    let mut yaml = String::from("routes:\n");
+    for i in 0..routes {
+        yaml.push_str(&format!(
+            "  - match: {{ path_prefix: /svc{i}/ }}\n    respond: {{ body: s{i} }}\n"
+        ));
+    }
+    yaml.push_str("  - respond: { body: fallback }\n");
+    yaml.push_str("listeners:\n  - name: l\n    bind: 127.0.0.1:0\n");
+    compile(&yaml)
+}
+
+fn compile(yaml: &str) -> Router<usize> {
     let config =
-        gateway_config::load_str(&yaml, "bench.yaml", std::path::Path::new(".")).expect("config");
+        gateway_config::load_str(yaml, "bench.yaml", std::path::Path::new(".")).expect("config");
     let compiled = config
         .routes
         .iter()
@@ -69,6 +87,17 @@ fn bench(c: &mut Criterion) {
                 )
             })
         });
+        group.finish();
+        let router = services(size);
+        let mut group = c.benchmark_group(format!("router/{size}_services"));
+        for (name, path) in [
+            ("first", "/svc0/users/7".to_string()),
+            ("last", format!("/svc{last}/users/7")),
+        ] {
+            group.bench_function(name, |b| {
+                b.iter(|| router.find(0, &Method::GET, "", black_box(&path), &headers))
+            });
+        }
         group.finish();
     }
 }

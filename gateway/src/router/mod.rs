@@ -1,9 +1,22 @@
 //! Routes compiled into a matcher once per config generation. Matching is first-match-wins in
 //! file order, per listener; each route's conditions are checked cheapest first (method, host,
 //! path, headers) and nothing is allocated per lookup.
+//!
+//! A listener's routes are indexed by the first path segment each one requires (`/static` and
+//! `/static/` both require `static`), so a lookup checks only the routes that could match the
+//! request's path: those of its first segment and those that match any path (no path
+//! condition, a regex, `/`), merged in file order when the config is loaded. With tens of
+//! routes a linear scan cost hundreds of instructions per request; the index keeps the cost of
+//! a lookup near that of one route whatever the table's length.
+
+mod segments;
+
+use std::collections::HashMap;
 
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method};
+
+use segments::SegmentTable;
 
 use gateway_config::{HostMatch, PathMatch};
 
@@ -41,6 +54,24 @@ impl Matcher {
             methods,
             headers,
         })
+    }
+
+    /// The first path segment every path this route matches begins with (`static` for both
+    /// `/static` and `/static/css/`, empty for `/` exactly), or `None` when the route can
+    /// match paths with different first segments (no path condition, a regex, the prefix `/`).
+    fn first_segment(&self) -> Option<&[u8]> {
+        let required = match &self.path {
+            PathMatch::Exact(p) => p.as_str(),
+            // A prefix matches on segment boundaries, so unless the prefix is `/` itself the
+            // path's first segment is the prefix's (`/static` matches `/static` and
+            // `/static/...`, never `/staticx`).
+            PathMatch::Prefix(p) if p != "/" => p.as_str(),
+            PathMatch::Prefix(_) | PathMatch::Any | PathMatch::Regex(_) => return None,
+        };
+        // A path always starts with `/`; a condition that does not is left to the scan.
+        required
+            .starts_with('/')
+            .then(|| segments::first_segment(required.as_bytes()))
     }
 
     /// Whether a request with these facts matches. `host` has no port.
@@ -82,11 +113,88 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
     }
 }
 
+/// One listener's routes (indices into [`Router::routes`]), in file order, by the first path
+/// segment they require.
+#[derive(Debug)]
+struct ListenerRoutes {
+    /// The candidates of a path whose first segment is not in `by_segment`: the routes that may
+    /// match any first segment, or every route when the table is not indexed.
+    elsewhere: Box<[u32]>,
+    /// For each first segment some route requires: its routes and those that may match any
+    /// first segment, in file order. Empty when fewer than two segments are required: with one
+    /// (every route under `/api`, say) the index would narrow nothing and only cost a lookup.
+    by_segment: SegmentTable<Box<[u32]>>,
+}
+
+impl ListenerRoutes {
+    /// `routes` in file order; `segment_of` gives the first segment a route requires.
+    fn new(routes: &[u32], segment_of: impl Fn(u32) -> Option<Box<[u8]>>) -> Self {
+        let mut anywhere = Vec::new();
+        // Each segment's own routes, segments in order of first appearance.
+        let mut own: Vec<(Box<[u8]>, Vec<u32>)> = Vec::new();
+        let mut position: HashMap<Box<[u8]>, usize> = HashMap::new();
+        for &route in routes {
+            match segment_of(route) {
+                None => anywhere.push(route),
+                Some(segment) => {
+                    let at = *position.entry(segment.clone()).or_insert_with(|| {
+                        own.push((segment, Vec::new()));
+                        own.len() - 1
+                    });
+                    own[at].1.push(route);
+                }
+            }
+        }
+        if own.len() < 2 {
+            return Self {
+                elsewhere: routes.into(),
+                by_segment: SegmentTable::new(Vec::new()),
+            };
+        }
+        let by_segment = own
+            .into_iter()
+            .map(|(segment, routes)| (segment, merged(&routes, &anywhere)))
+            .collect();
+        Self {
+            elsewhere: anywhere.into_boxed_slice(),
+            by_segment: SegmentTable::new(by_segment),
+        }
+    }
+
+    /// The routes that may match `path`, in file order.
+    #[inline]
+    fn candidates(&self, path: &str) -> &[u32] {
+        if self.by_segment.is_empty() {
+            return &self.elsewhere;
+        }
+        self.by_segment
+            .get_for_path(path)
+            .unwrap_or(&self.elsewhere)
+    }
+}
+
+/// Two ascending lists of route indices as one.
+fn merged(a: &[u32], b: &[u32]) -> Box<[u32]> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
+        if x < y {
+            out.push(x);
+            a.next();
+        } else {
+            out.push(y);
+            b.next();
+        }
+    }
+    out.extend(a.chain(b));
+    out.into_boxed_slice()
+}
+
 /// Per-listener ordered route tables over any payload `T`.
 #[derive(Debug)]
 pub struct Router<T> {
     routes: Vec<(Matcher, T)>,
-    by_listener: Vec<Vec<usize>>,
+    by_listener: Vec<ListenerRoutes>,
     /// Some route has a `host` condition.
     matches_hosts: bool,
     /// Some route has a `headers` condition.
@@ -96,16 +204,25 @@ pub struct Router<T> {
 impl<T> Router<T> {
     /// `routes` in file order, each with the listener indices it applies to.
     pub fn new(listeners: usize, routes: Vec<(Matcher, Vec<usize>, T)>) -> Self {
-        let mut by_listener = vec![Vec::new(); listeners];
+        let mut in_order: Vec<Vec<u32>> = vec![Vec::new(); listeners];
         let mut compiled = Vec::with_capacity(routes.len());
         for (i, (matcher, on, payload)) in routes.into_iter().enumerate() {
+            let i = u32::try_from(i).expect("fewer than 2^32 routes");
             for l in on {
-                if let Some(list) = by_listener.get_mut(l) {
+                if let Some(list) = in_order.get_mut(l) {
                     list.push(i);
                 }
             }
             compiled.push((matcher, payload));
         }
+        let by_listener = in_order
+            .iter()
+            .map(|list| {
+                ListenerRoutes::new(list, |i| {
+                    compiled[i as usize].0.first_segment().map(Box::from)
+                })
+            })
+            .collect();
         let matches_hosts = compiled
             .iter()
             .any(|(m, _)| !matches!(m.host, HostMatch::Any));
@@ -155,8 +272,9 @@ impl<T> Router<T> {
     ) -> Option<usize> {
         self.by_listener
             .get(listener)?
+            .candidates(path)
             .iter()
-            .copied()
+            .map(|&i| i as usize)
             .find(|&i| self.routes[i].0.matches(method, host, path, headers))
     }
 
@@ -275,5 +393,127 @@ mod tests {
                 .find(0, &Method::GET, "", "/a", &HeaderMap::new())
                 .is_some()
         );
+    }
+
+    /// A table where the index matters: several routes per first segment, routes for any path
+    /// (a regex, no path condition, `/`) between them, exact and prefix paths, conditions
+    /// beyond the path, and routes on one listener only.
+    const INDEXED: &str = r#"
+listeners:
+  - { name: a, bind: "127.0.0.1:0" }
+  - { name: b, bind: "127.0.0.1:0" }
+routes:
+  - match: { path: /hello }
+    respond: { body: r0 }
+  - match: { path_prefix: /static, methods: [POST] }
+    respond: { body: r1 }
+  - match: { path_regex: "^/static/[0-9]+$" }
+    respond: { body: r2 }
+  - match: { path_prefix: /static/ }
+    respond: { body: r3 }
+  - match: { host: "*.example.com" }
+    respond: { body: r4 }
+  - listeners: [b]
+    match: { path_prefix: /static }
+    respond: { body: r5 }
+  - match: { path_prefix: /api/v1 }
+    respond: { body: r6 }
+  - match: { path: / }
+    respond: { body: r7 }
+  - match: { path_prefix: /api }
+    respond: { body: r8 }
+  - match: { path_prefix: //x }
+    respond: { body: r9 }
+  - listeners: [a]
+    match: { path_prefix: / }
+    respond: { body: r10 }
+"#;
+
+    #[test]
+    fn the_index_finds_what_a_scan_in_file_order_finds() {
+        let config =
+            gateway_config::load_str(INDEXED, "t.yaml", std::path::Path::new(".")).unwrap();
+        let plain: Vec<(Matcher, Vec<usize>)> = config
+            .routes
+            .iter()
+            .map(|r| (Matcher::new(r).unwrap(), r.listeners.clone()))
+            .collect();
+        let router = Router::new(
+            2,
+            plain
+                .iter()
+                .enumerate()
+                .map(|(i, (m, l))| (m.clone(), l.clone(), i))
+                .collect(),
+        );
+        // The index is used: `/static` has its own candidates, without `/api`'s or `/`'s.
+        assert_eq!(
+            router.by_listener[0]
+                .by_segment
+                .get_for_path("/static")
+                .map(|c| &c[..]),
+            Some(&[1, 2, 3, 4, 10][..])
+        );
+        assert_eq!(&*router.by_listener[1].elsewhere, &[2, 4]);
+        let segments = ["", "static", "staticx", "Static", "api", "hello", "x", "1"];
+        let mut paths = vec![
+            String::new(),
+            "*".into(),
+            "/".into(),
+            "//".into(),
+            "//x".into(),
+        ];
+        for a in segments {
+            for b in ["", "/", "/1", "/v1", "/v1/users", "/42", "/a/b", "x"] {
+                paths.push(format!("/{a}{b}"));
+            }
+        }
+        let h = HeaderMap::new();
+        let mut found_some = 0;
+        for listener in 0..2 {
+            for host in ["", "a.example.com"] {
+                for method in [Method::GET, Method::POST] {
+                    for path in &paths {
+                        let found = router.find(listener, &method, host, path, &h).copied();
+                        let expected = plain.iter().position(|(m, on)| {
+                            on.contains(&listener) && m.matches(&method, host, path, &h)
+                        });
+                        assert_eq!(found, expected, "{listener} {method} {host:?} {path:?}");
+                        found_some += usize::from(found.is_some());
+                    }
+                }
+            }
+        }
+        assert!(found_some > 100, "the table matches most of these paths");
+        let rx = |path: &str| router.find(1, &Method::GET, "", path, &h).copied();
+        assert_eq!(rx("/static/7"), Some(2));
+        assert_eq!(rx("/static/x"), Some(3));
+        assert_eq!(rx("/static"), Some(5));
+        assert_eq!(rx("/api/v1/users"), Some(6));
+        assert_eq!(rx("/api/v2"), Some(8));
+        assert_eq!(rx("/"), Some(7));
+        assert_eq!(rx("//x/y"), Some(9));
+        assert_eq!(rx("/staticx"), None);
+    }
+
+    #[test]
+    fn routes_under_one_segment_are_scanned_without_the_index() {
+        let router = Router::new(
+            1,
+            vec![
+                (m("{ path_prefix: /api/v1 }"), vec![0], 0),
+                (m("{ path_regex: \"^/api/v[0-9]+/health$\" }"), vec![0], 1),
+                (m("{ path_prefix: /api }"), vec![0], 2),
+            ],
+        );
+        let routes = &router.by_listener[0];
+        assert!(routes.by_segment.is_empty());
+        assert_eq!(&*routes.elsewhere, &[0, 1, 2]);
+        let h = HeaderMap::new();
+        let find = |path: &str| router.find(0, &Method::GET, "", path, &h).copied();
+        assert_eq!(find("/api/v1/users"), Some(0));
+        assert_eq!(find("/api/v2/health"), Some(1));
+        assert_eq!(find("/api/v2"), Some(2));
+        assert_eq!(find("/other"), None);
     }
 }
