@@ -73,23 +73,11 @@ fn first_segment_and_fingerprint(path: &[u8]) -> (&[u8], Fingerprint) {
             let head = word & ((1u64 << (8 * len)) - 1);
             return (&rest[..len], Fingerprint::short(len, head));
         }
-        let len = rest[8..]
-            .iter()
-            .position(|&b| b == b'/')
-            .map_or(rest.len(), |at| at + 8);
-        let segment = &rest[..len];
-        return (segment, Fingerprint::of(segment));
     }
-    let mut head = 0;
-    let mut len = 0;
-    for &b in rest {
-        if b == b'/' {
-            break;
-        }
-        head |= u64::from(b) << (8 * len);
-        len += 1;
-    }
-    (&rest[..len], Fingerprint::short(len, head))
+    // Fewer than eight bytes left, or no `/` among the first eight.
+    let len = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+    let segment = &rest[..len];
+    (segment, Fingerprint::of(segment))
 }
 
 /// Up to eight bytes as a little-endian number, zero-padded.
