@@ -145,34 +145,35 @@ def self_costs(profile_file: Path, binary: Path | None) -> collections.Counter[s
     after_call = False
     binary_path = str(binary.resolve()) if binary is not None else None
     entry = re.compile(r"(c?(?:ob|fn))=\((\d+)\)(?: (.*))?")
-    for line in profile_file.open(errors="replace"):
-        m = entry.match(line)
-        if m:
-            kind, ident, name = m.group(1), m.group(2), m.group(3)
-            table = objects if kind.endswith("ob") else names
-            if name:
-                table[ident] = name.strip()
-            if kind == "ob":
-                in_binary = binary_path is None or objects.get(ident) == binary_path
-            elif kind == "fn":
-                # callgrind names a recursion level `name'2`, and a function without a
-                # symbol by its address or `(below main)`: only symbols can be ordered.
-                current = re.sub(r"'\d+$", "", table[ident]) if in_binary else None
-                if current and current[0] in "(0":
-                    current = None
-                if current:
-                    cost[current] += 0
-            continue
-        if line.startswith("calls="):
-            after_call = True  # the next cost line is the call's, counted in the callee
-            continue
-        if line[:1].isdigit() or line[:1] in "+-*":
-            if after_call:
-                after_call = False
+    with profile_file.open(errors="replace") as lines:
+        for line in lines:
+            m = entry.match(line)
+            if m:
+                kind, ident, name = m.group(1), m.group(2), m.group(3)
+                table = objects if kind.endswith("ob") else names
+                if name:
+                    table[ident] = name.strip()
+                if kind == "ob":
+                    in_binary = binary_path is None or objects.get(ident) == binary_path
+                elif kind == "fn":
+                    # callgrind names a recursion level `name'2`, and a function without a
+                    # symbol by its address or `(below main)`: only symbols can be ordered.
+                    current = re.sub(r"'\d+$", "", table[ident]) if in_binary else None
+                    if current and current[0] in "(0":
+                        current = None
+                    if current:
+                        cost[current] += 0
                 continue
-            parts = line.split()
-            if current and len(parts) >= 2:
-                cost[current] += int(parts[1])
+            if line.startswith("calls="):
+                after_call = True  # the next cost line is the call's, counted in the callee
+                continue
+            if line[:1].isdigit() or line[:1] in "+-*":
+                if after_call:
+                    after_call = False
+                    continue
+                parts = line.split()
+                if current and len(parts) >= 2:
+                    cost[current] += int(parts[1])
     return cost
 
 
