@@ -30,6 +30,7 @@
 //! (a sampled request's server span ends once its answer has been written). The listener
 //! setting `http1_fast_path: false` turns this off.
 
+use std::cell::Cell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -824,9 +825,6 @@ where
             // A head larger than the limit: hyper answers 431.
             return Ended::HandOff;
         }
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
-        }
         let mut read = ReadMore {
             io: &mut *io,
             buf: &mut *buf,
@@ -838,6 +836,48 @@ where
             Ok(_) => {}
             Err(end) => return end,
         }
+    }
+}
+
+thread_local! {
+    /// A read buffer that a waiting connection of this thread let go, for the next one to read.
+    static SPARE_READ_BUFFER: Cell<Option<BytesMut>> = const { Cell::new(None) };
+}
+
+/// Gives `buf` room to read into: the thread's spare buffer if it has none.
+fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() == 0 {
+        *buf = SPARE_READ_BUFFER
+            .take()
+            .unwrap_or_else(|| BytesMut::with_capacity(READ_CHUNK));
+        return;
+    }
+    rewind(buf);
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
+    }
+}
+
+/// Lets go of an empty read buffer while its connection waits; a buffer grown past the usual
+/// size goes back to the allocator.
+fn give_back(buf: &mut BytesMut) {
+    let mut spare = std::mem::take(buf);
+    rewind(&mut spare);
+    if spare.capacity() == READ_CHUNK {
+        SPARE_READ_BUFFER.set(Some(spare));
+    }
+}
+
+/// Moves an empty buffer's free space back to the start of its memory. When the next request is
+/// there already (pipelined, or arriving while the answer was written), reading on where the
+/// last one ended would walk the requests through all 4 KiB, into lines no cache holds, instead
+/// of the ones just used.
+fn rewind(buf: &mut BytesMut) {
+    if buf.is_empty() {
+        // One byte more than the room after the cursor is found only by moving the (empty)
+        // data to the start of the memory; `try_reclaim` never allocates. Refused when the
+        // cursor is at the start already, or the memory is shared: nothing to do then.
+        let _ = buf.try_reclaim(buf.capacity() + 1);
     }
 }
 
@@ -906,6 +946,12 @@ where
 }
 
 /// Reads what the client sent into the buffer's free space.
+///
+/// A connection waiting for its next request holds no read buffer: an empty one is given to the
+/// thread's spare slot when the socket has nothing to read, and the next connection of the
+/// thread to read takes it. So the connections of a worker take turns with the same few cache
+/// lines, where each kept 4 KiB of its own that, at 1,000 connections, no cache held between
+/// two of its requests (and at 10,000 connections, 40 MB).
 struct ReadMore<'a, IO> {
     io: &'a mut IO,
     buf: &'a mut BytesMut,
@@ -916,7 +962,12 @@ impl<IO: AsyncRead + Unpin> Future for ReadMore<'_, IO> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        tokio_util::io::poll_read_buf(Pin::new(&mut *this.io), cx, this.buf)
+        make_room(this.buf);
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut *this.io), cx, this.buf);
+        if read.is_pending() && this.buf.is_empty() {
+            give_back(this.buf);
+        }
+        read
     }
 }
 
@@ -1081,5 +1132,67 @@ mod tests {
                 crate::router::request_host(&uri, &map)
             );
         }
+    }
+
+    #[test]
+    fn an_emptied_read_buffer_is_read_into_from_its_start_again() {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let start = buf.as_ptr();
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        buf.advance(buf.len());
+        assert_ne!(buf.as_ptr(), start);
+        rewind(&mut buf);
+        assert_eq!(buf.as_ptr(), start);
+        assert_eq!(buf.capacity(), READ_CHUNK);
+
+        // Bytes not yet answered stay where they are.
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        buf.advance(4);
+        let rest = buf.as_ptr();
+        rewind(&mut buf);
+        assert_eq!((buf.as_ptr(), &buf[..]), (rest, &b"/ HTTP/1.1\r\n"[..]));
+
+        // A buffer with no memory yet is left without any.
+        let mut fresh = BytesMut::new();
+        rewind(&mut fresh);
+        assert_eq!(fresh.capacity(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_waiting_for_its_next_request_holds_no_read_buffer() {
+        use tokio::io::AsyncWriteExt;
+
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let (_client_a, mut server_a) = tokio::io::duplex(64);
+        let (mut client_b, mut server_b) = tokio::io::duplex(64);
+        let mut buf_a = BytesMut::with_capacity(READ_CHUNK);
+        let memory = buf_a.as_ptr();
+        let mut waiting = ReadMore {
+            io: &mut server_a,
+            buf: &mut buf_a,
+        };
+        assert!(Pin::new(&mut waiting).poll(&mut cx).is_pending());
+        assert_eq!(waiting.buf.capacity(), 0);
+
+        // The next connection of the thread to read takes the same memory.
+        let mut buf_b = BytesMut::new();
+        let mut reading = ReadMore {
+            io: &mut server_b,
+            buf: &mut buf_b,
+        };
+        client_b.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let Poll::Ready(Ok(n)) = Pin::new(&mut reading).poll(&mut cx) else {
+            panic!("the bytes written were not read");
+        };
+        assert_eq!(&reading.buf[..n], b"GET / HTTP/1.1\r\n");
+        assert_eq!(
+            (reading.buf.as_ptr(), reading.buf.capacity()),
+            (memory, READ_CHUNK)
+        );
+
+        // Bytes read and not yet answered are kept while the rest is awaited.
+        assert!(Pin::new(&mut reading).poll(&mut cx).is_pending());
+        assert_eq!(&reading.buf[..], b"GET / HTTP/1.1\r\n");
     }
 }
