@@ -84,8 +84,10 @@ struct Failed {
 /// The client's request, rewritten once for all its attempts.
 struct Rewritten {
     head: Head,
-    /// Taken by the last attempt; cloned for the ones before it.
-    headers: Option<HeaderMap>,
+    /// Lent to every attempt on the proxy's own HTTP/1.1 client ([`h1::Shared`]); for hyper's
+    /// clients (HTTP/2, a protocol switch), taken by the last attempt and cloned for the ones
+    /// before it.
+    headers: HeaderMap,
     /// Taken by an attempt; back when the attempt failed without sending it.
     body: Option<Body>,
     /// The balancer's hash of the request (`consistent_hash`), 0 without one.
@@ -198,7 +200,7 @@ impl ProxyRoute {
         headers::detach(&mut head.path, &mut head.host, &mut parts.headers);
         Ok(Rewritten {
             head,
-            headers: Some(parts.headers),
+            headers: parts.headers,
             body: Some(body),
             key,
             retries,
@@ -223,6 +225,9 @@ impl ProxyRoute {
     ) -> impl Future<Output = Response<Body>> + Send + 'static {
         async move {
             let up = &self.upstream;
+            // Hyper's clients take a request of their own; the proxy's HTTP/1.1 client writes
+            // the rewritten fields from where they are.
+            let lends = !req.upgrading && !up.connector.is_h2();
             // Allocated only when a retry happens.
             let mut tried: Vec<usize> = Vec::new();
             let mut last: Option<Box<Outcome>> = None;
@@ -248,12 +253,21 @@ impl ProxyRoute {
                 // The request is made and moved into the attempt in this block, so the state
                 // kept across the attempt does not hold it a second time.
                 let attempt = {
-                    let hdrs = match (retry_left, &mut req.headers) {
-                        (true, Some(h)) => h.clone(),
-                        (_, h) => h.take().unwrap_or_default(),
-                    };
                     let body = req.body.take().unwrap_or_default();
-                    let mut attempt_req = self.request(&req.head, hdrs, body, pool);
+                    let (mut attempt_req, shared) = if lends {
+                        let shared = h1::Shared {
+                            host: req.head.host.as_ref().unwrap_or(&pool.endpoint.host),
+                            fields: &req.headers,
+                        };
+                        (self.request(&req.head, None, body, pool), Some(shared))
+                    } else {
+                        let fields = if retry_left {
+                            req.headers.clone()
+                        } else {
+                            std::mem::take(&mut req.headers)
+                        };
+                        (self.request(&req.head, Some(fields), body, pool), None)
+                    };
                     span = trace.as_ref().map(|t| {
                         let target = Target {
                             upstream: &up.name,
@@ -267,7 +281,7 @@ impl ProxyRoute {
                             attempt_req.headers_mut(),
                         )
                     });
-                    self.attempt(pool, attempt_req, req.upgrading)
+                    self.attempt(pool, attempt_req, shared, req.upgrading)
                 };
                 match attempt.await {
                     Ok(sent) => {
@@ -365,10 +379,22 @@ impl ProxyRoute {
         }
     }
 
-    /// The request for one attempt on `pool`'s target.
-    fn request(&self, head: &Head, headers: HeaderMap, body: Body, pool: &Pool) -> Request<Body> {
+    /// The request for one attempt on `pool`'s target: with the rewritten `headers`, or
+    /// without (`None`: they and `Host` are lent to the HTTP/1.1 client's encoder, and the
+    /// request carries only what the attempt adds).
+    fn request(
+        &self,
+        head: &Head,
+        headers: Option<HeaderMap>,
+        body: Body,
+        pool: &Pool,
+    ) -> Request<Body> {
         let mut req = Request::new(body);
         *req.method_mut() = head.method.clone();
+        let Some(headers) = headers else {
+            *req.uri_mut() = Uri::from(head.path.clone());
+            return req;
+        };
         *req.headers_mut() = headers;
         if self.upstream.connector.is_h2() {
             let mut uri = http::uri::Parts::default();
@@ -395,7 +421,8 @@ impl ProxyRoute {
 
     /// One attempt: a connection, the request sent, the response head, all within `timeout`.
     /// An `upgrading` request goes through hyper's client, which can hand the connection over
-    /// once the upstream switches protocols; every other HTTP/1.1 request through [`h1`].
+    /// once the upstream switches protocols; every other HTTP/1.1 request through [`h1`], with
+    /// the request's `shared` fields (which hyper's clients never get: they take them in `req`).
     ///
     /// A plain function returning a block rather than an `async fn`, which would keep `req`
     /// twice in its state.
@@ -407,6 +434,7 @@ impl ProxyRoute {
         &'a self,
         pool: &'a Arc<Pool>,
         mut req: Request<Body>,
+        shared: Option<h1::Shared<'a>>,
         upgrading: bool,
     ) -> impl Future<Output = Result<Sent, Failed>> + Send + 'a {
         async move {
@@ -427,7 +455,7 @@ impl ProxyRoute {
                 };
                 let (sent, reused) = match checkout {
                     Checkout::H1 { conn, reused } if !upgrading => {
-                        match until(&mut deadline, conn.send(req, pool, reused)).await {
+                        match until(&mut deadline, conn.send(req, shared, pool, reused)).await {
                             Some(Ok(response)) => {
                                 return Ok(Sent {
                                     response: response.map(RawBody::H1),
@@ -462,6 +490,7 @@ impl ProxyRoute {
                         }
                     }
                     Checkout::H1 { conn, reused } => {
+                        debug_assert!(shared.is_none(), "hyper's client needs the whole request");
                         let (io, open) = conn.into_io();
                         let handshake = up.connector.handshake_h1(pool.endpoint.addr, io, || {
                             drop(open);
@@ -473,6 +502,7 @@ impl ProxyRoute {
                         (until(&mut deadline, tx.try_send_request(req)).await, reused)
                     }
                     Checkout::H2(mut tx) => {
+                        debug_assert!(shared.is_none(), "hyper's client needs the whole request");
                         (until(&mut deadline, tx.try_send_request(req)).await, false)
                     }
                 };

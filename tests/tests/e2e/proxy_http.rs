@@ -341,6 +341,59 @@ async fn upstream_503_is_retried_then_returned() {
     assert_eq!((a.requests(), b.requests()), (1, 1));
 }
 
+/// Each attempt of a retried request sends the fields the proxy rewrote once: the client's,
+/// the forwarding ones, and its own target's `Host`, each once.
+#[tokio::test]
+async fn every_attempt_of_a_retried_request_sends_the_same_fields() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    for preserve_host in [false, true] {
+        let route = format!(", preserve_host: {preserve_host}");
+        let gw = TestGateway::start(&yaml(
+            &format!(
+                "    targets: {}\n    retries: 3\n    health_check: {{ unhealthy_after: 100 }}",
+                targets(&[a.addr(), b.addr()])
+            ),
+            &route,
+        ))
+        .await;
+        let req = Request::get("/status/503?q=1")
+            .header("host", "client.example")
+            .header("x-client", "one")
+            .header("x-client", "two")
+            .header("x-forwarded-for", "192.0.2.1")
+            .header("connection", "x-hop")
+            .header("x-hop", "dropped")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = http1(gw.addr("main")).await.send(req).await.unwrap();
+        assert_eq!(res.status(), 503);
+        let (mut seen_a, mut seen_b) = (a.last().unwrap(), b.last().unwrap());
+        for (seen, backend) in [(&seen_a, &a), (&seen_b, &b)] {
+            let all = |name: &str| -> Vec<&str> {
+                let values = seen.headers.get_all(name).iter();
+                values.map(|v| v.to_str().unwrap()).collect()
+            };
+            let host = if preserve_host {
+                "client.example".to_string()
+            } else {
+                backend.addr().to_string()
+            };
+            assert_eq!(all("host"), [host.as_str()]);
+            assert_eq!(all("x-client"), ["one", "two"]);
+            assert_eq!(all("x-forwarded-for").len(), 1);
+            assert!(all("x-forwarded-for")[0].starts_with("192.0.2.1, 127.0.0.1"));
+            assert_eq!(all("x-forwarded-host"), ["client.example"]);
+            assert_eq!(all("via").len(), 1);
+            assert!(all("x-hop").is_empty() && all("connection").is_empty());
+            assert_eq!(seen.uri, "/status/503?q=1");
+        }
+        seen_a.headers.remove("host");
+        seen_b.headers.remove("host");
+        assert_eq!(seen_a.headers, seen_b.headers);
+    }
+}
+
 #[tokio::test]
 async fn connections_are_kept_alive_and_capped() {
     let b = Backend::start("a").await;

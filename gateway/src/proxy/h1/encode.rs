@@ -2,12 +2,14 @@
 //!
 //! The head is written into the connection's reusable buffer in one pass: request line, the
 //! request's fields (`Host` among them, set by the proxy), then the framing field this module
-//! chose. `Content-Length` and `Transfer-Encoding` from the request are never copied:
+//! chose. The proxy's own requests carry only what differs between their attempts (`Host`, a
+//! trace's fields) and lend the fields it rewrote once ([`Shared`]), so a request that may be
+//! retried is not copied for each attempt. `Content-Length` and `Transfer-Encoding` from the request are never copied:
 //! the framing is decided here from what the body reports, so a field and the bytes sent can
 //! never disagree (a smuggling vector between the gateway and the upstream).
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request};
 use http_body::Body as _;
 
@@ -27,12 +29,26 @@ pub(crate) enum Framing {
 /// Bodies up to this size that are already in memory go out in the same write as the head.
 pub(crate) const INLINE_BODY_MAX: usize = 16 * 1024;
 
+/// The fields a request's attempts share, lent to each attempt's head rather than copied into
+/// its request: before this, a request that could be retried had its whole header map cloned
+/// for every attempt, in case the attempt failed and the next one needed it.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    /// `Host` for the attempt's target.
+    pub(crate) host: &'a HeaderValue,
+    /// The request's fields as the proxy rewrote them. A `Host` among them is the client's and
+    /// is not sent, nor is a field the attempt's own request sets (a trace's `traceparent`).
+    pub(crate) fields: &'a HeaderMap,
+}
+
 /// Writes `req`'s head into `out` (cleared first) and returns the body's framing. A body that is
 /// one buffer of at most [`INLINE_BODY_MAX`] bytes is appended after the head and reported as
-/// `inlined`, so a request fails over to another connection with its body untouched.
-pub(crate) fn head(req: &Request<Body>, out: &mut Vec<u8>) -> Encoded {
+/// `inlined`, so a request fails over to another connection with its body untouched. With
+/// `shared`, `Host` and the shared fields follow the request's own.
+pub(crate) fn head(req: &Request<Body>, shared: Option<Shared<'_>>, out: &mut Vec<u8>) -> Encoded {
     out.clear();
-    let framing = framing(req.method(), req.body(), req.headers());
+    let declared = shared.map_or(req.headers(), |s| s.fields);
+    let framing = framing(req.method(), req.body(), declared);
     out.extend_from_slice(req.method().as_str().as_bytes());
     out.push(b' ');
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -42,11 +58,27 @@ pub(crate) fn head(req: &Request<Body>, out: &mut Vec<u8>) -> Encoded {
         path.as_bytes()
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in req.headers() {
+    if let Some(s) = shared {
+        field(out, b"host", s.host.as_bytes());
+    }
+    let own = req.headers();
+    for (name, value) in own {
         if matches!(*name, header::CONTENT_LENGTH | header::TRANSFER_ENCODING) {
             continue;
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(s) = shared {
+        for (name, value) in s.fields {
+            if matches!(
+                *name,
+                header::CONTENT_LENGTH | header::TRANSFER_ENCODING | header::HOST
+            ) || (!own.is_empty() && own.contains_key(name))
+            {
+                continue;
+            }
+            field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
     }
     match framing {
         Framing::Empty if needs_zero_length(req.method()) => {
@@ -146,7 +178,7 @@ mod tests {
 
     fn encode(req: &Request<Body>) -> (String, Encoded) {
         let mut out = Vec::new();
-        let e = head(req, &mut out);
+        let e = head(req, None, &mut out);
         (String::from_utf8(out).unwrap(), e)
     }
 
@@ -165,6 +197,57 @@ mod tests {
             "GET /a/b?c=d HTTP/1.1\r\nhost: up.example\r\nx-one: 1\r\nx-one: 2\r\n\r\n"
         );
         assert_eq!(e.framing, Framing::Empty);
+    }
+
+    #[test]
+    fn shared_fields_follow_the_attempts_own_and_lose_what_it_replaces() {
+        let mut fields = HeaderMap::new();
+        fields.insert("host", HeaderValue::from_static("client.example"));
+        fields.insert("traceparent", HeaderValue::from_static("00-client"));
+        fields.append("x-one", HeaderValue::from_static("1"));
+        fields.append("x-one", HeaderValue::from_static("2"));
+        fields.insert("content-length", HeaderValue::from_static("5"));
+        fields.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        let host = HeaderValue::from_static("up.example");
+        let shared = Shared {
+            host: &host,
+            fields: &fields,
+        };
+        let mut out = Vec::new();
+
+        // Untraced: the attempt's request has no fields of its own.
+        let req = Request::post("/p").body(Body::full("hello")).unwrap();
+        let e = head(&req, Some(shared), &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "POST /p HTTP/1.1\r\nhost: up.example\r\ntraceparent: 00-client\r\n\
+             x-one: 1\r\nx-one: 2\r\ncontent-length: 5\r\n\r\nhello"
+        );
+        assert_eq!((e.framing, e.inlined), (Framing::Length(5), true));
+
+        // Traced: the attempt's `traceparent` replaces the client's.
+        let req = Request::get("/g")
+            .header("traceparent", "00-ours")
+            .body(Body::empty())
+            .unwrap();
+        head(&req, Some(shared), &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET /g HTTP/1.1\r\nhost: up.example\r\ntraceparent: 00-ours\r\n\
+             x-one: 1\r\nx-one: 2\r\n\r\n"
+        );
+
+        // A body of unknown length takes its declared length from the shared fields.
+        let frames = futures_util::stream::iter([Ok::<_, crate::body::BoxError>(
+            http_body::Frame::data(Bytes::from_static(b"hello")),
+        )]);
+        let req = Request::put("/s")
+            .body(Body::new(http_body_util::StreamBody::new(frames)))
+            .unwrap();
+        assert_eq!(
+            head(&req, Some(shared), &mut out).framing,
+            Framing::Length(5)
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tokio::io::AsyncWrite;
 
 pub(crate) use self::body::ResponseBody;
 use self::encode::Framing;
+pub(crate) use self::encode::Shared;
 pub(crate) use self::io::Io;
 use super::pool::{OpenConn, Pool};
 use crate::body::{Body, BoxError};
@@ -108,11 +109,13 @@ impl H1Conn {
         (self.io, self._open)
     }
 
-    /// Sends `req` (its `Host` already set) and reads the response head. The connection is
-    /// consumed: it lives on in the response body and returns to `pool` when that ends.
+    /// Sends `req` and reads the response head: `req` with its `Host` set, or with only the
+    /// attempt's own fields and the rest in `shared`. The connection is consumed: it lives on in
+    /// the response body and returns to `pool` when that ends.
     ///
-    /// A plain function returning a block rather than an `async fn`, which would keep the
-    /// connection and the request twice in its state.
+    /// The head is written into the connection's buffer before the future is made, so the
+    /// future does not hold `shared`. A plain function returning a block rather than an
+    /// `async fn`, which would keep the connection and the request twice in its state.
     #[allow(
         clippy::manual_async_fn,
         reason = "an `async fn` would keep its arguments twice in its state"
@@ -120,11 +123,12 @@ impl H1Conn {
     pub(crate) fn send<'a>(
         mut self,
         mut req: Request<Body>,
+        shared: Option<Shared<'_>>,
         pool: &'a Arc<Pool>,
         reused: bool,
-    ) -> impl Future<Output = Result<Response<ResponseBody>, Failure>> + Send + 'a {
+    ) -> impl Future<Output = Result<Response<ResponseBody>, Failure>> + Send + use<'a> {
+        let encoded = encode::head(&req, shared, &mut self.wbuf);
         async move {
-            let encoded = encode::head(&req, &mut self.wbuf);
             let fail = |error: Error, req: Request<Body>, stale: bool| Failure {
                 error: FailureKind::Upstream(error),
                 unsent: Some(req),
