@@ -859,10 +859,10 @@ fn make_room(buf: &mut BytesMut) {
 }
 
 /// Lets go of an empty read buffer while its connection waits; a buffer grown past the usual
-/// size goes back to the allocator.
+/// size (or still shared, so [`make_room`] could not rewind it) goes back to the allocator.
+/// [`make_room`] rewound it before the read that found nothing, so it is at its start.
 fn give_back(buf: &mut BytesMut) {
-    let mut spare = std::mem::take(buf);
-    rewind(&mut spare);
+    let spare = std::mem::take(buf);
     if spare.capacity() == READ_CHUNK {
         SPARE_READ_BUFFER.set(Some(spare));
     }

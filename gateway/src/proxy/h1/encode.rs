@@ -4,9 +4,10 @@
 //! request's fields (`Host` among them, set by the proxy), then the framing field this module
 //! chose. The proxy's own requests carry only what differs between their attempts (`Host`, a
 //! trace's fields) and lend the fields it rewrote once ([`Shared`]), so a request that may be
-//! retried is not copied for each attempt. `Content-Length` and `Transfer-Encoding` from the request are never copied:
-//! the framing is decided here from what the body reports, so a field and the bytes sent can
-//! never disagree (a smuggling vector between the gateway and the upstream).
+//! retried is not copied for each attempt. `Content-Length` and `Transfer-Encoding` from the
+//! request are never copied: the framing is decided here from what the body reports, so a
+//! field and the bytes sent can never disagree (a smuggling vector between the gateway and the
+//! upstream).
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
