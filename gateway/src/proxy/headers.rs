@@ -15,7 +15,7 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+pub(super) const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
 const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
@@ -68,7 +68,7 @@ fn hop_by_hop_bit(name: &HeaderName) -> u16 {
 }
 
 /// [`hop_by_hop_bit_by`] for a `Connection` token.
-fn hop_by_hop_token_bit(token: &[u8]) -> u16 {
+pub(super) fn hop_by_hop_token_bit(token: &[u8]) -> u16 {
     hop_by_hop_bit_by(token, <[u8]>::eq_ignore_ascii_case)
 }
 
@@ -101,26 +101,30 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
     }
     if present & TE_BIT != 0
         && let Some(te) = headers.remove(header::TE)
+        && wants_trailers(te.as_bytes())
     {
-        // "TE: trailers" is the one value that means something end to end (gRPC needs it).
-        let wants_trailers = te.to_str().is_ok_and(|v| {
-            v.split(',').any(|t| {
-                t.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case("trailers")
-            })
-        });
-        if wants_trailers {
-            headers.insert(header::TE, TRAILERS);
-        }
+        headers.insert(header::TE, TRAILERS);
     }
     if upgrading {
         headers.insert(header::CONNECTION, UPGRADE);
     } else if present & UPGRADE_BIT != 0 {
         headers.remove(header::UPGRADE);
     }
+}
+
+/// Whether a `TE` value names `trailers`: the one value that means something end to end (gRPC
+/// needs it), so the one kept of a removed `TE`.
+pub(super) fn wants_trailers(te: &[u8]) -> bool {
+    std::str::from_utf8(te).is_ok_and(|v| {
+        v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+            && v.split(',').any(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("trailers")
+            })
+    })
 }
 
 /// The fields present that `Connection` names as this hop's only. Names in [`HOP_BY_HOP`] are
@@ -190,11 +194,11 @@ pub(crate) fn via(version: Version) -> HeaderValue {
 #[derive(Debug)]
 pub struct ClientText {
     /// The address alone: the element `X-Forwarded-For` gets.
-    ip: HeaderValue,
+    pub(super) ip: HeaderValue,
     /// `for=ADDRESS;proto=SCHEME`: the element `Forwarded` gets, before its host.
-    element: Box<str>,
+    pub(super) element: Box<str>,
     /// `X-Forwarded-Proto`: the scheme the client connected with.
-    proto: HeaderValue,
+    pub(super) proto: HeaderValue,
 }
 
 impl ClientText {

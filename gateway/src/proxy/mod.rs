@@ -20,16 +20,19 @@ mod h1;
 mod headers;
 mod health;
 mod pool;
+mod text;
 pub mod tls;
 mod upgrade;
 mod upstream;
 
+pub(crate) use h1::BodyFraming;
 pub use headers::ClientText;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+pub use text::{Answer, Forwarding, Replaced, TextRequest};
 
 use futures_util::future::Either;
 use http::header::{self, HeaderMap, HeaderValue};

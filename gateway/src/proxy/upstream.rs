@@ -139,6 +139,41 @@ impl Upstream {
         h.finish()
     }
 
+    /// [`Self::hash_key`] read from a raw request head (the fast path's): `path` is the
+    /// target's path without its query, `fields` the head's fields. `None` when the key is a
+    /// cookie, which is read from the general path's header map only.
+    pub(crate) fn hash_key_text(
+        &self,
+        path: &str,
+        fields: &[httparse::Header<'_>],
+        client: std::net::IpAddr,
+    ) -> Option<u64> {
+        let Some(on) = &self.hash_on else {
+            return Some(0);
+        };
+        let mut h = KeyHasher::new();
+        let found = match on {
+            HashOn::ClientIp => false,
+            HashOn::Path => {
+                h.write(path.as_bytes());
+                true
+            }
+            // The first line with the name, as a header map's `get` finds it.
+            HashOn::Header(name) => fields
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(name.as_str()))
+                .is_some_and(|f| {
+                    h.write(f.value);
+                    true
+                }),
+            HashOn::Cookie(_) => return None,
+        };
+        if !found {
+            h.write_ip(client);
+        }
+        Some(h.finish())
+    }
+
     /// Connections open to each target (for tests and metrics).
     pub fn open_connections(&self) -> Vec<usize> {
         self.pools.iter().map(|p| p.open()).collect()

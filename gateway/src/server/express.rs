@@ -1,5 +1,6 @@
 //! The HTTP/1.1 fast path: plain `GET` and `HEAD` requests for a route's fixed response or a
-//! cached static file, answered from bytes made ahead of time, before hyper is involved.
+//! cached static file, answered from bytes made ahead of time, before hyper is involved; and
+//! such requests for a proxy route, forwarded as text ([`forward`]).
 //!
 //! On a plain TCP connection (one that takes `sendfile`), a static file not in the cache is
 //! looked up here too: one the cache takes is cached and answered, a larger one is sent from
@@ -22,7 +23,7 @@
 //! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open
 //! (or of a kept one over TLS, or unsatisfiable, or with a revalidation), a file not in the
 //! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
-//! filters, a proxy route, no matching route, an ACME challenge pending, a parse error (hyper
+//! filters, a proxy route that [`forward`] does not take, no matching route, an ACME challenge pending, a parse error (hyper
 //! answers it) or more headers than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
@@ -56,8 +57,10 @@ use crate::telemetry::trace::ServerSpan;
 use crate::telemetry::{Counter, RequestText, first_line};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
+use forward::Forwarded;
 
 mod answers;
+mod forward;
 
 /// Most header lines a request on the fast path may have; one with more is hyper's (which
 /// allows 128).
@@ -397,7 +400,12 @@ impl<'a> Lane<'a> {
                     }));
                 }
             }
-            Terminal::Proxy(_) => return Outcome::HandOff,
+            Terminal::Proxy(proxy) => {
+                return match self.rewrite(req, proxy, &generation, index, start) {
+                    Some(job) => Outcome::Forwards(job),
+                    None => Outcome::HandOff,
+                };
+            }
         }
         svc.activity.request_done();
         self.answered.inc();
@@ -621,11 +629,24 @@ impl<'a> Lane<'a> {
     fn push_error(
         &self,
         status: StatusCode,
+        how: (bool, bool),
+        server: Option<&http::HeaderValue>,
+        answers: &mut Answers,
+    ) -> usize {
+        self.push_response(&crate::error::error_response(status), how, server, answers)
+    }
+
+    /// Appends a response the gateway made whole (an error page) as hyper writes it, to a
+    /// `HEAD` (`head`) or a `GET`, with `Connection: close` when it ends the connection
+    /// (`close`); returns the body's length.
+    fn push_response(
+        &self,
+        res: &http::Response<crate::body::Body>,
         (head, close): (bool, bool),
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
     ) -> usize {
-        let res = crate::error::error_response(status);
+        let status = res.status();
         let body = res.body().as_full().cloned().unwrap_or_default();
         let out = &mut answers.text;
         out.extend_from_slice(b"HTTP/1.1 ");
@@ -636,7 +657,9 @@ impl<'a> Lane<'a> {
         for (name, value) in res.headers() {
             push_line(out, name.as_str().as_bytes(), value.as_bytes());
         }
-        if let Some(server) = server {
+        if let Some(server) = server
+            && !res.headers().contains_key(http::header::SERVER)
+        {
             push_line(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
@@ -658,6 +681,8 @@ enum Outcome {
     /// Its cached file is due for a re-check, or its file is not cached: this request does
     /// the check or the lookup before it is answered.
     Waits(Box<Pending>),
+    /// A proxied request, rewritten: it is forwarded once the answers before it are written.
+    Forwards(Box<Forwarded>),
 }
 
 /// What a request waits for.
@@ -734,6 +759,9 @@ enum Front {
     Close,
     /// The request at the front, `len` bytes, waits for its file's re-check or lookup.
     Waits(Box<Pending>, usize),
+    /// The request at the front (already removed from the buffer) is proxied: it is forwarded
+    /// once the answers before it are written.
+    Forwards(Box<Forwarded>),
 }
 
 /// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
@@ -761,6 +789,10 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
             Outcome::Answered => {}
             Outcome::HandOff => return Front::HandOff,
             Outcome::Waits(pending) => return Front::Waits(pending, len),
+            Outcome::Forwards(job) => {
+                buf.advance(len);
+                return Front::Forwards(job);
+            }
         }
         buf.advance(len);
     }
@@ -818,6 +850,16 @@ where
         match front {
             Front::HandOff => return Ended::HandOff,
             Front::Close => return close(lane, io, watch, rt).await,
+            Front::Forwards(job) => {
+                let closes = job.closes();
+                if let Err(end) = lane.forward(*job, io, buf, &mut out, watch, rt).await {
+                    return end;
+                }
+                if closes {
+                    return close(lane, io, watch, rt).await;
+                }
+                continue;
+            }
             Front::Full | Front::Waits(..) => continue,
             Front::NeedMore => {}
         }

@@ -14,6 +14,7 @@ mod ocsp;
 mod otel;
 mod otel_metrics;
 mod proxy;
+mod proxy_fast_path;
 mod proxy_grpc;
 mod proxy_h1_upstream;
 mod proxy_http;

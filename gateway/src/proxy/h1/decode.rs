@@ -9,7 +9,7 @@
 use std::io;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version, response};
 use http_body::Frame;
 
@@ -48,12 +48,109 @@ fn invalid(what: &'static str) -> io::Error {
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
 /// responses before it). `Ok(None)`: more bytes are needed.
 pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
+    let base = buf.as_ptr() as usize;
+    let parsed = final_head(buf, |status, version, parsed| {
+        // Names are made now (standard ones are static, others allocate); values become
+        // slices of the head's bytes once the parser's borrow of `buf` ends.
+        let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
+            smallvec::SmallVec::new();
+        for f in parsed {
+            let name = HeaderName::from_bytes(f.name.as_bytes())
+                .map_err(|_| invalid("invalid response header name"))?;
+            let start = f.value.as_ptr() as usize - base;
+            spans.push((name, start, start + f.value.len()));
+        }
+        Ok((status, version, spans))
+    })?;
+    let Some(((status, version, mut spans), skipped, len)) = parsed else {
+        return Ok(None);
+    };
+    buf.advance(skipped);
+    let bytes = buf.split_to(len).freeze();
+    // Room beyond the upstream's fields: the proxy adds its own to the response, and hyper
+    // keeps the sent response's map (emptied) for the client's next request, to which the
+    // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
+    let mut headers =
+        HeaderMap::with_capacity(spans.len() + crate::proxy::headers::FORWARDING_ROOM);
+    let mut fields = FramingFields::default();
+    // Drained in place: iterating the `SmallVec` by value would first copy its inline
+    // array (1,152 bytes) into the iterator. Offsets are from where `buf` began, before the
+    // interim responses were consumed.
+    for (name, start, end) in spans.drain(..) {
+        let value = bytes.slice(start - skipped..end - skipped);
+        fields.note(name.as_str().as_bytes(), &value);
+        headers.append(name, value_parsed_by_httparse(value));
+    }
+    let (framing, keep_alive) = framing(&fields, status, version, method)?;
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some(Head {
+        parts,
+        framing,
+        keep_alive,
+    }))
+}
+
+/// A final response head read as text ([`response_head_text`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TextHead {
+    pub(crate) status: StatusCode,
+    pub(crate) version: Version,
+    pub(crate) framing: BodyFraming,
+    /// The upstream lets the connection carry another request after this response.
+    pub(crate) keep_alive: bool,
+    /// The length `Content-Length` declared when it frames the body (or would have: a `HEAD`
+    /// response's, a 304's).
+    pub(crate) length: Option<u64>,
+}
+
+/// Parses a final response head from the front of `buf` as [`response_head`] does, without
+/// making a header map: `read` gets the status and the fields while they are slices of `buf`
+/// (the proxy's fast path writes the client's head from them), and the head is consumed after.
+pub(crate) fn response_head_text<R>(
+    buf: &mut BytesMut,
+    method: &Method,
+    read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R,
+) -> io::Result<Option<(TextHead, R)>> {
+    let parsed = final_head(buf, |status, version, parsed| {
+        let mut fields = FramingFields::default();
+        for f in parsed {
+            fields.note(f.name.as_bytes(), f.value);
+        }
+        let (framing, keep_alive) = framing(&fields, status, version, method)?;
+        let head = TextHead {
+            status,
+            version,
+            framing,
+            keep_alive,
+            length: fields.length.filter(|_| !fields.transfer_encoding),
+        };
+        Ok((head, read(status, parsed)))
+    })?;
+    Ok(parsed.map(|(out, skipped, len)| {
+        buf.advance(skipped + len);
+        out
+    }))
+}
+
+/// Finds the final response head at the front of `buf`, past any interim 1xx responses, and
+/// hands its status, version and fields to `read` while they are slices of `buf`. Returns what
+/// `read` made, the length of the interim responses before the head and the head's own; `buf`
+/// is left as it was, so a head still incomplete is parsed again from the start next time.
+fn final_head<R>(
+    buf: &BytesMut,
+    read: impl FnOnce(StatusCode, Version, &[httparse::Header<'_>]) -> io::Result<R>,
+) -> io::Result<Option<(R, usize, usize)>> {
+    let mut skipped = 0;
     loop {
+        let rest = &buf[skipped..];
         let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
         let mut parsed = httparse::Response::new(&mut fields);
-        let len = match parsed.parse(buf) {
+        let len = match parsed.parse(rest) {
             Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            Ok(httparse::Status::Partial) if rest.len() > MAX_HEAD => {
                 return Err(invalid("response head too large"));
             }
             Ok(httparse::Status::Partial) => return Ok(None),
@@ -66,7 +163,7 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
         let status = StatusCode::from_u16(code).map_err(|_| invalid("invalid status code"))?;
         if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
             // 100 Continue, 103 Early Hints: the final response follows on the same connection.
-            buf.advance(len);
+            skipped += len;
             continue;
         }
         let version = if parsed.version == Some(0) {
@@ -74,41 +171,7 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
         } else {
             Version::HTTP_11
         };
-        // Names are made now (standard ones are static, others allocate); values become
-        // slices of the head's bytes once the parser's borrow of `buf` ends.
-        let base = buf.as_ptr() as usize;
-        let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
-            smallvec::SmallVec::new();
-        for f in parsed.headers.iter() {
-            let name = HeaderName::from_bytes(f.name.as_bytes())
-                .map_err(|_| invalid("invalid response header name"))?;
-            let start = f.value.as_ptr() as usize - base;
-            spans.push((name, start, start + f.value.len()));
-        }
-        let bytes = buf.split_to(len).freeze();
-        // Room beyond the upstream's fields: the proxy adds its own to the response, and hyper
-        // keeps the sent response's map (emptied) for the client's next request, to which the
-        // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
-        let mut headers =
-            HeaderMap::with_capacity(spans.len() + crate::proxy::headers::FORWARDING_ROOM);
-        let mut fields = FramingFields::default();
-        // Drained in place: iterating the `SmallVec` by value would first copy its inline
-        // array (1,152 bytes) into the iterator.
-        for (name, start, end) in spans.drain(..) {
-            let value = bytes.slice(start..end);
-            fields.note(&name, &value);
-            headers.append(name, value_parsed_by_httparse(value));
-        }
-        let (framing, keep_alive) = framing(&fields, status, version, method)?;
-        let mut parts = http::Response::new(()).into_parts().0;
-        parts.status = status;
-        parts.version = version;
-        parts.headers = headers;
-        return Ok(Some(Head {
-            parts,
-            framing,
-            keep_alive,
-        }));
+        return Ok(Some((read(status, version, parsed.headers)?, skipped, len)));
     }
 }
 
@@ -147,32 +210,39 @@ struct FramingFields {
 }
 
 impl FramingFields {
-    /// Takes one field into account, in the order the fields came.
-    fn note(&mut self, name: &HeaderName, value: &[u8]) {
+    /// Takes one field into account, in the order the fields came (`name` in any case).
+    fn note(&mut self, name: &[u8], value: &[u8]) {
         let items = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
-        if *name == header::CONTENT_LENGTH {
-            self.content_length = true;
-            for item in items() {
-                match parse_decimal(item) {
-                    None => _ = self.length_error.get_or_insert("invalid Content-Length"),
-                    Some(n) if self.length.is_some_and(|l| l != n) => {
-                        _ = self
-                            .length_error
-                            .get_or_insert("conflicting Content-Length values");
+        // By length first: most fields are none of the three.
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            14 if is(b"content-length") => {
+                self.content_length = true;
+                for item in items() {
+                    match parse_decimal(item) {
+                        None => _ = self.length_error.get_or_insert("invalid Content-Length"),
+                        Some(n) if self.length.is_some_and(|l| l != n) => {
+                            _ = self
+                                .length_error
+                                .get_or_insert("conflicting Content-Length values");
+                        }
+                        Some(n) => self.length = Some(n),
                     }
-                    Some(n) => self.length = Some(n),
                 }
             }
-        } else if *name == header::TRANSFER_ENCODING {
-            self.transfer_encoding = true;
-            if let Some(last) = items().rfind(|c| !c.is_empty()) {
-                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            17 if is(b"transfer-encoding") => {
+                self.transfer_encoding = true;
+                if let Some(last) = items().rfind(|c| !c.is_empty()) {
+                    self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+                }
             }
-        } else if *name == header::CONNECTION {
-            for token in items() {
-                self.close |= token.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            10 if is(b"connection") => {
+                for token in items() {
+                    self.close |= token.eq_ignore_ascii_case(b"close");
+                    self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
             }
+            _ => {}
         }
     }
 }

@@ -26,11 +26,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use tokio::io::AsyncWrite;
 
 pub(crate) use self::body::ResponseBody;
+pub(crate) use self::decode::{BodyFraming, TextHead};
 use self::encode::Framing;
 pub(crate) use self::encode::Shared;
 pub(crate) use self::io::Io;
@@ -58,6 +59,14 @@ pub(crate) struct Failure {
     pub(crate) unsent: Option<Request<Body>>,
     /// The connection was closed by the peer before it took the request: sending the request
     /// again on another connection cannot run it twice.
+    pub(crate) stale: bool,
+}
+
+/// Why a fast-path exchange ([`H1Conn::exchange_text`]) failed.
+pub(crate) struct TextFailure {
+    pub(crate) error: Error,
+    /// The connection was closed by the peer before it took the request: the request can go
+    /// to another connection.
     pub(crate) stale: bool,
 }
 
@@ -233,6 +242,83 @@ impl H1Conn {
             let reusable = head.keep_alive && sent_whole;
             let body = ResponseBody::new(self, pool.clone(), head.framing, reusable);
             Ok(Response::from_parts(head.parts, body))
+        }
+    }
+
+    /// The fast path's exchange ([`crate::proxy::ProxyRoute::forward_text`]): a `GET` or
+    /// `HEAD` (`head_only`) without a body, whose head `write_head` writes into the
+    /// connection's buffer, and the response head read without a header map: `read` gets its
+    /// status and fields while they are slices of the read buffer. The connection lives on in
+    /// the response body and returns to `pool` when that ends.
+    pub(crate) fn exchange_text<'a, R>(
+        mut self,
+        write_head: impl FnOnce(&mut Vec<u8>),
+        head_only: bool,
+        pool: &'a Arc<Pool>,
+        reused: bool,
+        read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R + Send + 'a,
+    ) -> impl Future<Output = Result<(TextHead, R, ResponseBody), TextFailure>> + Send + 'a
+    where
+        R: Send + 'a,
+    {
+        self.wbuf.clear();
+        write_head(&mut self.wbuf);
+        async move {
+            // Closed with nothing received on a reused connection: the keep-alive race, and the
+            // request (safe to repeat: it has no body and is a `GET` or `HEAD`) can go again.
+            let stale = |conn: &Self, e: &Error| {
+                reused
+                    && conn.rbuf.is_empty()
+                    && matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::BrokenPipe
+                            | ErrorKind::ConnectionAborted
+                    )
+            };
+            if let Err(error) = write_all(&mut self.io, &self.wbuf).await {
+                let stale = reused;
+                return Err(TextFailure { error, stale });
+            }
+            if self.wbuf.capacity() > WBUF_KEEP {
+                self.wbuf = Vec::new();
+            }
+            let method = if head_only { Method::HEAD } else { Method::GET };
+            let mut read = Some(read);
+            let head = poll_fn(|cx| {
+                loop {
+                    if !self.rbuf.is_empty() {
+                        // `read` runs once, on the final head, when that head is complete.
+                        let mut taken = None;
+                        let parsed =
+                            decode::response_head_text(&mut self.rbuf, &method, |s, f| {
+                                taken = read.take().map(|read| read(s, f));
+                            })?;
+                        if let (Some((head, ())), Some(out)) = (parsed, taken) {
+                            return Poll::Ready(Ok((head, out)));
+                        }
+                    }
+                    let n = ready!(self.io.poll_fill(cx, &mut self.rbuf, 8 * 1024))?;
+                    if n == 0 {
+                        return Poll::Ready(Err(Error::new(
+                            ErrorKind::UnexpectedEof,
+                            "upstream closed the connection before a response",
+                        )));
+                    }
+                }
+            })
+            .await;
+            match head {
+                Ok((head, out)) => {
+                    let body = ResponseBody::new(self, pool.clone(), head.framing, head.keep_alive);
+                    Ok((head, out, body))
+                }
+                Err(error) => {
+                    let stale = stale(&self, &error);
+                    Err(TextFailure { error, stale })
+                }
+            }
         }
     }
 

@@ -1,0 +1,465 @@
+//! The reverse proxy on the HTTP/1.1 fast path ([`crate::server::express`]): a `GET` or `HEAD`
+//! without a body, forwarded from the client's raw head to an HTTP/1.1 upstream and answered
+//! from the upstream's raw head, with no header map on either side.
+//!
+//! It does what [`super::ProxyRoute::forward`] does for such a request, written as text: the
+//! hop-by-hop fields dropped both ways (RFC 9110 §7.6.1; `TE: trailers` kept), the forwarding
+//! fields (`X-Forwarded-For` and `Forwarded` appended to, `X-Forwarded-Proto` and
+//! `X-Forwarded-Host` set, `Via` both ways), `strip_prefix` and `preserve_host`; the balancer,
+//! the retries on another target (a connect failure, a timeout, a broken response, a 502–504),
+//! the passive health, the attempt's `timeout` around the response head and then the body
+//! ([`super::body`]), and the pool. The request is rewritten once, as text, and each attempt
+//! writes it with its own `Host`, so a retry costs a copy of a few hundred bytes.
+//!
+//! Requests the general path has to see go there before anything is sent: an HTTP/2 upstream,
+//! a balancer keyed on a cookie (the fast path reads the key from the raw head otherwise), a
+//! traced request (its spans and `traceparent` are the general path's). The fast path itself
+//! takes only plain heads (no body, no upgrade, `Connection` only `keep-alive` or `close`).
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::{StatusCode, Version};
+use tokio::time::Sleep;
+
+use super::body::{Lease, RawBody};
+use super::h1::TextHead;
+use super::headers::{self, ClientText};
+use super::pool::{Checkout, Pool};
+use super::{ProxyRoute, connect_error, until};
+use crate::body::Body;
+use crate::error::GatewayError;
+
+/// What the fast path read of a client's request head.
+pub struct TextRequest<'b> {
+    /// `HEAD` (else `GET`).
+    pub head: bool,
+    /// The request target (path and query).
+    pub target: &'b str,
+    /// The target's path, without the query.
+    pub path: &'b str,
+    /// The `Host` value (one at most).
+    pub host: Option<&'b [u8]>,
+    pub fields: &'b [httparse::Header<'b>],
+    /// The client sent `Connection: close`, which makes a field named `close` this hop's.
+    pub close: bool,
+}
+
+/// A request rewritten for its upstream, owned: the client's read buffer moves on while the
+/// upstream answers.
+pub struct Forwarding {
+    /// The request line, the fields (without `Host`, which each attempt writes) and then the
+    /// client's `Host` value when it is sent upstream (`preserve_host`).
+    text: Vec<u8>,
+    /// Where the request line ends.
+    line: usize,
+    /// Where the fields end (and the client's `Host` begins, when kept).
+    fields: usize,
+    preserve_host: bool,
+    key: u64,
+    retries: usize,
+    head: bool,
+}
+
+/// Listener fields that replace an upstream's of the same name (the general path inserts
+/// them over the upstream's).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replaced {
+    pub hsts: bool,
+    pub alt_svc: bool,
+}
+
+/// What the fast path writes to the client from an upstream's response.
+pub struct Answer {
+    pub(crate) status: StatusCode,
+    /// The body's framing on the upstream side, and its declared length.
+    pub(crate) head: TextHead,
+    /// The upstream's fields already include `Server`, `Date`.
+    pub(crate) has_server: bool,
+    pub(crate) has_date: bool,
+    /// The body, with the attempt's bookkeeping (pool, health, `timeout`) around it.
+    pub(crate) body: Body,
+}
+
+/// What the rewritten response fields came with.
+#[derive(Debug, Clone, Copy, Default)]
+struct Written {
+    has_server: bool,
+    has_date: bool,
+}
+
+impl Forwarding {
+    /// The request is a `HEAD`.
+    pub(crate) fn is_head(&self) -> bool {
+        self.head
+    }
+}
+
+impl ProxyRoute {
+    /// The request rewritten for the upstream as text, or `None` when the general path has to
+    /// forward it (see the module's header).
+    pub fn rewrite_text(
+        &self,
+        req: &TextRequest<'_>,
+        client: &ClientText,
+        client_ip: IpAddr,
+    ) -> Option<Forwarding> {
+        let up = &self.upstream;
+        if up.connector.is_h2() {
+            return None;
+        }
+        let key = up.hash_key_text(req.path, req.fields, client_ip)?;
+        let room = req.target.len()
+            + req
+                .fields
+                .iter()
+                .map(|f| f.name.len() + f.value.len() + 4)
+                .sum::<usize>()
+            + 160;
+        let mut text = Vec::with_capacity(room);
+        text.extend_from_slice(if req.head { b"HEAD " } else { b"GET " });
+        text.extend_from_slice(self.upstream_target(req.target, req.path).as_bytes());
+        text.extend_from_slice(b" HTTP/1.1\r\n");
+        let line = text.len();
+        let (mut xff, mut forwarded, mut te_seen) = (false, false, false);
+        for f in req.fields {
+            let name = f.name.as_bytes();
+            let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+            if headers::hop_by_hop_token_bit(name) != 0 {
+                // `TE: trailers` is end to end (judged on the first `TE`, as the general path
+                // does); every other hop-by-hop field stays here.
+                if name.len() == 2 && !te_seen {
+                    te_seen = true;
+                    if headers::wants_trailers(f.value) {
+                        text.extend_from_slice(b"te: trailers\r\n");
+                    }
+                }
+                continue;
+            }
+            match name.len() {
+                4 if is(b"host") => continue,
+                5 if req.close && is(b"close") => continue,
+                15 if is(b"x-forwarded-for") => {
+                    xff = true;
+                    continue;
+                }
+                9 if is(b"forwarded") => {
+                    forwarded = true;
+                    continue;
+                }
+                17 if is(b"x-forwarded-proto") => continue,
+                16 if is(b"x-forwarded-host") => continue,
+                _ => {}
+            }
+            push_field(&mut text, name, f.value);
+        }
+        text.extend_from_slice(b"x-forwarded-for: ");
+        if xff {
+            append_prior(&mut text, req.fields, b"x-forwarded-for");
+        }
+        text.extend_from_slice(client.ip.as_bytes());
+        text.extend_from_slice(b"\r\n");
+        let host_text = req.host.and_then(crate::server::express::header_text);
+        text.extend_from_slice(b"forwarded: ");
+        if forwarded {
+            append_prior(&mut text, req.fields, b"forwarded");
+        }
+        text.extend_from_slice(client.element.as_bytes());
+        if let Some(host) = host_text {
+            let mut quoted = String::with_capacity(host.len() + 2);
+            crate::ip_text::push_quoted(&mut quoted, host);
+            text.extend_from_slice(b";host=");
+            text.extend_from_slice(quoted.as_bytes());
+        }
+        text.extend_from_slice(b"\r\n");
+        push_field(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
+        if let Some(host) = req.host {
+            push_field(&mut text, b"x-forwarded-host", host);
+        }
+        text.extend_from_slice(b"via: 1.1 gateway\r\n");
+        let fields = text.len();
+        let preserve_host = self.preserve_host && req.host.is_some();
+        if preserve_host && let Some(host) = req.host {
+            text.extend_from_slice(host);
+        }
+        // `GET` and `HEAD` are idempotent and carry no body here: every one may be retried.
+        let retries = up.retries as usize;
+        Some(Forwarding {
+            text,
+            line,
+            fields,
+            preserve_host,
+            key,
+            retries,
+            head: req.head,
+        })
+    }
+
+    /// The target sent upstream: [`Self::upstream_path`] on the raw target.
+    fn upstream_target<'t>(&self, target: &'t str, path: &str) -> std::borrow::Cow<'t, str> {
+        let Some(prefix) = &self.strip_prefix else {
+            return target.into();
+        };
+        match path.strip_prefix(&**prefix) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                let query = &target[path.len()..];
+                let rest = if rest.is_empty() { "/" } else { rest };
+                format!("{rest}{query}").into()
+            }
+            _ => target.into(),
+        }
+    }
+
+    /// Forwards `fwd` to the upstream's targets in the balancer's order until one answers or
+    /// the retries run out, as [`Self::forward`] does. `out` gets the client's status line and
+    /// the upstream's fields as the client is to see them (the caller adds its own and ends the
+    /// head); `Err` is the response the request gets instead (a 502, 503 or 504).
+    pub async fn forward_text(
+        self: &Arc<Self>,
+        fwd: &Forwarding,
+        replaced: Replaced,
+        out: &mut Vec<u8>,
+    ) -> Result<Answer, http::Response<Body>> {
+        let up = &self.upstream;
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last: Option<Box<Result<Answered, GatewayError>>> = None;
+        let answered = loop {
+            let Some(selection) = up.targets.select(fwd.key, &tried) else {
+                match last.map(|b| *b) {
+                    Some(Ok(answered)) => break answered,
+                    Some(Err(error)) => return Err(self.fail(error)),
+                    None => {
+                        return Err(self.fail(GatewayError::NoHealthyTarget(up.name.to_string())));
+                    }
+                }
+            };
+            let index = selection.index();
+            let retry_left = tried.len() < fwd.retries;
+            let pool = &up.pools[index];
+            match self.attempt_text(pool, fwd, replaced, out).await {
+                Ok((head, written, body, deadline)) => {
+                    let status = head.status;
+                    let failed = matches!(status.as_u16(), 502..=504);
+                    if failed {
+                        up.targets.report_failure(index);
+                    } else {
+                        up.targets.report_success(index);
+                    }
+                    let answered = Answered {
+                        head,
+                        written,
+                        body,
+                        lease: Lease {
+                            upstream: up.clone(),
+                            selection,
+                            deadline,
+                            span: None,
+                        },
+                    };
+                    if failed && retry_left {
+                        up.retries_total
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tried.push(index);
+                        last = Some(Box::new(Ok(answered)));
+                        continue;
+                    }
+                    break answered;
+                }
+                Err(error) => {
+                    up.targets.report_failure(index);
+                    tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
+                    if retry_left && error.retryable() {
+                        up.retries_total
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tried.push(index);
+                        last = Some(Box::new(Err(error)));
+                        continue;
+                    }
+                    return Err(self.fail(error));
+                }
+            }
+        };
+        let Answered {
+            head,
+            written,
+            body,
+            lease,
+        } = answered;
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            // Nobody asked to switch: that cannot be relayed.
+            let addr = lease.selection.target().addr.to_string();
+            return Err(self.fail(GatewayError::UpstreamFailed {
+                addr,
+                source: "upstream switched protocols unasked".into(),
+            }));
+        }
+        // `out` holds the answering attempt's fields: an attempt after it would have
+        // overwritten them, and none came after it.
+        out.extend_from_slice(match head.version {
+            Version::HTTP_10 => b"via: 1.0 gateway\r\n",
+            _ => b"via: 1.1 gateway\r\n",
+        });
+        let addr = lease.selection.target().addr;
+        let body = match super::body::wrap(RawBody::H1(body), lease) {
+            Ok(body) => body,
+            Err(later) => later.await,
+        }
+        .map_err(|source| {
+            self.fail(GatewayError::UpstreamFailed {
+                addr: addr.to_string(),
+                source,
+            })
+        })?;
+        Ok(Answer {
+            status: head.status,
+            head,
+            has_server: written.has_server,
+            has_date: written.has_date,
+            body,
+        })
+    }
+
+    /// One attempt on `pool`'s target: a connection, the head sent, the response head read
+    /// into `out`, all within the upstream's `timeout` (whose rest goes on with the body).
+    async fn attempt_text(
+        &self,
+        pool: &Arc<Pool>,
+        fwd: &Forwarding,
+        replaced: Replaced,
+        out: &mut Vec<u8>,
+    ) -> Result<(TextHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
+        let up = &self.upstream;
+        let timeout = up.timeout.unwrap_or_default();
+        let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let host = if fwd.preserve_host {
+            &fwd.text[fwd.fields..]
+        } else {
+            pool.endpoint.host.as_bytes()
+        };
+        // A pooled connection the peer closed while idle did not take the request; try again
+        // on another (a fresh one, once the idle ones run out).
+        loop {
+            let (conn, reused) = match until(&mut deadline, pool.checkout(&up.connector)).await {
+                Some(Ok(Checkout::H1 { conn, reused })) => (conn, reused),
+                Some(Ok(Checkout::H2(_))) => {
+                    return Err(GatewayError::UpstreamFailed {
+                        addr: pool.endpoint.addr.to_string(),
+                        source: "an HTTP/2 connection for the HTTP/1.1 fast path".into(),
+                    });
+                }
+                Some(Err(e)) => return Err(connect_error(pool, e)),
+                None => return Err(GatewayError::UpstreamTimeout(timeout)),
+            };
+            let write_head = |w: &mut Vec<u8>| {
+                w.extend_from_slice(&fwd.text[..fwd.line]);
+                push_field(w, b"host", host);
+                w.extend_from_slice(&fwd.text[fwd.line..fwd.fields]);
+                w.extend_from_slice(b"\r\n");
+            };
+            let read = |status: StatusCode, fields: &[httparse::Header<'_>]| {
+                client_fields(status, fields, replaced, out)
+            };
+            let exchange = conn.exchange_text(write_head, fwd.head, pool, reused, read);
+            match until(&mut deadline, exchange).await {
+                Some(Ok((head, written, body))) => return Ok((head, written, body, deadline)),
+                None => return Err(GatewayError::UpstreamTimeout(timeout)),
+                Some(Err(failure)) if failure.stale => continue,
+                Some(Err(failure)) => {
+                    return Err(GatewayError::UpstreamFailed {
+                        addr: pool.endpoint.addr.to_string(),
+                        source: failure.error.into(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+type Deadline = Option<Pin<Box<Sleep>>>;
+
+/// An attempt's response, kept while another target is tried.
+struct Answered {
+    head: TextHead,
+    written: Written,
+    body: super::h1::ResponseBody,
+    lease: Lease,
+}
+
+/// Writes the client's status line and the upstream's fields as the client is to see them into
+/// `out` (cleared first): hop-by-hop fields and those `Connection` names dropped, `TE:
+/// trailers` kept, the framing fields dropped (the fast path writes its own for the body it
+/// sends), and the listener's fields the general path sets over the upstream's dropped.
+fn client_fields(
+    status: StatusCode,
+    fields: &[httparse::Header<'_>],
+    replaced: Replaced,
+    out: &mut Vec<u8>,
+) -> Written {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    // The names `Connection` lists; found first, as the header map's removal does.
+    let mut named: smallvec::SmallVec<[&[u8]; 4]> = smallvec::SmallVec::new();
+    for f in fields {
+        if f.name.eq_ignore_ascii_case("connection") {
+            for token in f.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if !token.is_empty() && headers::hop_by_hop_token_bit(token) == 0 {
+                    named.push(token);
+                }
+            }
+        }
+    }
+    let mut written = Written::default();
+    let mut te_seen = false;
+    for f in fields {
+        let name = f.name.as_bytes();
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        if headers::hop_by_hop_token_bit(name) != 0 {
+            if name.len() == 2 && !te_seen {
+                te_seen = true;
+                if headers::wants_trailers(f.value) {
+                    out.extend_from_slice(b"te: trailers\r\n");
+                }
+            }
+            continue;
+        }
+        if !named.is_empty() && named.iter().any(|t| t.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        match name.len() {
+            14 if is(b"content-length") => continue,
+            25 if replaced.hsts && is(b"strict-transport-security") => continue,
+            7 if replaced.alt_svc && is(b"alt-svc") => continue,
+            6 if is(b"server") => written.has_server = true,
+            4 if is(b"date") => written.has_date = true,
+            _ => {}
+        }
+        push_field(out, name, f.value);
+    }
+    written
+}
+
+/// The values of the request's `name` fields that are visible ASCII, each followed by `, `
+/// (as the general path lists the values it appends the gateway's to).
+fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8]) {
+    for f in fields {
+        if f.name.as_bytes().eq_ignore_ascii_case(name)
+            && crate::server::express::header_text(f.value).is_some()
+        {
+            out.extend_from_slice(f.value);
+            out.extend_from_slice(b", ");
+        }
+    }
+}
+
+fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
