@@ -334,6 +334,21 @@ pub async fn raw_bytes_with_timeout(addr: SocketAddr, bytes: &[u8], timeout: Dur
     out
 }
 
+/// `gateway_http1_fast_path_requests_total` of `listener`, read from the admin endpoint.
+pub async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let text = raw_with_timeout(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
+    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("count"))
+}
+
 /// [`raw_with_timeout`] with a 2 s quiet timeout.
 pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     raw_with_timeout(addr, bytes, Duration::from_secs(2)).await

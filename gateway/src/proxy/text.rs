@@ -30,6 +30,7 @@ use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
 use crate::error::GatewayError;
+use crate::server::express::push_line;
 
 /// What the fast path read of a client's request head.
 pub struct TextRequest<'b> {
@@ -126,15 +127,7 @@ impl ProxyRoute {
         for f in req.fields {
             let name = f.name.as_bytes();
             let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-            if headers::hop_by_hop_token_bit(name) != 0 {
-                // `TE: trailers` is end to end (judged on the first `TE`, as the general path
-                // does); every other hop-by-hop field stays here.
-                if name.len() == 2 && !te_seen {
-                    te_seen = true;
-                    if headers::wants_trailers(f.value) {
-                        text.extend_from_slice(b"te: trailers\r\n");
-                    }
-                }
+            if stays_on_this_hop(f, &mut te_seen, &mut text) {
                 continue;
             }
             match name.len() {
@@ -152,7 +145,7 @@ impl ProxyRoute {
                 16 if is(b"x-forwarded-host") => continue,
                 _ => {}
             }
-            push_field(&mut text, name, f.value);
+            push_line(&mut text, name, f.value);
         }
         text.extend_from_slice(b"x-forwarded-for: ");
         if xff {
@@ -173,9 +166,9 @@ impl ProxyRoute {
             text.extend_from_slice(quoted.as_bytes());
         }
         text.extend_from_slice(b"\r\n");
-        push_field(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
+        push_line(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
         if let Some(host) = req.host {
-            push_field(&mut text, b"x-forwarded-host", host);
+            push_line(&mut text, b"x-forwarded-host", host);
         }
         text.extend_from_slice(b"via: 1.1 gateway\r\n");
         let fields = text.len();
@@ -353,7 +346,7 @@ impl ProxyRoute {
             };
             let write_head = |w: &mut Vec<u8>| {
                 w.extend_from_slice(&fwd.text[..fwd.line]);
-                push_field(w, b"host", host);
+                push_line(w, b"host", host);
                 w.extend_from_slice(&fwd.text[fwd.line..fwd.fields]);
                 w.extend_from_slice(b"\r\n");
             };
@@ -419,13 +412,7 @@ fn client_fields(
     for f in fields {
         let name = f.name.as_bytes();
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-        if headers::hop_by_hop_token_bit(name) != 0 {
-            if name.len() == 2 && !te_seen {
-                te_seen = true;
-                if headers::wants_trailers(f.value) {
-                    out.extend_from_slice(b"te: trailers\r\n");
-                }
-            }
+        if stays_on_this_hop(f, &mut te_seen, out) {
             continue;
         }
         if !named.is_empty() && named.iter().any(|t| t.eq_ignore_ascii_case(name)) {
@@ -439,7 +426,7 @@ fn client_fields(
             4 if is(b"date") => written.has_date = true,
             _ => {}
         }
-        push_field(out, name, f.value);
+        push_line(out, name, f.value);
     }
     written
 }
@@ -457,9 +444,19 @@ fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8])
     }
 }
 
-fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+/// Whether `f` is a hop-by-hop field, which stays on this hop. `TE: trailers` is end to end:
+/// the first `TE` (judged alone, as the general path judges it) is written on as that when it
+/// names `trailers`.
+fn stays_on_this_hop(f: &httparse::Header<'_>, te_seen: &mut bool, out: &mut Vec<u8>) -> bool {
+    let name = f.name.as_bytes();
+    if headers::hop_by_hop_token_bit(name) == 0 {
+        return false;
+    }
+    if name.len() == 2 && !*te_seen {
+        *te_seen = true;
+        if headers::wants_trailers(f.value) {
+            out.extend_from_slice(b"te: trailers\r\n");
+        }
+    }
+    true
 }

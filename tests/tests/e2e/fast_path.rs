@@ -7,7 +7,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gateway_tests::{TestGateway, raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file};
+use gateway_tests::{
+    TestGateway, fast_path_count, raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -147,20 +149,6 @@ async fn start_with(more: &str) -> TestGateway {
     );
     write_file(dir.path(), "public/files/b.json", "{\"k\": 1}");
     TestGateway::start_in(dir, &format!("{YAML}{more}")).await
-}
-
-async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let text = raw_with_timeout(
-        addr,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(2),
-    )
-    .await;
-    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map_or(0, |v| v.trim().parse().expect("count"))
 }
 
 /// Requests the fast path takes, each with whether it is `HEAD`.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, raw_with_timeout};
+use gateway_tests::{TestGateway, fast_path_count, raw_with_timeout};
 
 async fn start(targets: &str) -> TestGateway {
     let yaml = format!(
@@ -27,20 +27,6 @@ routes:
 "#
     );
     TestGateway::start(&yaml).await
-}
-
-async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let text = raw_with_timeout(
-        addr,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(2),
-    )
-    .await;
-    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map_or(0, |v| v.trim().parse().expect("count"))
 }
 
 /// The response without its `date` line, header names lower case and sorted.

@@ -70,6 +70,21 @@ pub(crate) struct TextFailure {
     pub(crate) stale: bool,
 }
 
+/// Whether `e`, on a `reused` connection that received nothing (`rbuf` empty), is the
+/// keep-alive race: the upstream closed the idle connection as the request went out, so the
+/// request may go again on another (when it is safe to repeat).
+fn keep_alive_race(reused: bool, rbuf: &BytesMut, e: &Error) -> bool {
+    reused
+        && rbuf.is_empty()
+        && matches!(
+            e.kind(),
+            ErrorKind::UnexpectedEof
+                | ErrorKind::ConnectionReset
+                | ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionAborted
+        )
+}
+
 /// Whose fault a failure is.
 pub(crate) enum FailureKind {
     /// The upstream: refused, reset, closed, or sent something that is not HTTP/1.1.
@@ -225,16 +240,8 @@ impl H1Conn {
                     // Closed with nothing received: on a reused connection that is the keep-alive
                     // race (the upstream closed it as the request went out), and only a request
                     // that is safe to repeat is sent again, since the upstream may have seen it.
-                    let stale = reused
-                        && self.rbuf.is_empty()
-                        && matches!(
-                            e.kind(),
-                            ErrorKind::UnexpectedEof
-                                | ErrorKind::ConnectionReset
-                                | ErrorKind::BrokenPipe
-                                | ErrorKind::ConnectionAborted
-                        )
-                        && super::is_idempotent(&method);
+                    let stale =
+                        keep_alive_race(reused, &self.rbuf, &e) && super::is_idempotent(&method);
                     return Err(fail(e, req, stale));
                 }
             };
@@ -264,19 +271,9 @@ impl H1Conn {
         self.wbuf.clear();
         write_head(&mut self.wbuf);
         async move {
-            // Closed with nothing received on a reused connection: the keep-alive race, and the
-            // request (safe to repeat: it has no body and is a `GET` or `HEAD`) can go again.
-            let stale = |conn: &Self, e: &Error| {
-                reused
-                    && conn.rbuf.is_empty()
-                    && matches!(
-                        e.kind(),
-                        ErrorKind::UnexpectedEof
-                            | ErrorKind::ConnectionReset
-                            | ErrorKind::BrokenPipe
-                            | ErrorKind::ConnectionAborted
-                    )
-            };
+            // On a reused connection a failed write, or a close with nothing received, is the
+            // keep-alive race ([`keep_alive_race`]), and the request (safe to repeat: it has no
+            // body and is a `GET` or `HEAD`) can go again.
             if let Err(error) = write_all(&mut self.io, &self.wbuf).await {
                 let stale = reused;
                 return Err(TextFailure { error, stale });
@@ -315,7 +312,7 @@ impl H1Conn {
                     Ok((head, out, body))
                 }
                 Err(error) => {
-                    let stale = stale(&self, &error);
+                    let stale = keep_alive_race(reused, &self.rbuf, &error);
                     Err(TextFailure { error, stale })
                 }
             }
