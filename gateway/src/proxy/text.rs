@@ -95,6 +95,23 @@ impl Forwarding {
     pub(crate) fn is_head(&self) -> bool {
         self.head
     }
+
+    /// The `Host` an attempt on a target of `target_host` sends: the client's when kept.
+    fn host_for<'a>(&'a self, target_host: &'a [u8]) -> &'a [u8] {
+        if self.preserve_host {
+            &self.text[self.fields..]
+        } else {
+            target_host
+        }
+    }
+
+    /// The request's head as one attempt writes it, with `host` after the request line.
+    fn write_head(&self, w: &mut Vec<u8>, host: &[u8]) {
+        w.extend_from_slice(&self.text[..self.line]);
+        push_line(w, b"host", host);
+        w.extend_from_slice(&self.text[self.line..self.fields]);
+        w.extend_from_slice(b"\r\n");
+    }
 }
 
 impl ProxyRoute {
@@ -325,11 +342,7 @@ impl ProxyRoute {
         let up = &self.upstream;
         let timeout = up.timeout.unwrap_or_default();
         let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
-        let host = if fwd.preserve_host {
-            &fwd.text[fwd.fields..]
-        } else {
-            pool.endpoint.host.as_bytes()
-        };
+        let host = fwd.host_for(pool.endpoint.host.as_bytes());
         // A pooled connection the peer closed while idle did not take the request; try again
         // on another (a fresh one, once the idle ones run out).
         loop {
@@ -344,12 +357,7 @@ impl ProxyRoute {
                 Some(Err(e)) => return Err(connect_error(pool, e)),
                 None => return Err(GatewayError::UpstreamTimeout(timeout)),
             };
-            let write_head = |w: &mut Vec<u8>| {
-                w.extend_from_slice(&fwd.text[..fwd.line]);
-                push_line(w, b"host", host);
-                w.extend_from_slice(&fwd.text[fwd.line..fwd.fields]);
-                w.extend_from_slice(b"\r\n");
-            };
+            let write_head = |w: &mut Vec<u8>| fwd.write_head(w, host);
             let read = |status: StatusCode, fields: &[httparse::Header<'_>]| {
                 client_fields(status, fields, replaced, out)
             };
@@ -460,3 +468,7 @@ fn stays_on_this_hop(f: &httparse::Header<'_>, te_seen: &mut bool, out: &mut Vec
     }
     true
 }
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

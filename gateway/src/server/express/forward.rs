@@ -237,7 +237,16 @@ where
             }
             return write(client.io, out).await;
         };
-        let frame = frame.map_err(std::io::Error::other)?;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => {
+                // What came before the break goes out, as the general path sends it: the
+                // client sees a body cut short (its length unmet, or no last chunk), and the
+                // connection ends.
+                write(client.io, out).await?;
+                return Err(std::io::Error::other(error));
+            }
+        };
         match frame.into_data() {
             Ok(data) if data.is_empty() => {}
             Ok(data) => push_data(out, &data, chunked),
