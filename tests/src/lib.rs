@@ -6,6 +6,7 @@ pub mod backend;
 pub mod h3;
 pub mod otlp;
 pub mod pebble;
+pub mod ports;
 pub mod redis;
 pub mod tls;
 

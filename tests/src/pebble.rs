@@ -5,12 +5,13 @@
 //! management API. The binaries come from `go install` (see `scripts/setup.sh`); without them
 //! [`Pebble::start`] says why and returns `None`, and the test skips.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::TestCa;
+use crate::ports::reserved_port;
 
 /// Pebble and its DNS, stopped on drop.
 pub struct Pebble {
@@ -22,21 +23,6 @@ pub struct Pebble {
     /// The management API address (roots).
     management: SocketAddr,
     ca: TestCa,
-}
-
-/// A free loopback TCP port (bound, then released for the process that will use it).
-pub fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free port")
-        .port()
 }
 
 /// Where `go install` puts a binary: `$PEBBLE_BIN`, `$GOBIN`, `$GOPATH/bin`, `~/go/bin`, `PATH`.
@@ -105,10 +91,10 @@ impl Pebble {
         let directory_ca = dir.join("pebble-https-ca.pem");
         std::fs::write(&directory_ca, &ca.pem).expect("write CA");
 
-        let dns = free_udp_port();
-        let challtest_mgmt = free_tcp_port();
-        let listen = free_tcp_port();
-        let management = free_tcp_port();
+        let dns = reserved_port();
+        let challtest_mgmt = reserved_port();
+        let listen = reserved_port();
+        let management = reserved_port();
         let config = serde_json::json!({
             "pebble": {
                 "listenAddress": format!("127.0.0.1:{listen}"),

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gateway_tests::pebble::{Pebble, free_tcp_port};
+use gateway_tests::pebble::Pebble;
+use gateway_tests::ports::reserved_port;
 use gateway_tests::{KeyKind, TestCa, TestGateway, http1, temp_dir, tls_connect};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
@@ -130,7 +131,7 @@ routes:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_alpn_01_issues_then_restart_reuses_storage_and_renewal_swaps_under_load() {
     let work = temp_dir();
-    let (tls_port, plain_port) = (free_tcp_port(), free_tcp_port());
+    let (tls_port, plain_port) = (reserved_port(), reserved_port());
     let Some(pebble) = Pebble::start(work.path(), plain_port, tls_port).await else {
         return;
     };
@@ -285,7 +286,7 @@ async fn tls_alpn_01_issues_then_restart_reuses_storage_and_renewal_swaps_under_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_01_issues_through_the_plain_listener() {
     let work = temp_dir();
-    let (tls_port, plain_port) = (free_tcp_port(), free_tcp_port());
+    let (tls_port, plain_port) = (reserved_port(), reserved_port());
     let Some(pebble) = Pebble::start(work.path(), plain_port, tls_port).await else {
         return;
     };
@@ -327,7 +328,7 @@ async fn a_pending_acme_name_gets_an_alert_while_other_names_are_served() {
     ca.write(dir.path(), "other", &["other.test"], KeyKind::Ecdsa);
     ca.write(dir.path(), "directory-ca", &["127.0.0.1"], KeyKind::Ecdsa);
     // A directory nobody listens on: the order fails and is retried with backoff.
-    let closed = free_tcp_port();
+    let closed = reserved_port();
     let yaml = format!(
         r#"
 admin: {{ bind: 127.0.0.1:0 }}

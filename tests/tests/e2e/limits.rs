@@ -9,7 +9,7 @@ use std::net::TcpStream as StdTcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gateway_tests::pebble::free_tcp_port;
+use gateway_tests::ports::reserved_port;
 use gateway_tests::{TestGateway, gateway_binary, rss_kib, temp_dir, write_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -267,7 +267,7 @@ fn memory_goes_back_to_the_kernel_once_a_burst_of_connections_has_closed() {
         eprintln!("skipped: the open files limit ({limit}) is too low for {N} connections");
         return;
     }
-    let (port, admin) = (free_tcp_port(), free_tcp_port());
+    let (port, admin) = (reserved_port(), reserved_port());
     let (child, _dir) = gateway_with_burst_of_500(
         admin,
         &format!(
@@ -345,7 +345,7 @@ async fn a_burst_of_l4_connections_closing_releases_memory_too() {
         return;
     }
     let echo = TcpBackend::start(Mode::Echo, false).await;
-    let (port, admin) = (free_tcp_port(), free_tcp_port());
+    let (port, admin) = (reserved_port(), reserved_port());
     let _gateway = gateway_with_burst_of_500(
         admin,
         &format!(

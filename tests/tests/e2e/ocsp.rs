@@ -4,12 +4,13 @@
 //! down leaves handshakes working without a staple. Each failure is counted in
 //! `gateway_ocsp_fetches_total`. Without `openssl` the tests say why and return.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gateway_tests::ports::reserved_port;
 use gateway_tests::{TestGateway, temp_dir, tls_connect};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -46,14 +47,6 @@ fn openssl(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A free loopback port: bound, noted and released for the responder to take.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .port()
 }
 
 /// A test CA, and leaves signed by it that name `http://127.0.0.1:PORT/` as their OCSP
@@ -478,7 +471,7 @@ async fn a_good_status_is_stapled_and_a_revoked_one_is_not() {
         return;
     }
     let dir = temp_dir();
-    let port = free_port();
+    let port = reserved_port();
     make_pki(
         dir.path(),
         port,
@@ -531,7 +524,7 @@ async fn a_responder_that_is_down_leaves_handshakes_unstapled() {
     }
     let dir = temp_dir();
     // Nothing listens on this port.
-    let port = free_port();
+    let port = reserved_port();
     make_pki(dir.path(), port, &[("good", "localhost", GOOD_SERIAL)]);
     let ca = dir.path().join("ca.pem");
     let gw = TestGateway::start_in(dir, &gateway_yaml(&["good"])).await;
@@ -570,7 +563,7 @@ async fn the_issuer_without_certs_and_a_delegated_responder_are_accepted_an_unde
         ("undelegated", false),
     ] {
         let dir = temp_dir();
-        let port = free_port();
+        let port = reserved_port();
         make_pki(dir.path(), port, &[("good", "localhost", GOOD_SERIAL)]);
         let _responder = Responder::start(dir.path(), port, signer, "good.crt", "good");
         let files = dir.path().to_path_buf();
