@@ -43,7 +43,9 @@ fn terminal() -> Terminal {
             .into_iter()
             .collect(),
     };
-    Terminal::Respond(Arc::new(Respond::new(&cfg, true).expect("respond config")))
+    Terminal::Respond(Arc::new(
+        Respond::new(&cfg, true, false).expect("respond config"),
+    ))
 }
 
 fn request_cx() -> RequestCx {

@@ -121,6 +121,12 @@ SCENARIOS = [
              "wrk", "general", "", "native", [200], [200], peers=["gateway"],
              variants=[Variant("rate limit off", "/nolimit", "native"),
                        Variant("rate limit on", "/limited", "rate-limit")]),
+    # The same pair where plain GETs go: a local rate limit runs on the HTTP/1.1 fast path.
+    Scenario("rate-limit-fast",
+             "Rate limit (by client IP, nothing refused) on vs off, on respond, HTTP/1.1 fast path",
+             "wrk", "http", "", "native", [200], [200], peers=["gateway"],
+             variants=[Variant("rate limit off", "/nolimit", "native"),
+                       Variant("rate limit on", "/limited", "rate-limit")]),
 ]  # fmt: skip
 
 BY_NAME = {s.name: s for s in SCENARIOS}

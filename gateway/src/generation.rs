@@ -113,9 +113,10 @@ impl Generation {
                     }
                 }
             }
+            let chain = Chain::new(factories);
             let terminal = match &route.action {
                 RouteAction::Respond(r) => Terminal::Respond(Arc::new(
-                    Respond::new(r, !factories.is_empty())
+                    Respond::new(r, !chain.is_empty(), chain.fast().is_some())
                         .map_err(|m| config.error(format!("{key}.respond"), m))?,
                 )),
                 RouteAction::Static(s) => Terminal::Static(Arc::new(
@@ -134,7 +135,7 @@ impl Generation {
                 route.listeners.clone(),
                 CompiledRoute {
                     name: Arc::from(route.name.as_str()),
-                    chain: Chain::new(factories),
+                    chain,
                     terminal,
                     metrics: RouteMetrics::new(&telemetry.registry, &route.name),
                 },

@@ -220,8 +220,13 @@ impl Canned {
 }
 
 impl Respond {
-    /// Compiles the configured response, for a route with or without filters.
-    pub fn new(cfg: &gateway_config::model::RespondConfig, filtered: bool) -> Result<Self, String> {
+    /// Compiles the configured response, for a route with or without filters; `fast` when the
+    /// HTTP/1.1 fast path may answer it (it then gets its wire text).
+    pub fn new(
+        cfg: &gateway_config::model::RespondConfig,
+        filtered: bool,
+        fast: bool,
+    ) -> Result<Self, String> {
         let status = StatusCode::from_u16(cfg.status).map_err(|e| e.to_string())?;
         let mut headers = Vec::with_capacity(cfg.headers.len());
         for (k, v) in &cfg.headers {
@@ -234,9 +239,7 @@ impl Respond {
         let capacity = headers.len() + added;
         let body = Bytes::from(cfg.body.clone());
         Ok(Self {
-            canned: (!filtered)
-                .then(|| Canned::new(status, &headers, &body))
-                .flatten(),
+            canned: fast.then(|| Canned::new(status, &headers, &body)).flatten(),
             status,
             capacity,
             reusable: HeaderMap::<HeaderValue>::with_capacity(capacity).capacity(),
@@ -300,7 +303,7 @@ mod tests {
     fn respond(filtered: bool) -> Respond {
         let cfg: gateway_config::model::RespondConfig =
             serde_yaml::from_str("{ body: hi, headers: { content-type: text/plain } }").unwrap();
-        Respond::new(&cfg, filtered).unwrap()
+        Respond::new(&cfg, filtered, !filtered).unwrap()
     }
 
     #[test]
@@ -371,7 +374,7 @@ mod tests {
     fn a_configured_server_header_stays_and_head_gets_the_length_without_the_body() {
         let cfg: gateway_config::model::RespondConfig =
             serde_yaml::from_str("{ body: hello, headers: { server: mine } }").unwrap();
-        let r = Respond::new(&cfg, false).unwrap();
+        let r = Respond::new(&cfg, false, true).unwrap();
         let res = r.response_in(
             request_map(4),
             &Method::HEAD,

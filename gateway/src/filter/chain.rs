@@ -26,7 +26,7 @@ use crate::telemetry::trace::{self, TraceCx, with_current};
 use crate::terminal::{BoxedResponse, Terminal};
 
 /// A route's compiled filter chain.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Chain {
     factories: Arc<[Arc<dyn FilterFactory>]>,
     request_body: Option<BodyAccess>,
@@ -35,6 +35,17 @@ pub struct Chain {
     after_response: bool,
     /// Some filter reads the request head after its header hook ([`RequestCx::request_head`]).
     reads_request_later: bool,
+    /// The chain as the HTTP/1.1 fast path runs it, decided at config load.
+    fast: Option<FastFilters>,
+}
+
+/// A chain the HTTP/1.1 fast path runs itself.
+#[derive(Clone)]
+pub enum FastFilters {
+    /// No filters.
+    None,
+    /// One local `rate_limit` filter.
+    RateLimit(super::rate_limit::FastLimit),
 }
 
 /// Filter instances a request keeps without a separate allocation; routes rarely have more.
@@ -255,6 +266,13 @@ async fn run_trailer_hooks(
     Ok(())
 }
 
+impl Default for Chain {
+    /// No filters (which the fast path runs, unlike a derived default's).
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
 impl Chain {
     /// Builds a chain from factories, in request order.
     pub fn new(factories: Vec<Arc<dyn FilterFactory>>) -> Self {
@@ -272,13 +290,25 @@ impl Chain {
         let response_body = factories.iter().any(|f| f.response_body());
         let after_response = response_body || factories.iter().any(|f| f.after_response());
         let reads_request_later = factories.iter().any(|f| f.reads_request_later());
+        let fast = match factories.as_slice() {
+            [] => Some(FastFilters::None),
+            [only] => only.fast_limit().map(FastFilters::RateLimit),
+            _ => None,
+        };
         Self {
             factories: factories.into(),
             request_body,
             response_body,
             after_response,
             reads_request_later,
+            fast,
         }
+    }
+
+    /// What of the chain the HTTP/1.1 fast path runs itself; `None` when a request of the
+    /// route has to take the general path.
+    pub fn fast(&self) -> Option<&FastFilters> {
+        self.fast.as_ref()
     }
 
     /// Keeps the request head for the filters that read it later, when nothing else needs it
@@ -1274,7 +1304,7 @@ mod tests {
     fn respond(body: &str) -> Terminal {
         let cfg: gateway_config::model::RespondConfig =
             serde_yaml::from_str(&format!("{{ body: \"{body}\" }}")).unwrap();
-        Terminal::Respond(Arc::new(Respond::new(&cfg, true).unwrap()))
+        Terminal::Respond(Arc::new(Respond::new(&cfg, true, false).unwrap()))
     }
 
     fn recorder(name: &'static str, journal: &Journal) -> Recorder {
@@ -1451,7 +1481,7 @@ mod tests {
         let server = HeaderValue::from_static("gw");
         let own: gateway_config::model::RespondConfig =
             serde_yaml::from_str("{ body: x, headers: { server: own } }").unwrap();
-        let own = Terminal::Respond(Arc::new(Respond::new(&own, true).unwrap()));
+        let own = Terminal::Respond(Arc::new(Respond::new(&own, true, false).unwrap()));
         for (terminal, reply, seen) in [
             // The terminal's response gets it before the response hooks run.
             (respond("x"), false, "gw"),

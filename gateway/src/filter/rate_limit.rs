@@ -492,6 +492,13 @@ impl FilterFactory for RateLimitFilterFactory {
     fn after_response(&self) -> bool {
         false
     }
+
+    fn fast_limit(&self) -> Option<FastLimit> {
+        self.shared
+            .global
+            .is_none()
+            .then(|| FastLimit(self.shared.clone()))
+    }
 }
 
 struct RateLimitFilter {
@@ -581,6 +588,14 @@ impl Shared {
     }
 
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
+        self.each_field(d, |name, value| {
+            headers.insert(name.clone(), value);
+        });
+    }
+
+    /// Calls `f` with each RateLimit field of an answer given decision `d`, in order: one
+    /// rule for the header map of the general path and the text of the fast path.
+    fn each_field(&self, d: &Decision, mut f: impl FnMut(&'static HeaderName, HeaderValue)) {
         let full = d.remaining + 1 == self.limiter.capacity();
         match &self.fields {
             Fields::Draft10 {
@@ -595,23 +610,23 @@ impl Shared {
                 } else {
                     draft10_value(prefix, d.remaining, reset)
                 };
-                headers.insert(RATELIMIT.clone(), now);
-                headers.insert(POLICY.clone(), policy.clone());
+                f(&RATELIMIT, now);
+                f(&POLICY, policy.clone());
             }
             Fields::Draft06 {
                 limit,
                 remaining_when_full,
                 policy,
             } => {
-                headers.insert(LIMIT.clone(), limit.clone());
+                f(&LIMIT, limit.clone());
                 let remaining = if full {
                     remaining_when_full.clone()
                 } else {
                     number(d.remaining)
                 };
-                headers.insert(REMAINING.clone(), remaining);
-                headers.insert(RESET.clone(), number(ceil_secs(d.reset)));
-                headers.insert(POLICY.clone(), policy.clone());
+                f(&REMAINING, remaining);
+                f(&RESET, number(ceil_secs(d.reset)));
+                f(&POLICY, policy.clone());
             }
             Fields::None => {}
         }
@@ -684,6 +699,92 @@ impl HttpFilter for RateLimitFilter {
             self.shared.add_headers(&mut res.headers, d);
         }
         Some(Ok(Flow::Continue))
+    }
+}
+
+/// A local `rate_limit` filter as the HTTP/1.1 fast path runs it: the same buckets, fields and
+/// counter as the filter's, decided from the raw request head (`server/express.rs`). A
+/// `scope: global` limit waits for Redis and stays on the general path.
+#[derive(Clone)]
+pub struct FastLimit(Arc<Shared>);
+
+impl FastLimit {
+    /// The header whose value keys the bucket, if the limit is keyed by one.
+    pub fn key_header(&self) -> Option<&HeaderName> {
+        match &self.0.key {
+            KeyBy::Header(name) => Some(name),
+            KeyBy::ClientIp => None,
+        }
+    }
+
+    /// Takes a token for a request that arrived `at`, keyed by the value of
+    /// [`Self::key_header`] (`header`), or by its client address (`client_key`) when it has
+    /// none, as the filter keys it.
+    pub fn decide(&self, header: Option<&[u8]>, client_key: u64, at: Instant) -> Decision {
+        let limiter = &self.0.limiter;
+        let key = header.map_or(client_key, |v| limiter.value_key(v));
+        limiter.check_arrived(key, at)
+    }
+
+    /// The RateLimit fields of an answer as header lines (`name: value\r\n`), the same as
+    /// [`Shared::add_headers`] sets (a unit test holds them equal). The default form's
+    /// `RateLimit` value is written straight into `out`: made as a header value first, it was
+    /// an allocation and a copy on every request of a client whose bucket is not full.
+    pub fn push_fields(&self, d: &Decision, out: &mut Vec<u8>) {
+        let shared = &*self.0;
+        if let Fields::Draft10 {
+            policy,
+            prefix,
+            when_full,
+            full_reset,
+        } = &shared.fields
+        {
+            let full = d.remaining + 1 == shared.limiter.capacity();
+            let reset = ceil_secs(d.reset);
+            out.extend_from_slice(b"ratelimit: ");
+            if full && reset == *full_reset {
+                out.extend_from_slice(when_full.as_bytes());
+            } else {
+                out.extend_from_slice(prefix);
+                push_decimal(out, d.remaining);
+                out.extend_from_slice(b";t=");
+                push_decimal(out, reset);
+            }
+            out.extend_from_slice(b"\r\nratelimit-policy: ");
+            out.extend_from_slice(policy.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
+        shared.each_field(d, |name, value| {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        });
+    }
+
+    /// The names of the fields [`Self::push_fields`] writes, which replace an upstream's.
+    pub fn field_names(&self) -> &'static [&'static str] {
+        match self.0.fields {
+            Fields::Draft10 { .. } => &["ratelimit", "ratelimit-policy"],
+            Fields::Draft06 { .. } => &[
+                "ratelimit-limit",
+                "ratelimit-remaining",
+                "ratelimit-reset",
+                "ratelimit-policy",
+            ],
+            Fields::None => &[],
+        }
+    }
+
+    /// Sets the RateLimit fields of an answer the gateway made whole (a 502 from the proxy).
+    pub fn add_fields(&self, d: &Decision, headers: &mut HeaderMap) {
+        self.0.add_headers(headers, d);
+    }
+
+    /// The 429 refusing a request, counted as the filter counts it.
+    pub fn refusal(&self, d: &Decision) -> Response<Body> {
+        self.0.too_many(d)
     }
 }
 
@@ -801,6 +902,43 @@ mod tests {
             ]
         );
         assert_eq!(fields(RateLimitHeaders::None), ["", "", "", ""]);
+    }
+
+    #[test]
+    fn the_fast_paths_text_is_the_fields_of_the_map() {
+        for form in [
+            RateLimitHeaders::Draft10,
+            RateLimitHeaders::Draft06,
+            RateLimitHeaders::None,
+        ] {
+            let limit = FastLimit(Arc::new(Shared {
+                limiter: Arc::new(Limiter::new(3, Duration::from_secs(2), 1)),
+                key: KeyBy::ClientIp,
+                fields: Fields::new(form, "api", 4, 2, Duration::from_millis(666)).unwrap(),
+                limited: Registry::new().counter("t", "t", &[]),
+                global: None,
+            }));
+            let k = limit.0.limiter.value_key(b"k");
+            // A full bucket, then fewer tokens, none left, and refilled over time.
+            for now in [0, 0, 0, 0, 0, 500_000_000, 3_000_000_000] {
+                let d = limit.0.limiter.check_at(k, now);
+                let mut map = HeaderMap::new();
+                limit.add_fields(&d, &mut map);
+                let from_map: String = map
+                    .iter()
+                    .map(|(n, v)| format!("{n}: {}\r\n", v.to_str().unwrap()))
+                    .collect();
+                let mut text = Vec::new();
+                limit.push_fields(&d, &mut text);
+                assert_eq!(
+                    String::from_utf8(text).unwrap(),
+                    from_map,
+                    "{form:?} at {now}"
+                );
+                let names: Vec<&str> = map.keys().map(|n| n.as_str()).collect();
+                assert_eq!(names, limit.field_names(), "{form:?}");
+            }
+        }
     }
 
     #[test]

@@ -63,12 +63,14 @@ pub struct Forwarding {
     head: bool,
 }
 
-/// Listener fields that replace an upstream's of the same name (the general path inserts
-/// them over the upstream's).
+/// Fields the gateway sets that replace an upstream's of the same name (the general path
+/// inserts them over the upstream's): the listener's, and the route's rate-limit fields.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Replaced {
     pub hsts: bool,
     pub alt_svc: bool,
+    /// The names of the rate-limit fields the route's limit sets (lower case).
+    pub rate_limit: &'static [&'static str],
 }
 
 /// What the fast path writes to the client from an upstream's response.
@@ -432,6 +434,7 @@ fn client_fields(
             7 if replaced.alt_svc && is(b"alt-svc") => continue,
             6 if is(b"server") => written.has_server = true,
             4 if is(b"date") => written.has_date = true,
+            _ if replaced.rate_limit.iter().any(|n| is(n.as_bytes())) => continue,
             _ => {}
         }
         push_line(out, name, f.value);

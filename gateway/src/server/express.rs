@@ -14,6 +14,11 @@
 //! server's headers and the `Date` line. hyper's parse into a header map, its response encoding
 //! and its dispatch cost a cached 1 KiB file more than half of the gateway's own instructions.
 //!
+//! A route whose only filter is a local `rate_limit`, in front of a fixed response or the
+//! proxy, is answered here too: the filter's bucket is decided from the raw head (the key
+//! header's first value, or the connection's client-address hash) and its fields written as
+//! text, or the request gets the filter's 429 ([`FastLimit`]).
+//!
 //! A request with `Connection: close` is answered too, and ends the connection ([`close`]).
 //! Anything else hands the connection over to hyper for the rest of its life, with the bytes
 //! not yet answered (the request that did not qualify and whatever follows it): a request with
@@ -23,8 +28,9 @@
 //! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open
 //! (or of a kept one over TLS, or unsatisfiable, or with a revalidation), a file not in the
 //! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
-//! filters, a proxy route that [`forward`] does not take, no matching route, an ACME challenge pending, a parse error (hyper
-//! answers it) or more headers than [`MAX_HEADERS`].
+//! other filters (or any on a static route), a proxy route that [`forward`] does not take, no
+//! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
+//! than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
@@ -46,6 +52,8 @@ use super::conn::{ConnWatch, ListenerRuntime};
 use super::http_date;
 use super::idle::Verdict;
 use super::sendfile::SendFile;
+use crate::filter::FastFilters;
+use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
@@ -310,18 +318,37 @@ impl<'a> Lane<'a> {
         };
         let route = router.route(index);
         let server = generation.server_header.as_ref();
+        // A route's filters run here only when they are one local rate limit, in front of a
+        // fixed response or the proxy; any other chain is the general path's.
+        let limit = match (route.chain.fast(), &route.terminal) {
+            (Some(FastFilters::None), _) => None,
+            (Some(FastFilters::RateLimit(limit)), Terminal::Respond(_) | Terminal::Proxy(_)) => {
+                Some(limit)
+            }
+            _ => return Outcome::HandOff,
+        };
         match &route.terminal {
             Terminal::Respond(r) => {
                 let Some(canned) = r.canned() else {
                     return Outcome::HandOff;
                 };
                 svc.activity.request_started(false);
+                let decision = match limit.map(|l| (l, self.decide(l, req, start))) {
+                    Some((l, d)) if !d.allowed => {
+                        self.refuse(l, &d, req, (route, server, start), answers);
+                        return Outcome::Answered;
+                    }
+                    allowed => allowed,
+                };
                 let out = &mut answers.text;
                 out.extend_from_slice(&canned.head);
                 if !canned.sets_server
                     && let Some(server) = server
                 {
                     push_line(out, b"server", server.as_bytes());
+                }
+                if let Some((limit, d)) = &decision {
+                    limit.push_fields(d, out);
                 }
                 out.extend_from_slice(&self.listener_lines);
                 out.extend_from_slice(&canned.length);
@@ -334,7 +361,7 @@ impl<'a> Lane<'a> {
                 self.record(route, r.status(), bytes, start, observe, answers);
             }
             Terminal::Static(files) => {
-                if req.conditional || !route.chain.is_empty() {
+                if req.conditional {
                     return Outcome::HandOff;
                 }
                 svc.activity.request_started(false);
@@ -401,15 +428,57 @@ impl<'a> Lane<'a> {
                 }
             }
             Terminal::Proxy(proxy) => {
-                return match self.rewrite(req, proxy, &generation, index, start) {
-                    Some(job) => Outcome::Forwards(job),
-                    None => Outcome::HandOff,
+                // Rewritten first: a request the general path forwards after all must not
+                // take a token here and another there.
+                let Some(mut job) = self.rewrite(req, proxy, &generation, index, start) else {
+                    return Outcome::HandOff;
                 };
+                if let Some(limit) = limit {
+                    let d = self.decide(limit, req, start);
+                    if !d.allowed {
+                        svc.activity.request_started(false);
+                        self.refuse(limit, &d, req, (route, server, start), answers);
+                        return Outcome::Answered;
+                    }
+                    job.limited = Some((limit.clone(), d));
+                }
+                return Outcome::Forwards(job);
             }
         }
         svc.activity.request_done();
         self.answered.inc();
         Outcome::Answered
+    }
+
+    /// Takes a token from `limit`'s bucket for `req`, keyed as the filter keys it: by the
+    /// first value of its key header, or by the client's address.
+    fn decide(&self, limit: &FastLimit, req: &Plain<'_>, start: Instant) -> Decision {
+        let header = limit.key_header().and_then(|name| {
+            req.headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name.as_str()))
+                .map(|h| h.value)
+        });
+        let client = self.svc.conn.client_hash();
+        limit.decide(header, client, tokio::time::Instant::from_std(start))
+    }
+
+    /// Appends the 429 refusing `req` over `limit` as the filter makes it, and records it as
+    /// the route's answer.
+    fn refuse(
+        &self,
+        limit: &FastLimit,
+        d: &Decision,
+        req: &Plain<'_>,
+        (route, server, start): (&CompiledRoute, Option<&http::HeaderValue>, Instant),
+        answers: &mut Answers,
+    ) {
+        let res = limit.refusal(d);
+        let bytes = self.push_response(&res, (req.head, req.close), server, answers);
+        let observe = || self.observe(req);
+        self.record(route, res.status(), bytes, start, observe, answers);
+        self.svc.activity.request_done();
+        self.answered.inc();
     }
 
     /// Appends a cached file's 200 to a `HEAD` (`head`) or a `GET`, and `Connection: close`

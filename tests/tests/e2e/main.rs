@@ -21,6 +21,7 @@ mod proxy_http;
 mod proxy_stream;
 mod proxy_ws;
 mod rate_limit;
+mod rate_limit_fast_path;
 mod reload;
 mod security;
 mod smuggling;

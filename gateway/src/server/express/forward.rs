@@ -28,6 +28,7 @@ use super::{
     Ended, Lane, OUT_LIMIT, Observed, Plain, ReadMore, facts, http_date, push_line, until_done,
 };
 use crate::body::Body;
+use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::Generation;
 use crate::proxy::{Answer, BodyFraming, Forwarding, ProxyRoute, Replaced, TextRequest};
 use crate::server::conn::{ConnWatch, ListenerRuntime};
@@ -42,6 +43,8 @@ pub(super) struct Forwarded {
     generation: Arc<Generation>,
     index: usize,
     start: Instant,
+    /// The route's rate limit and the request's decision, whose fields the answer carries.
+    pub(super) limited: Option<(FastLimit, Decision)>,
 }
 
 impl Forwarded {
@@ -53,8 +56,9 @@ impl Forwarded {
 
 impl Lane<'_> {
     /// The request rewritten for `proxy`'s upstream, or `None` when the general path has to
-    /// forward it: a route with filters, traces on (their spans and `traceparent` are the
-    /// general path's), or an upstream [`ProxyRoute::rewrite_text`] refuses.
+    /// forward it: traces on (their spans and `traceparent` are the general path's), or an
+    /// upstream [`ProxyRoute::rewrite_text`] refuses. The caller has checked the route's
+    /// filters.
     pub(super) fn rewrite(
         &self,
         req: &Plain<'_>,
@@ -64,8 +68,7 @@ impl Lane<'_> {
         start: Instant,
     ) -> Option<Box<Forwarded>> {
         let svc = self.svc;
-        let route = generation.router.route(index);
-        if !route.chain.is_empty() || svc.telemetry.tracer.is_on() {
+        if svc.telemetry.tracer.is_on() {
             return None;
         }
         let text = TextRequest {
@@ -86,6 +89,7 @@ impl Lane<'_> {
             generation: Arc::clone(generation),
             index,
             start,
+            limited: None,
         }))
     }
 
@@ -111,6 +115,7 @@ impl Lane<'_> {
         let replaced = Replaced {
             hsts: svc.policy.hsts.is_some(),
             alt_svc: svc.alt_svc.is_some(),
+            rate_limit: job.limited.as_ref().map_or(&[], |(l, _)| l.field_names()),
         };
         let mut client = Client { io, buf };
         let mut exchange = pin!(async {
@@ -130,14 +135,20 @@ impl Lane<'_> {
             };
             let answer = match answered {
                 Ok(answer) => answer,
-                Err(res) => {
+                Err(mut res) => {
                     out.clear();
+                    if let Some((limit, d)) = &job.limited {
+                        limit.add_fields(d, res.headers_mut());
+                    }
                     let status = res.status();
                     let bytes = self.push_response(&res, (head_only, job.close), server, out);
                     self.record(route, status, bytes, job.start, observe, out);
                     return write(client.io, out).await;
                 }
             };
+            if let Some((limit, d)) = &job.limited {
+                limit.push_fields(d, &mut out.text);
+            }
             let framing = self.end_answer_head(&answer, job.close, server, out);
             // As the general path counts it: the declared length, else the body's known size.
             let bytes = answer
