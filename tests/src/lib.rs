@@ -337,6 +337,13 @@ pub async fn raw_bytes_with_timeout(addr: SocketAddr, bytes: &[u8], timeout: Dur
 
 /// `gateway_http1_fast_path_requests_total` of `listener`, read from the admin endpoint.
 pub async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
+    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}}");
+    counter_value(gw, &series).await
+}
+
+/// The value of one counter series (`name{labels}`, as `/metrics` writes it) from the admin
+/// endpoint; 0 when the series is not there yet.
+pub async fn counter_value(gw: &TestGateway, series: &str) -> u64 {
     let addr = gw.gateway().admin_addr().expect("admin");
     let text = raw_with_timeout(
         addr,
@@ -344,10 +351,28 @@ pub async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
         Duration::from_secs(2),
     )
     .await;
-    let series = format!("gateway_http1_fast_path_requests_total{{listener=\"{listener}\"}} ");
+    let series = format!("{series} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
         .map_or(0, |v| v.trim().parse().expect("count"))
+}
+
+/// A raw HTTP/1.1 response as (status line, fields without `Date` with names in lower case,
+/// sorted, body): two answers compare equal when they differ only in field order, name case
+/// and the second `Date` was written in.
+pub fn normalized_response(raw: &str) -> (String, Vec<String>, String) {
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a whole response");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or_default().to_string();
+    let mut fields: Vec<String> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("a field");
+            format!("{}: {}", n.to_ascii_lowercase(), v.trim())
+        })
+        .filter(|l| !l.starts_with("date:"))
+        .collect();
+    fields.sort();
+    (status, fields, body.to_string())
 }
 
 /// [`raw_with_timeout`] with a 2 s quiet timeout.

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, fast_path_count, raw_with_timeout};
+use gateway_tests::{TestGateway, fast_path_count, normalized_response, raw_with_timeout};
 
 async fn start(targets: &str) -> TestGateway {
     let yaml = format!(
@@ -30,22 +30,6 @@ routes:
     TestGateway::start(&yaml).await
 }
 
-/// The response without its `date` line, header names lower case and sorted.
-fn normalized(raw: &str) -> (String, Vec<String>, String) {
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a whole response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap_or_default().to_string();
-    let mut fields: Vec<String> = lines
-        .map(|l| {
-            let (n, v) = l.split_once(':').expect("a field");
-            format!("{}: {}", n.to_ascii_lowercase(), v.trim())
-        })
-        .filter(|l| !l.starts_with("date:"))
-        .collect();
-    fields.sort();
-    (status, fields, body.to_string())
-}
-
 const REQUEST: &[u8] = b"GET /api/x?y=1 HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-For: 203.0.113.9\r\nForwarded: for=203.0.113.9\r\nX-Forwarded-Proto: https\r\nKeep-Alive: timeout=5\r\nTE: trailers, deflate\r\nX-Custom: kept\r\nConnection: close\r\n\r\n";
 
 #[tokio::test]
@@ -59,7 +43,7 @@ async fn a_proxied_get_is_forwarded_as_the_general_path_forwards_it() {
         let out = raw_with_timeout(gw.addr(listener), REQUEST, Duration::from_secs(5)).await;
         let after = fast_path_count(&gw, listener).await;
         assert_eq!(after - before, u64::from(listener == "fast"), "{listener}");
-        answers.push(normalized(&out));
+        answers.push(normalized_response(&out));
         seen.push(backend.last().expect("the backend saw the request"));
     }
     assert_eq!(answers[0], answers[1]);
@@ -173,7 +157,7 @@ async fn a_chunked_answer_with_trailers_is_relayed_as_the_general_path_relays_it
         let out = raw_with_timeout(gw.addr(listener), request, Duration::from_secs(5)).await;
         let after = fast_path_count(&gw, listener).await;
         assert_eq!(after - before, u64::from(listener == "fast"), "{listener}");
-        let (status, fields, body) = normalized(&out);
+        let (status, fields, body) = normalized_response(&out);
         assert!(status.starts_with("HTTP/1.1 200"), "{listener}: {out}");
         assert!(
             fields.contains(&"transfer-encoding: chunked".to_string()),
@@ -194,7 +178,7 @@ async fn a_close_delimited_answer_reaches_the_client_chunked_and_whole() {
     let gw = start(&format!("\"{target}\"")).await;
     let request = b"GET /old HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     let out = raw_with_timeout(gw.addr("fast"), request, Duration::from_secs(5)).await;
-    let (status, fields, body) = normalized(&out);
+    let (status, fields, body) = normalized_response(&out);
     assert!(status.starts_with("HTTP/1.1 200"), "{out}");
     assert!(fields.contains(&"via: 1.0 gateway".to_string()), "{out}");
     assert!(

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, fast_path_count, raw_with_timeout};
+use gateway_tests::{
+    TestGateway, counter_value, fast_path_count, normalized_response, raw_with_timeout,
+};
 
 async fn start(backend: &str) -> TestGateway {
     let yaml = format!(
@@ -47,22 +49,6 @@ routes:
     TestGateway::start(&yaml).await
 }
 
-/// The response without its `date` line, header names lower case and sorted.
-fn normalized(raw: &str) -> (String, Vec<String>, String) {
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a whole response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap_or_default().to_string();
-    let mut fields: Vec<String> = lines
-        .map(|l| {
-            let (n, v) = l.split_once(':').expect("a field");
-            format!("{}: {}", n.to_ascii_lowercase(), v.trim())
-        })
-        .filter(|l| !l.starts_with("date:"))
-        .collect();
-    fields.sort();
-    (status, fields, body.to_string())
-}
-
 async fn ask(gw: &TestGateway, listener: &str, method: &str, path: &str, key: &str) -> String {
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: a\r\nX-Api-Key: {key}\r\nConnection: close\r\n\r\n"
@@ -76,17 +62,11 @@ async fn ask(gw: &TestGateway, listener: &str, method: &str, path: &str, key: &s
 }
 
 async fn limited_total(gw: &TestGateway, route: &str) -> u64 {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let text = raw_with_timeout(
-        addr,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(2),
+    counter_value(
+        gw,
+        &format!("gateway_rate_limited_total{{route=\"{route}\"}}"),
     )
-    .await;
-    let series = format!("gateway_rate_limited_total{{route=\"{route}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map_or(0, |v| v.trim().parse().expect("count"))
+    .await
 }
 
 #[tokio::test]
@@ -120,7 +100,7 @@ async fn allowed_and_refused_answers_are_the_general_paths() {
                 1,
                 "{listener} {method} {path}: one refusal counted"
             );
-            answers.push((normalized(&allowed), normalized(&refused)));
+            answers.push((normalized_response(&allowed), normalized_response(&refused)));
         }
         assert_eq!(answers[0], answers[1], "{method} {path}");
         let ((status, fields, _), (refused, refused_fields, _)) = &answers[0];
@@ -190,7 +170,7 @@ async fn an_upstreams_rate_limit_fields_give_way_to_the_routes() {
     let mut answers = Vec::new();
     for listener in ["fast", "general"] {
         let out = ask(&gw, listener, "GET", "/api/z", listener).await;
-        answers.push(normalized(&out));
+        answers.push(normalized_response(&out));
     }
     assert_eq!(answers[0], answers[1]);
     let fields = &answers[0].1;
