@@ -888,9 +888,9 @@ where
             Front::Waits(pending, len) => {
                 let close = pending.close;
                 // Not boxed, unlike the forwarded request's exchange below: boxed, it took the
-                // connection's future from 2,040 to 1,192 bytes, and the peak at 10,000
-                // connections rose by 5-11 MiB (the allocator's 1,280-byte class packs worse
-                // with what else a connection allocates than its 2,048-byte one).
+                // connection's future from 2,040 to 1,192 bytes, and yet the peak at 10,000
+                // connections rose by 5-11 MiB in two runs (the allocator's size classes, most
+                // likely; not verified further: docs/benchmarks.md says what was measured).
                 if !lane.finish_waiting(*pending, &mut out).await {
                     Front::HandOff
                 } else if close {
