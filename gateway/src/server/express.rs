@@ -38,6 +38,7 @@
 //! setting `http1_fast_path: false` turns this off.
 
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -840,9 +841,11 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
         if out.len() >= OUT_LIMIT {
             return Front::Full;
         }
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        let len = match req.parse(buf) {
+        // Left uninitialised: filling 32 empty headers was 128 stores on every request, and
+        // the parser writes the ones it finds.
+        let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let len = match req.parse_with_uninit_headers(buf, &mut headers) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Front::NeedMore,
             // hyper answers a malformed head (400) or one with more headers (up to its own

@@ -7,6 +7,7 @@
 //! connection is not reused.
 
 use std::io;
+use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -146,9 +147,12 @@ fn final_head<R>(
     let mut skipped = 0;
     loop {
         let rest = &buf[skipped..];
-        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-        let mut parsed = httparse::Response::new(&mut fields);
-        let len = match parsed.parse(rest) {
+        // Left uninitialised: filling 128 empty fields was 512 stores on every response, and
+        // the parser writes the ones it finds.
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+        let mut parsed = httparse::Response::new(&mut []);
+        let config = httparse::ParserConfig::default();
+        let len = match config.parse_response_with_uninit_headers(&mut parsed, rest, &mut fields) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if rest.len() > MAX_HEAD => {
                 return Err(invalid("response head too large"));
