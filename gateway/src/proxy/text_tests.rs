@@ -61,6 +61,35 @@ fn rewrite(proxy: &ProxyRoute, head: &str, target_host: &str) -> Option<String> 
 }
 
 #[test]
+fn the_rewritten_request_fits_the_room_made_for_it() {
+    // The longest additions: prior `X-Forwarded-For` and `Forwarded` appended to, a long host
+    // quoted in `Forwarded` and kept as `Host`, an IPv6 client.
+    let proxy = route("", ", preserve_host: true");
+    let host = format!("{}.example.com", "h".repeat(200));
+    let head = format!(
+        "GET /a?b=1 HTTP/1.1\r\nHost: {host}\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2\r\n\
+         Forwarded: for=10.0.0.1, for=\"[2001:db8::1]\"\r\nAccept: */*\r\n\r\n"
+    );
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut fields);
+    assert!(req.parse(head.as_bytes()).unwrap().is_complete());
+    let request = TextRequest {
+        head: true,
+        target: req.path.unwrap(),
+        path: "/a",
+        host: Some(host.as_bytes()),
+        fields: req.headers,
+        close: false,
+    };
+    let client_ip: IpAddr = "2001:db8:ffff:ffff:ffff:ffff:ffff:fffe".parse().unwrap();
+    let client = ClientText::new(client_ip, true);
+    let fwd = proxy.rewrite_text(&request, &client, client_ip).unwrap();
+    let room = text_room(&request, &client);
+    assert!(fwd.text.len() <= room, "{} > {room}", fwd.text.len());
+    assert_eq!(fwd.text.capacity(), room, "the text grew");
+}
+
+#[test]
 fn the_forwarding_fields_are_appended_to_and_set() {
     let proxy = route("", "");
     let head = rewrite(
