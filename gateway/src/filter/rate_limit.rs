@@ -22,6 +22,9 @@
 //! GCRA in one script) and is shared by every instance of the cluster. When Redis cannot decide
 //! (down, or no answer within `cluster.timeout`), `fallback` picks the local bucket (default),
 //! no limit, or a 503, and `gateway_rate_limit_fallback_total` counts the decision.
+//!
+//! A local limit that is its route's only filter is also run by the HTTP/1.1 fast path, from
+//! the raw request head, through [`FastLimit`]: the same buckets, fields, 429 and counter.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
