@@ -357,6 +357,23 @@ pub async fn counter_value(gw: &TestGateway, series: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().expect("count"))
 }
 
+/// An upstream on 127.0.0.1 that reads one request on every connection and answers it with
+/// `answer` (raw bytes, whatever they are), then closes it.
+pub async fn raw_target(answer: &'static [u8]) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(answer).await;
+            });
+        }
+    });
+    addr
+}
+
 /// A raw HTTP/1.1 response as (status line, fields without `Date` with names in lower case,
 /// sorted, body): two answers compare equal when they differ only in field order, name case
 /// and the second `Date` was written in.

@@ -535,12 +535,17 @@ fn ceil_secs(d: Duration) -> u64 {
 impl Shared {
     /// The bucket of a request: its header value's, or its client address's (`client_key`).
     fn key(&self, req: &request::Parts, client_key: impl FnOnce() -> u64) -> u64 {
-        if let KeyBy::Header(name) = &self.key
-            && let Some(v) = req.headers.get(name)
-        {
-            return self.limiter.value_key(v.as_bytes());
-        }
-        client_key()
+        let value = match &self.key {
+            KeyBy::Header(name) => req.headers.get(name).map(HeaderValue::as_bytes),
+            KeyBy::ClientIp => None,
+        };
+        self.key_of(value, client_key)
+    }
+
+    /// The bucket of a request whose key header has `value` (`None`: absent, or the limit is
+    /// keyed by client address): one rule for both paths' requests.
+    fn key_of(&self, value: Option<&[u8]>, client_key: impl FnOnce() -> u64) -> u64 {
+        value.map_or_else(client_key, |v| self.limiter.value_key(v))
     }
 
     /// The bucket's name in Redis: the client IP as text, or a digest of the header value (so
@@ -724,9 +729,8 @@ impl FastLimit {
     /// [`Self::key_header`] (`header`), or by its client address (`client_key`) when it has
     /// none, as the filter keys it.
     pub fn decide(&self, header: Option<&[u8]>, client_key: u64, at: Instant) -> Decision {
-        let limiter = &self.0.limiter;
-        let key = header.map_or(client_key, |v| limiter.value_key(v));
-        limiter.check_arrived(key, at)
+        let key = self.0.key_of(header, || client_key);
+        self.0.limiter.check_arrived(key, at)
     }
 
     /// The RateLimit fields of an answer as header lines (`name: value\r\n`), the same as

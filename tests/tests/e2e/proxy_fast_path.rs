@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, fast_path_count, normalized_response, raw_with_timeout};
+use gateway_tests::{
+    TestGateway, fast_path_count, normalized_response, raw_target, raw_with_timeout,
+};
 
 async fn start(targets: &str) -> TestGateway {
     let yaml = format!(
@@ -103,23 +105,6 @@ async fn a_502_from_one_target_is_retried_on_the_other_from_the_fast_path() {
         assert!(out.starts_with("HTTP/1.1 200"), "request {i}: {out}");
     }
     assert_eq!(good.requests(), 4);
-}
-
-/// A target that reads one request and answers every connection with `answer`, then closes.
-async fn raw_target(answer: &'static [u8]) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let _ = s.write_all(answer).await;
-            });
-        }
-    });
-    addr
 }
 
 /// A chunked body's data and its trailer lines (names lower case).

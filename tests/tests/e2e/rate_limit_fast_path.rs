@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gateway_tests::backend::Backend;
 use gateway_tests::{
-    TestGateway, counter_value, fast_path_count, normalized_response, raw_with_timeout,
+    TestGateway, counter_value, fast_path_count, normalized_response, raw_target, raw_with_timeout,
 };
 
 async fn start(backend: &str) -> TestGateway {
@@ -152,20 +152,7 @@ async fn both_paths_take_tokens_from_one_bucket() {
 #[tokio::test]
 async fn an_upstreams_rate_limit_fields_give_way_to_the_routes() {
     // An upstream that sets RateLimit fields of its own.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nRateLimit: \"up\";r=9;t=9\r\nRateLimit-Policy: \"up\";q=10;w=9\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-                    .await;
-            });
-        }
-    });
+    let addr = raw_target(b"HTTP/1.1 200 OK\r\nRateLimit: \"up\";r=9;t=9\r\nRateLimit-Policy: \"up\";q=10;w=9\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
     let gw = start(&addr.to_string()).await;
     let mut answers = Vec::new();
     for listener in ["fast", "general"] {
