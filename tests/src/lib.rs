@@ -374,6 +374,28 @@ pub async fn raw_target(answer: &'static [u8]) -> SocketAddr {
     addr
 }
 
+/// An address on 127.0.0.1 where every connect is refused, for the test process's whole life.
+///
+/// The port is held by a socket that is bound but never listens: the kernel answers a SYN to it
+/// with a reset, and no other test's `bind(":0")` can be given the port. (A listener bound and
+/// dropped at once hands its port back to the pool, and a test running beside it was once given
+/// it: the "dead" target then answered.)
+pub fn refusing_addr() -> SocketAddr {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("bound address");
+    // Held until the process ends, so the port is never handed to anyone else.
+    std::mem::forget(socket);
+    addr
+}
+
 /// A raw HTTP/1.1 response as (status line, fields without `Date` with names in lower case,
 /// sorted, body): two answers compare equal when they differ only in field order, name case
 /// and the second `Date` was written in.

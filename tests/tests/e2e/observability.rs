@@ -318,10 +318,7 @@ async fn stream_series_count_connections_and_bytes() {
 #[tokio::test]
 async fn upstream_series_count_attempts_failures_and_retries() {
     let live = gateway_tests::backend::Backend::start("live").await;
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let dead = gateway_tests::refusing_addr();
     let yaml = format!(
         "{YAML}upstreams:\n  u:\n    targets: [\"{dead}\", \"{}\"]\n    retries: 1\n    health_check: {{ unhealthy_after: 100 }}\n",
         live.addr()

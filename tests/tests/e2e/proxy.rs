@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, TestResponse, http1};
+use gateway_tests::{TestGateway, TestResponse, http1, refusing_addr};
 use http::Request;
 use http_body_util::Full;
 use stream_proxy::upstream::Health;
@@ -39,11 +39,6 @@ pub(crate) fn targets(addrs: &[SocketAddr]) -> String {
 }
 
 /// A port nothing listens on.
-pub(crate) fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 pub(crate) fn get(path: &str) -> Request<Full<Bytes>> {
     Request::get(path).body(Full::new(Bytes::new())).unwrap()
 }
@@ -289,7 +284,7 @@ async fn all_targets_down_answers_503_fast() {
     let gw = TestGateway::start(&yaml(
         &format!(
             "    targets: {}\n    health_check: {{ unhealthy_after: 1, eject_for: 60s }}",
-            targets(&[dead_addr(), dead_addr()])
+            targets(&[refusing_addr(), refusing_addr()])
         ),
         "",
     ))

@@ -6,13 +6,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestCa, TestGateway, http1, http2c, raw_status, raw_with_timeout};
+use gateway_tests::{
+    TestCa, TestGateway, http1, http2c, raw_status, raw_with_timeout, refusing_addr,
+};
 use http::Request;
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::proxy::{dead_addr, get, targets, upstream, yaml};
+use super::proxy::{get, targets, upstream, yaml};
 
 #[tokio::test]
 async fn hop_by_hop_headers_are_removed_both_ways() {
@@ -167,7 +169,7 @@ async fn slow_upstream_gets_504_within_the_timeout() {
 
 #[tokio::test]
 async fn refused_connect_is_502_and_fast() {
-    let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", dead_addr()), "")).await;
+    let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", refusing_addr()), "")).await;
     let mut c = http1(gw.addr("main")).await;
     let started = Instant::now();
     assert_eq!(c.get("/").await.status(), 502);
@@ -294,7 +296,7 @@ async fn idempotent_requests_retry_on_another_target() {
     let gw = TestGateway::start(&yaml(
         &format!(
             "    targets: {}\n    retries: 1\n    health_check: {{ unhealthy_after: 100 }}",
-            targets(&[dead_addr(), b.addr()])
+            targets(&[refusing_addr(), b.addr()])
         ),
         "",
     ))

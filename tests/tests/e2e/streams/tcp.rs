@@ -5,14 +5,13 @@
 use std::time::Duration;
 
 use gateway_tests::backend::l4::{Mode, TcpBackend, hex};
-use gateway_tests::{TestGateway, write_file};
+use gateway_tests::{TestGateway, refusing_addr, write_file};
 use sha2::{Digest, Sha256};
 use stream_proxy::upstream::Health;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{closed_silently, config, eventually, exchange, read_to_end};
-use crate::proxy::dead_addr;
 
 const GIB: usize = 1 << 30;
 const BLOCK: usize = 1 << 20;
@@ -168,7 +167,7 @@ async fn many_parallel_connections() {
 #[tokio::test]
 async fn a_dead_target_is_skipped_and_ejected() {
     let echo = TcpBackend::start(Mode::Echo, false).await;
-    let dead = dead_addr();
+    let dead = refusing_addr();
     let gw = TestGateway::start(&config(&[("app", &[dead, echo.addr()])], &stream(""))).await;
     for i in 0..10u8 {
         assert_eq!(exchange(gw.stream_addr("s"), &[i; 10]).await, [i; 10]);
@@ -189,7 +188,7 @@ async fn a_dead_target_is_skipped_and_ejected() {
 
 #[tokio::test]
 async fn no_live_target_closes_the_connection() {
-    let gw = TestGateway::start(&config(&[("app", &[dead_addr()])], &stream(""))).await;
+    let gw = TestGateway::start(&config(&[("app", &[refusing_addr()])], &stream(""))).await;
     let mut tcp = TcpStream::connect(gw.stream_addr("s")).await.unwrap();
     assert!(closed_silently(&mut tcp).await);
     assert_eq!(gw.stream_stats("s").upstream_unavailable, 1);
