@@ -3,7 +3,7 @@
 //! an outage would. `None` (with the reason printed) when `redis-server` is not installed, so
 //! the tests that need it skip instead of failing.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -27,10 +27,8 @@ impl RedisServer {
             eprintln!("skipped: redis-server is not installed (scripts/setup.sh installs it)");
             return None;
         }
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        // redis-server binds it: a port the kernel never hands out on its own (`ports`).
+        let port = crate::ports::reserved_port();
         let mut server = Self {
             port,
             child: None,

@@ -70,10 +70,9 @@ fn validate_says_ok_or_names_file_line_col() {
 #[test]
 fn run_serves_and_drains_on_sigterm() {
     let dir = temp_dir();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // Bound by the gateway's own process: a port the kernel never hands out on its own, so no
+    // parallel test's outgoing connection can take it first.
+    let port = gateway_tests::ports::reserved_port();
     let cfg = write_file(
         dir.path(),
         "g.yaml",

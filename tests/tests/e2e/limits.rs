@@ -73,10 +73,9 @@ fn out_of_file_descriptors_backs_off_then_serves_again() {
         return;
     }
     let dir = temp_dir();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // Bound by the gateway's own process: a port the kernel never hands out on its own, so no
+    // parallel test's outgoing connection can take it first.
+    let port = gateway_tests::ports::reserved_port();
     let cfg = write_file(
         dir.path(),
         "g.yaml",
