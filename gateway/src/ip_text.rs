@@ -9,17 +9,29 @@ use std::net::IpAddr;
 /// quoted-string (RFC 9110 §5.6.4) and a structured-field string (RFC 8941 §3.3.3).
 pub fn push_quoted(out: &mut String, text: &str) {
     out.reserve(text.len() + 2);
-    out.push('"');
+    quoted_pieces(text, |piece| out.push_str(piece));
+}
+
+/// [`push_quoted`] into bytes: the fast path's request text takes it in place, where a `String`
+/// made for it cost an allocation and a copy a proxied request (about 200 instructions).
+pub fn push_quoted_bytes(out: &mut Vec<u8>, text: &str) {
+    out.reserve(text.len() + 2);
+    quoted_pieces(text, |piece| out.extend_from_slice(piece.as_bytes()));
+}
+
+/// Hands `text` as a quoted string to `put`, piece by piece: one rule for both forms above.
+fn quoted_pieces<'a>(text: &'a str, mut put: impl FnMut(&'a str)) {
+    put("\"");
     // Most texts (a host, a route name) need no escape: copied whole, not a char at a time.
     let mut rest = text;
     while let Some(i) = memchr::memchr2(b'"', b'\\', rest.as_bytes()) {
-        out.push_str(&rest[..i]);
-        out.push('\\');
-        out.push_str(&rest[i..=i]);
+        put(&rest[..i]);
+        put("\\");
+        put(&rest[i..=i]);
         rest = &rest[i + 1..];
     }
-    out.push_str(rest);
-    out.push('"');
+    put(rest);
+    put("\"");
 }
 
 /// `n` in decimal.
@@ -110,6 +122,9 @@ mod tests {
             let mut out = String::from("host=");
             push_quoted(&mut out, text);
             assert_eq!(out, format!("host={quoted}"), "{text:?}");
+            let mut bytes = b"host=".to_vec();
+            push_quoted_bytes(&mut bytes, text);
+            assert_eq!(bytes, out.as_bytes(), "{text:?}");
         }
     }
 }

@@ -172,10 +172,8 @@ impl ProxyRoute {
         }
         text.extend_from_slice(client.element.as_bytes());
         if let Some(host) = host_text {
-            let mut quoted = String::with_capacity(host.len() + 2);
-            crate::ip_text::push_quoted(&mut quoted, host);
             text.extend_from_slice(b";host=");
-            text.extend_from_slice(quoted.as_bytes());
+            crate::ip_text::push_quoted_bytes(&mut text, host);
         }
         text.extend_from_slice(b"\r\n");
         push_line(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
