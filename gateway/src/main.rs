@@ -67,7 +67,8 @@ fn main() -> ExitCode {
             // One worker means one thread: a current-thread runtime runs every task on this
             // thread, with no work-stealing queues and no cross-thread wake-ups (how a
             // process-per-core deployment runs).
-            let mut rt = if loaded.server.worker_threads == 1 {
+            let single = loaded.server.worker_threads == 1;
+            let mut rt = if single {
                 tokio::runtime::Builder::new_current_thread()
             } else {
                 let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -76,6 +77,14 @@ fn main() -> ExitCode {
                 }
                 rt
             };
+            // The runtime lives as long as the process, so its threads may keep upstream
+            // timers for reuse (`proxy::deadline`); this thread is its only one with one worker.
+            use gateway::proxy::deadline::{drop_stock_on_this_thread, keep_stock_on_this_thread};
+            rt.on_thread_start(keep_stock_on_this_thread)
+                .on_thread_stop(drop_stock_on_this_thread);
+            if single {
+                keep_stock_on_this_thread();
+            }
             let rt = match rt.enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -83,7 +92,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            rt.block_on(async move {
+            let code = rt.block_on(async move {
                 match gateway::Gateway::start(loaded).await {
                     Ok(gw) => {
                         gw.run_until_signal().await;
@@ -94,7 +103,9 @@ fn main() -> ExitCode {
                         ExitCode::FAILURE
                     }
                 }
-            })
+            });
+            drop_stock_on_this_thread();
+            code
         }
     }
 }

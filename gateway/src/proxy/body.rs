@@ -13,7 +13,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use stream_proxy::upstream::Selection;
-use tokio::time::Sleep;
 
 use super::h1::ResponseBody;
 use super::upstream::Upstream;
@@ -25,7 +24,7 @@ use crate::telemetry::trace::OpenSpan;
 pub(crate) struct Lease {
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) selection: Selection,
-    pub(crate) deadline: Option<Pin<Box<Sleep>>>,
+    pub(crate) deadline: super::deadline::Deadline,
     /// The attempt's client span, ended with the body (dropped unfinished when the client
     /// goes away first).
     pub(crate) span: Option<OpenSpan>,
@@ -34,6 +33,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// The exchange completed.
     fn finish(self) {
+        super::deadline::give_back(self.deadline);
         if let Some(span) = self.span {
             span.finish();
         }

@@ -16,6 +16,7 @@
 
 mod body;
 mod connect;
+pub mod deadline;
 mod h1;
 mod headers;
 mod health;
@@ -34,6 +35,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 pub use text::{Answer, Forwarding, Replaced, TextRequest};
 
+use deadline::Deadline;
 use futures_util::future::Either;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{Authority, PathAndQuery};
@@ -74,7 +76,7 @@ struct Head {
 /// A response head received on an attempt, with what its body still holds.
 struct Sent {
     response: Response<RawBody>,
-    deadline: Option<Pin<Box<Sleep>>>,
+    deadline: Deadline,
 }
 
 /// Why an attempt failed, and the request's body back when it was never sent (so it can be
@@ -448,7 +450,7 @@ impl ProxyRoute {
                 addr: pool.endpoint.addr.to_string(),
                 source: e,
             };
-            let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+            let mut deadline = deadline::start(up.timeout);
             // A pooled connection the peer closed while idle hands the request back unsent; try
             // again on another (a fresh one, once the idle ones run out).
             loop {
@@ -654,7 +656,7 @@ fn connect_error(pool: &Pool, e: ConnectError) -> GatewayError {
 /// A future type rather than an `async fn`: an `async fn` keeps `f` twice in its state (the
 /// argument, then the future it awaits), and the proxy's request future, which holds this one,
 /// is copied whole when it is boxed.
-fn until<F: Future>(deadline: &mut Option<Pin<Box<Sleep>>>, f: F) -> Until<'_, F> {
+fn until<F: Future>(deadline: &mut Deadline, f: F) -> Until<'_, F> {
     Until {
         inner: f,
         deadline: deadline.as_mut().map(Pin::as_mut),

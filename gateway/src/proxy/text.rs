@@ -17,11 +17,10 @@
 //! takes only plain heads (no body, no upgrade, `Connection` only `keep-alive` or `close`).
 
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
+use super::deadline::Deadline;
 use http::{StatusCode, Version};
-use tokio::time::Sleep;
 
 use super::body::{Lease, RawBody};
 use super::h1::TextHead;
@@ -334,7 +333,7 @@ impl ProxyRoute {
     ) -> Result<(TextHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
         let up = &self.upstream;
         let timeout = up.timeout.unwrap_or_default();
-        let mut deadline = up.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let mut deadline = super::deadline::start(up.timeout);
         let host = fwd.host_for(pool.endpoint.host.as_bytes());
         // A pooled connection the peer closed while idle did not take the request; try again
         // on another (a fresh one, once the idle ones run out).
@@ -369,8 +368,6 @@ impl ProxyRoute {
         }
     }
 }
-
-type Deadline = Option<Pin<Box<Sleep>>>;
 
 /// An attempt's response, kept while another target is tried.
 struct Answered {

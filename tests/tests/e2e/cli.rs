@@ -132,3 +132,82 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The binary's runtime keeps upstream timers for reuse (`proxy::deadline`), which the
+/// in-process gateways of the other tests never do: a timer reset for a later request still
+/// fires at that request's deadline, on the fast path and the general path, with one worker
+/// (a current-thread runtime) and with two.
+#[tokio::test]
+async fn reused_upstream_timers_fire_at_each_requests_deadline() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use std::time::Instant;
+
+    let backend = gateway_tests::backend::Backend::start("b").await;
+    for workers in [1, 2] {
+        let dir = temp_dir();
+        let port = gateway_tests::ports::reserved_port();
+        let cfg = write_file(
+            dir.path(),
+            "g.yaml",
+            format!(
+                "server: {{ watch_config: false, worker_threads: {workers} }}\n\
+                 listeners:\n  - name: a\n    bind: 127.0.0.1:{port}\n\
+                 upstreams:\n  app:\n    targets: [\"{}\"]\n    timeout: 300ms\n    health_check: {{ unhealthy_after: 100 }}\n\
+                 routes:\n  - match: {{ path_prefix: / }}\n    proxy: {{ upstream: app }}\n",
+                backend.addr()
+            ),
+        );
+        let child = Command::new(gateway_binary())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .spawn()
+            .unwrap();
+        let _child = KillOnDrop(child);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut up = false;
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(up, "the gateway listens ({workers} workers)");
+        let mut c = gateway_tests::http1(addr).await;
+        let post = |path: &str| {
+            http::Request::post(path)
+                .body(Full::new(Bytes::from_static(b"x")))
+                .unwrap()
+        };
+        for round in 0..3 {
+            // Answered attempts give their timers back; after the pause those are past their
+            // deadlines, and only a reset lets the next attempts wait for their answers...
+            for pause in [false, true] {
+                if pause {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                }
+                for _ in 0..5 {
+                    assert_eq!(c.get("/").await.status(), 200, "{workers} workers");
+                    let status = c.send(post("/")).await.unwrap().status();
+                    assert_eq!(status, 200, "{workers} workers");
+                }
+            }
+            // ...and the next attempts' deadlines still hold, on either path.
+            for general in [false, true] {
+                let began = Instant::now();
+                let status = if general {
+                    c.send(post("/slow/3000")).await.unwrap().status()
+                } else {
+                    c.get("/slow/3000").await.status()
+                };
+                let took = began.elapsed();
+                assert_eq!(status, 504, "{workers} workers, round {round}");
+                assert!(
+                    took >= Duration::from_millis(300) && took < Duration::from_millis(2500),
+                    "{workers} workers, round {round}, general path {general}: {took:?}"
+                );
+            }
+        }
+    }
+}
