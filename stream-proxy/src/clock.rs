@@ -8,43 +8,39 @@
 //! deadlines are measured against [`deadline_ms`], which takes it off, so that none fires early.
 
 /// `CLOCK_MONOTONIC_COARSE` in milliseconds: the time of the kernel's last timer tick, read
-/// from the vDSO without a TSC read.
+/// from the vDSO without a TSC read. Were the read to fail, its zeroes would make no idle
+/// deadline fire: a missed timeout, never an early one.
 #[cfg(target_os = "linux")]
-#[allow(
-    unsafe_code,
-    reason = "clock_gettime(2) through libc: a plain read of the vDSO clock into a local"
-)]
 pub fn coarse_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every Linux
-    // since 2.6.32 (were the call to fail, `ts` would keep its zeroes and no idle deadline
-    // would fire: a missed timeout, never an early one).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let ts = read_clock(libc::CLOCK_MONOTONIC_COARSE);
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 /// Whole seconds since the Unix epoch from `CLOCK_REALTIME_COARSE`: the wall clock at the
 /// kernel's last timer tick, for a `Date` field that shows whole seconds anyway. It reads the
 /// vDSO without a TSC read and needs no subtraction from an epoch (`SystemTime::now()` and
-/// `duration_since` cost about 90 instructions a response on the fast path).
+/// `duration_since` cost about 90 instructions a response on the fast path). Were the read to
+/// fail, its zeroes name 1970, which the caller treats as "ask the precise clock".
+#[cfg(target_os = "linux")]
+pub fn coarse_unix_secs() -> u64 {
+    u64::try_from(read_clock(libc::CLOCK_REALTIME_COARSE).tv_sec).unwrap_or(0)
+}
+
+/// One of the kernel's clocks, zeroes if it cannot be read.
 #[cfg(target_os = "linux")]
 #[allow(
     unsafe_code,
     reason = "clock_gettime(2) through libc: a plain read of the vDSO clock into a local"
 )]
-pub fn coarse_unix_secs() -> u64 {
+fn read_clock(clock: libc::clockid_t) -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME_COARSE exists on every Linux
-    // since 2.6.32. Were the call to fail, the zeroes name 1970, which the caller treats as
-    // "ask the precise clock".
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0)
+    // SAFETY: `ts` is a valid, writable timespec; both coarse clocks exist on every Linux since
+    // 2.6.32, and a failed call leaves `ts` as it was.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts
 }
 
 /// Elsewhere, whole seconds of the system clock since the Unix epoch.

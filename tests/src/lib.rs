@@ -122,6 +122,28 @@ pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
+/// The head of a config whose routes are served on two listeners: `fast` with the HTTP/1.1 fast
+/// path (the default) and `general` without it, with the admin port for their counters. A test
+/// appends its own `upstreams:` and `routes:` and compares the two listeners' answers.
+pub const FAST_AND_GENERAL_LISTENERS: &str = "\
+admin: { bind: 127.0.0.1:0 }
+server: { watch_config: false }
+listeners:
+  - name: fast
+    bind: 127.0.0.1:0
+  - name: general
+    bind: 127.0.0.1:0
+    http1_fast_path: false
+";
+
+/// A config file `g.yaml` in `dir` for the gateway binary run as its own process, whose
+/// listener is to bind the port `yaml` is given: one from the reserved range ([`ports`]),
+/// which no parallel test's outgoing connection can take before the gateway binds it.
+pub fn binary_config(dir: &Path, yaml: impl FnOnce(u16) -> String) -> (u16, PathBuf) {
+    let port = ports::reserved_port();
+    (port, write_file(dir, "g.yaml", yaml(port)))
+}
+
 /// Writes `contents` to `dir/rel`, creating parent directories.
 pub fn write_file(dir: &Path, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
     let path = dir.join(rel);

@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use gateway_tests::{gateway_binary, temp_dir, write_file};
+use gateway_tests::{binary_config, gateway_binary, temp_dir, write_file};
 
 #[test]
 fn version_prints_the_version() {
@@ -70,16 +70,11 @@ fn validate_says_ok_or_names_file_line_col() {
 #[test]
 fn run_serves_and_drains_on_sigterm() {
     let dir = temp_dir();
-    // Bound by the gateway's own process: a port the kernel never hands out on its own, so no
-    // parallel test's outgoing connection can take it first.
-    let port = gateway_tests::ports::reserved_port();
-    let cfg = write_file(
-        dir.path(),
-        "g.yaml",
+    let (port, cfg) = binary_config(dir.path(), |port| {
         format!(
             "listeners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
-        ),
-    );
+        )
+    });
     let child = Command::new(gateway_binary())
         .args(["run", "--config"])
         .arg(&cfg)
@@ -146,18 +141,15 @@ async fn reused_upstream_timers_fire_at_each_requests_deadline() {
     let backend = gateway_tests::backend::Backend::start("b").await;
     for workers in [1, 2] {
         let dir = temp_dir();
-        let port = gateway_tests::ports::reserved_port();
-        let cfg = write_file(
-            dir.path(),
-            "g.yaml",
+        let (port, cfg) = binary_config(dir.path(), |port| {
             format!(
                 "server: {{ watch_config: false, worker_threads: {workers} }}\n\
                  listeners:\n  - name: a\n    bind: 127.0.0.1:{port}\n\
                  upstreams:\n  app:\n    targets: [\"{}\"]\n    timeout: 300ms\n    health_check: {{ unhealthy_after: 100 }}\n\
                  routes:\n  - match: {{ path_prefix: / }}\n    proxy: {{ upstream: app }}\n",
                 backend.addr()
-            ),
-        );
+            )
+        });
         let child = Command::new(gateway_binary())
             .args(["run", "--config"])
             .arg(&cfg)

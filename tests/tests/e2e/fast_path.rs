@@ -8,21 +8,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use gateway_tests::{
-    TestGateway, fast_path_count, raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file,
+    FAST_AND_GENERAL_LISTENERS, TestGateway, fast_path_count, raw_bytes_with_timeout,
+    raw_with_timeout, temp_dir, write_file,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Two listeners with the same routes, one with the fast path (the default) and one without.
-const YAML: &str = r#"
-admin: { bind: 127.0.0.1:0 }
-server: { watch_config: false }
-listeners:
-  - name: fast
-    bind: 127.0.0.1:0
-  - name: general
-    bind: 127.0.0.1:0
-    http1_fast_path: false
+/// The routes both listeners of [`FAST_AND_GENERAL_LISTENERS`] serve.
+const ROUTES: &str = r#"
 routes:
   - name: hello
     match: { path: /hello }
@@ -148,7 +141,7 @@ async fn start_with(more: &str) -> TestGateway {
         "the quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog\n",
     );
     write_file(dir.path(), "public/files/b.json", "{\"k\": 1}");
-    TestGateway::start_in(dir, &format!("{YAML}{more}")).await
+    TestGateway::start_in(dir, &format!("{FAST_AND_GENERAL_LISTENERS}{ROUTES}{more}")).await
 }
 
 /// Requests the fast path takes, each with whether it is `HEAD`.
@@ -1153,9 +1146,9 @@ async fn revalidations_of_cached_files_are_answered_here_as_the_general_path_ans
 
 #[tokio::test]
 async fn ranges_of_cached_and_kept_files_are_answered_here_as_the_general_path_answers_them() {
-    // The routes of `YAML` but one: its files re-checked once a minute, so that none falls due
+    // The routes of `ROUTES` but one: its files re-checked once a minute, so that none falls due
     // while the test runs (a file due for its re-check is the general path's).
-    let yaml = YAML.replace(
+    let yaml = format!("{FAST_AND_GENERAL_LISTENERS}{ROUTES}").replace(
         "static: { root: public, compress: [gzip], compress_min_size: 16 }",
         "static: { root: public, compress: [], cache: { revalidate_after: 60s } }",
     );

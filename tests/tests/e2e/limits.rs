@@ -73,16 +73,11 @@ fn out_of_file_descriptors_backs_off_then_serves_again() {
         return;
     }
     let dir = temp_dir();
-    // Bound by the gateway's own process: a port the kernel never hands out on its own, so no
-    // parallel test's outgoing connection can take it first.
-    let port = gateway_tests::ports::reserved_port();
-    let cfg = write_file(
-        dir.path(),
-        "g.yaml",
+    let (port, cfg) = gateway_tests::binary_config(dir.path(), |port| {
         format!(
             "server: {{ watch_config: false, worker_threads: 2 }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
-        ),
-    );
+        )
+    });
     let log = dir.path().join("stderr.log");
     // A shell lowers the descriptor limit, then becomes the gateway.
     let child = Command::new("sh")

@@ -7,21 +7,13 @@ use std::time::Duration;
 
 use gateway_tests::backend::Backend;
 use gateway_tests::{
-    TestGateway, counter_value, fast_path_count, normalized_response, raw_target, raw_with_timeout,
+    FAST_AND_GENERAL_LISTENERS, TestGateway, counter_value, fast_path_count, normalized_response,
+    raw_target, raw_with_timeout,
 };
 
 async fn start(backend: &str) -> TestGateway {
     let yaml = format!(
-        r#"
-admin: {{ bind: 127.0.0.1:0 }}
-server: {{ watch_config: false }}
-listeners:
-  - name: fast
-    bind: 127.0.0.1:0
-  - name: general
-    bind: 127.0.0.1:0
-    http1_fast_path: false
-upstreams:
+        r#"{FAST_AND_GENERAL_LISTENERS}upstreams:
   origin: {{ targets: ["{backend}"] }}
 routes:
   - name: keyed
