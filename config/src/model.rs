@@ -277,12 +277,63 @@ pub struct ListenerConfig {
     /// sends every request through it.
     #[serde(default = "yes")]
     pub http1_fast_path: bool,
+    /// How request paths are normalized before routing (dot segments, escapes, slashes).
+    #[serde(default)]
+    pub path_normalization: PathNormalization,
     /// HTTP/2 settings.
     #[serde(default)]
     pub http2: Http2Settings,
     /// HTTP/3 (QUIC) settings; used when `protocols` includes `http3`.
     #[serde(default)]
     pub http3: Http3Settings,
+}
+
+/// `listeners[].path_normalization`: the one form of a request's path that routes, filters,
+/// plugins and (by default) the upstream see. Dot segments are always removed and escapes of
+/// unreserved characters always decoded.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathNormalization {
+    /// Merge runs of `/` into one (`/a//b` is `/a/b`).
+    pub merge_slashes: bool,
+    /// What `%2F`, `%5C` and a raw `\` in a path do.
+    pub escaped_slashes: EscapedSlashesAction,
+    /// Which path the upstream is sent.
+    pub forward: PathForward,
+}
+
+impl Default for PathNormalization {
+    fn default() -> Self {
+        Self {
+            merge_slashes: true,
+            escaped_slashes: EscapedSlashesAction::Reject,
+            forward: PathForward::Normalized,
+        }
+    }
+}
+
+/// `path_normalization.escaped_slashes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EscapedSlashesAction {
+    /// Refuse the request with `400`.
+    #[default]
+    Reject,
+    /// Keep them as data, never as a separator (a raw `\` is sent as `%5C`).
+    Keep,
+    /// Decode them to `/`, a separator, before dot segments are removed.
+    Decode,
+}
+
+/// `path_normalization.forward`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathForward {
+    /// The normalized path.
+    #[default]
+    Normalized,
+    /// The path as the client wrote it (routing still uses the normalized one).
+    Original,
 }
 
 fn default_protocols() -> Vec<HttpProtocol> {

@@ -16,6 +16,7 @@ pub mod generation;
 pub mod ip_text;
 pub mod memory;
 pub mod proxy;
+pub mod request;
 pub mod router;
 pub mod server;
 pub mod service;

@@ -235,6 +235,10 @@ impl ConnService {
         metrics: &RouteMetrics,
     ) {
         self.policy.decorate(res);
+        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // The connection stops being HTTP/1 once this goes out: its framing checks stop.
+            self.activity.switch_protocols();
+        }
         if let Some(v) = &self.alt_svc {
             res.headers_mut().insert(header::ALT_SVC, v.clone());
         }

@@ -75,12 +75,39 @@ pub(super) fn hop_by_hop_token_bit(token: &[u8]) -> u16 {
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
 /// put back, since the next hop must see both to switch protocols.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
-    // One pass over the names (no hashing) finds which are present; only those are removed,
-    // since a removal hashes and probes whether or not the name is there. Most requests carry
-    // none; most upstream responses carry only `Connection: keep-alive`.
-    let present = headers
+    remove_present(headers, present_hop_by_hop(headers), upgrading);
+}
+
+/// `Proxy-Authorization` and `Proxy-Authenticate`: hop-by-hop, but addressed to this hop, so
+/// filters and plugins (a proxy-authentication check) see them; the proxy removes them.
+const PROXY_AUTH_BITS: u16 = 1 << 4 | 1 << 5;
+
+/// Removes the client's hop-by-hop fields as a request enters, before any filter: the fields
+/// its `Connection` names, `Connection` itself (put back as `upgrade` when the request asks to
+/// switch protocols, with its `Upgrade`), `Keep-Alive`, `Proxy-Connection`, `TE` (but
+/// `trailers`), `Transfer-Encoding` (the body is framed again on the way out) and
+/// `HTTP2-Settings`. So a field a filter sets reaches the upstream whatever the client's
+/// `Connection` lists.
+pub(crate) fn strip_on_entry(headers: &mut HeaderMap) {
+    let present = present_hop_by_hop(headers) & !PROXY_AUTH_BITS;
+    if present == 0 {
+        return;
+    }
+    let upgrading = present & UPGRADE_BIT != 0 && wants_upgrade(headers);
+    remove_present(headers, present, upgrading);
+}
+
+/// The [`HOP_BY_HOP`] entries present, as a mask. One pass over the names (no hashing): a
+/// removal hashes and probes whether or not the name is there, so only present ones are
+/// removed. Most requests carry none; most upstream responses only `Connection: keep-alive`.
+fn present_hop_by_hop(headers: &HeaderMap) -> u16 {
+    headers
         .keys()
-        .fold(0, |mask, name| mask | hop_by_hop_bit(name));
+        .fold(0, |mask, name| mask | hop_by_hop_bit(name))
+}
+
+/// Removes the hop-by-hop fields of `present` (see [`remove_hop_by_hop`]).
+fn remove_present(headers: &mut HeaderMap, present: u16, upgrading: bool) {
     if present == 0 {
         if upgrading {
             headers.insert(header::CONNECTION, UPGRADE);

@@ -18,7 +18,7 @@ mod body;
 mod connect;
 pub mod deadline;
 mod h1;
-mod headers;
+pub(crate) mod headers;
 mod health;
 mod pool;
 mod text;
@@ -51,6 +51,7 @@ use self::pool::{Checkout, Pool};
 use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::{GatewayError, error_response};
+use crate::request::OriginalTarget;
 use crate::telemetry::trace::http_spans::Target;
 use crate::telemetry::trace::{OpenSpan, TraceCx};
 
@@ -184,7 +185,15 @@ impl ProxyRoute {
             upgrade::connect_to_http1(&mut parts);
         }
         let head = Head {
-            path: self.upstream_path(&parts.uri),
+            // The listener may forward the target as the client wrote it; routing and the
+            // filters saw the normalized one.
+            path: self.upstream_path(
+                parts
+                    .extensions
+                    .get::<OriginalTarget>()
+                    .map(|o| &o.0)
+                    .or(parts.uri.path_and_query()),
+            ),
             authority: (self.preserve_host && h2)
                 .then(|| parts.uri.authority().cloned())
                 .flatten()
@@ -361,20 +370,20 @@ impl ProxyRoute {
 
     /// The path and query sent upstream, with `strip_prefix` removed at a segment boundary
     /// (`/api` strips `/api` and `/api/x`, not `/apix`).
-    fn upstream_path(&self, uri: &Uri) -> PathAndQuery {
-        let original = uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    fn upstream_path(&self, target: Option<&PathAndQuery>) -> PathAndQuery {
+        let Some(target) = target else {
+            return PathAndQuery::from_static("/");
+        };
+        let original = target.clone();
         let Some(prefix) = &self.strip_prefix else {
             return original;
         };
-        match uri.path().strip_prefix(&**prefix) {
+        match target.path().strip_prefix(&**prefix) {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = uri.query().map_or(0, |q| q.len() + 1);
+                let query = target.query().map_or(0, |q| q.len() + 1);
                 let mut s = String::with_capacity(rest.len() + query + 1);
                 s.push_str(if rest.is_empty() { "/" } else { rest });
-                if let Some(q) = uri.query() {
+                if let Some(q) = target.query() {
                     s.push('?');
                     s.push_str(q);
                 }

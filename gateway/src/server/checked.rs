@@ -11,6 +11,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
@@ -18,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::coalesce::WriteGather;
 use super::framing::{Framing, Scan, Violation};
+use super::idle::Activity;
 use super::policy::Rejections;
 
 /// What hyper is handed instead of a refused request: a method that is not a token, which its
@@ -36,11 +38,13 @@ pub struct CheckedIo<T> {
     closing: bool,
     rejected: Rejections,
     writes: WriteGather,
+    /// Where the service records that the connection switched protocols.
+    activity: Arc<Activity>,
 }
 
 impl<T> CheckedIo<T> {
     /// Wraps `inner`; [`Framing::off`] makes this a plain pass-through.
-    pub fn new(inner: T, framing: Framing, rejected: Rejections) -> Self {
+    pub fn new(inner: T, framing: Framing, rejected: Rejections, activity: Arc<Activity>) -> Self {
         Self {
             inner,
             framing,
@@ -49,6 +53,7 @@ impl<T> CheckedIo<T> {
             closing: false,
             rejected,
             writes: WriteGather::default(),
+            activity,
         }
     }
 
@@ -88,6 +93,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
             }
             if this.closing {
                 return Poll::Ready(Ok(()));
+            }
+            if this.framing.switch_asked() && this.activity.switched_protocols() {
+                // Whatever was held is the new protocol's.
+                this.framing.switched();
+                if !this.held.is_empty() {
+                    this.ready = this.held.split().freeze();
+                    continue;
+                }
             }
             if this.held.is_empty() {
                 let before = buf.filled().len();
@@ -217,7 +230,12 @@ mod tests {
     /// parser would have been handed.
     async fn through(pieces: &[&[u8]]) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(64);
-        let mut io = CheckedIo::new(server, Framing::http1(8192, true), Rejections::default());
+        let mut io = CheckedIo::new(
+            server,
+            Framing::http1(8192, true),
+            Rejections::default(),
+            Activity::new(true),
+        );
         let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
         let writer = tokio::spawn(async move {
             for p in pieces {
@@ -242,7 +260,12 @@ mod tests {
             (b"GET / HTTP/1.1\r\n\r\n", false),
         ] {
             let (mut client, server) = tokio::io::duplex(1024);
-            let mut io = CheckedIo::new(server, Framing::http1(8192, true), Rejections::default());
+            let mut io = CheckedIo::new(
+                server,
+                Framing::http1(8192, true),
+                Rejections::default(),
+                Activity::new(true),
+            );
             client.write_all(first).await.unwrap();
             let mut buf = vec![0u8; first.len()];
             io.read_exact(&mut buf).await.unwrap();

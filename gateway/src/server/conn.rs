@@ -358,8 +358,13 @@ where
         // Served by preface sniffing below: an HTTP/2 preface turns the checks off.
         _ => Framing::http1(rt.max_head, true),
     };
-    let tracked = TrackedIo::new(io, activity);
-    let io = TokioIo::new(CheckedIo::new(tracked, framing, rt.policy.rejected.clone()));
+    let tracked = TrackedIo::new(io, activity.clone());
+    let io = TokioIo::new(CheckedIo::new(
+        tracked,
+        framing,
+        rt.policy.rejected.clone(),
+        activity,
+    ));
     // hyper-util's `serve_connection_with_upgrades` sniffs the preface whatever the builder's
     // version is, so a connection limited to one protocol uses that protocol's own server: an
     // ALPN `h2` connection never falls back to HTTP/1, an HTTP/1-only one never to h2c.

@@ -56,6 +56,7 @@ use super::sendfile::SendFile;
 use crate::filter::FastFilters;
 use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::{CompiledRoute, Generation};
+use crate::request;
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{
@@ -290,7 +291,11 @@ impl<'a> Lane<'a> {
     /// Appends the answer to `req` to `answers`, or says why not.
     fn answer(&self, req: &Plain<'_>, answers: &mut Answers) -> Outcome {
         let svc = self.svc;
-        if req.target.len() > svc.policy.max_uri {
+        // A request the entry rules would refuse or change is the general path's, which
+        // applies them (`crate::request`).
+        if req.target.len() > svc.policy.max_uri
+            || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
+        {
             return Outcome::HandOff;
         }
         if let Some(c) = &svc.http01

@@ -90,6 +90,11 @@ pub struct Framing {
     max_head: usize,
     /// The connection speaks HTTP/2 (chosen by ALPN, or its preface came first).
     http2: bool,
+    /// A request asked to switch protocols (`Upgrade`, `CONNECT`). Its bytes and what follows
+    /// are checked as HTTP/1 until the service says the switch really happened
+    /// ([`Framing::switched`]): a request whose upgrade was answered with anything else leaves
+    /// the connection HTTP/1, and checked.
+    switch_asked: bool,
 }
 
 #[derive(Debug)]
@@ -102,7 +107,7 @@ enum State {
     Body(u64),
     /// Inside a chunked body.
     Chunked(Chunk),
-    /// Not checking (HTTP/2, after an upgrade request, after an oversized head or a refusal).
+    /// Not checking (HTTP/2, after a switch of protocols, after an oversized head or a refusal).
     Off,
 }
 
@@ -183,6 +188,7 @@ impl Framing {
             state,
             max_head,
             http2: false,
+            switch_asked: false,
         }
     }
 
@@ -192,12 +198,24 @@ impl Framing {
             state: State::Off,
             max_head: 0,
             http2: true,
+            switch_asked: false,
         }
     }
 
     /// Whether checking has stopped for good.
     pub fn is_off(&self) -> bool {
         matches!(self.state, State::Off)
+    }
+
+    /// Whether a request asked to switch protocols and checking goes on until it is known
+    /// whether the switch happened.
+    pub fn switch_asked(&self) -> bool {
+        self.switch_asked && !self.is_off()
+    }
+
+    /// The connection switched protocols (a `101` went out): what follows is not HTTP/1.
+    pub fn switched(&mut self) {
+        self.state = State::Off;
     }
 
     /// Whether the connection speaks HTTP/2.
@@ -236,6 +254,7 @@ impl Framing {
                         return Scan::Reject(at, v);
                     }
                     HeadStep::Done { len, next } => {
+                        self.switch_asked |= head.upgrade;
                         at += len;
                         self.state = next;
                     }
@@ -347,13 +366,6 @@ impl Head {
     fn end(&mut self) -> Option<HeadStep> {
         if self.length.is_some() && self.chunked {
             return Some(HeadStep::Bad(Violation::LengthWithChunked));
-        }
-        if self.upgrade {
-            // After a protocol switch the bytes are not HTTP; the parser keeps its own checks.
-            return Some(HeadStep::Done {
-                len: self.pos,
-                next: State::Off,
-            });
         }
         if self.chunked && !self.expect_continue {
             self.first_chunk = Some(Chunk::Size {

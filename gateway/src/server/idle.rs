@@ -33,6 +33,8 @@ pub struct Activity {
     track_heads: AtomicBool,
     /// When a write first found the socket full with no progress since (0: not blocked).
     write_blocked: AtomicU64,
+    /// A `101 Switching Protocols` was answered: the framing checks stop.
+    switched: AtomicBool,
 }
 
 /// What the watchdog decided.
@@ -90,6 +92,16 @@ impl Activity {
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.head_started.store(0, Ordering::Relaxed);
+    }
+
+    /// The service answered a request with `101 Switching Protocols`.
+    pub fn switch_protocols(&self) {
+        self.switched.store(true, Ordering::Release);
+    }
+
+    /// Whether the connection switched protocols.
+    pub fn switched_protocols(&self) -> bool {
+        self.switched.load(Ordering::Acquire)
     }
 
     /// The service answered a request.

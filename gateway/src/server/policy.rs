@@ -12,6 +12,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::body::{Body, BoxError};
+use crate::request::{self, EntryRefusal, EntryRules, EscapedSlashes, PathRules};
 use crate::server::framing::Violation;
 use crate::telemetry::{Counter, Registry};
 
@@ -34,7 +35,8 @@ impl Rejections {
         let reasons = Violation::ALL
             .iter()
             .map(|v| v.reason())
-            .chain([URI_TOO_LONG, BODY_TOO_LARGE]);
+            .chain([URI_TOO_LONG, BODY_TOO_LARGE])
+            .chain(EntryRefusal::REASONS);
         let counters = reasons
             .map(|reason| {
                 let c = registry.counter(
@@ -65,6 +67,8 @@ pub struct ListenerPolicy {
     pub max_body: u64,
     /// `Strict-Transport-Security` for every response (TLS listeners with `tls.hsts`).
     pub hsts: Option<HeaderValue>,
+    /// `Host` and path rules every request must pass.
+    pub entry: EntryRules,
     /// Refusal counters.
     pub rejected: Rejections,
 }
@@ -87,6 +91,7 @@ impl ListenerPolicy {
                 .as_ref()
                 .and_then(|t| t.hsts.as_ref())
                 .map(hsts_value),
+            entry: entry_rules(settings),
             rejected: Rejections::new(registry, &listener.name),
         }
     }
@@ -101,6 +106,14 @@ impl ListenerPolicy {
             self.rejected.count(URI_TOO_LONG);
             return Err(StatusCode::URI_TOO_LONG);
         }
+        let entered = request::check_host(req.version(), req.uri(), req.headers())
+            .and_then(|()| request::normalize_target(req, &self.entry));
+        if let Err(refusal) = entered {
+            tracing::debug!(reason = refusal.reason(), "request refused on entry");
+            self.rejected.count(refusal.reason());
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        crate::proxy::headers::strip_on_entry(req.headers_mut());
         if self.max_body == 0 || req.body().is_end_stream() {
             return Ok(());
         }
@@ -130,6 +143,23 @@ impl ListenerPolicy {
             res.headers_mut()
                 .insert(http::header::STRICT_TRANSPORT_SECURITY, v.clone());
         }
+    }
+}
+
+/// The listener's `Host` and path rules.
+fn entry_rules(settings: &gateway_config::model::ListenerConfig) -> EntryRules {
+    use gateway_config::model::{EscapedSlashesAction, PathForward};
+    let cfg = &settings.path_normalization;
+    EntryRules {
+        path: PathRules {
+            merge_slashes: cfg.merge_slashes,
+            escaped_slashes: match cfg.escaped_slashes {
+                EscapedSlashesAction::Reject => EscapedSlashes::Reject,
+                EscapedSlashesAction::Keep => EscapedSlashes::Keep,
+                EscapedSlashesAction::Decode => EscapedSlashes::Decode,
+            },
+        },
+        forward_original: cfg.forward == PathForward::Original,
     }
 }
 
@@ -208,6 +238,7 @@ mod tests {
             max_uri: 16,
             max_body,
             hsts: None,
+            entry: EntryRules::default(),
             rejected: Rejections::default(),
         }
     }

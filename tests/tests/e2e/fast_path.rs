@@ -290,9 +290,10 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
             200,
             false,
         ),
+        // Two `Host` lines: refused on entry (RFC 9112 §3.2) by the general path.
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-            200,
+            400,
             false,
         ),
         ("GET /hello\"x HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),

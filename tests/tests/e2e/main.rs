@@ -23,6 +23,7 @@ mod proxy_ws;
 mod rate_limit;
 mod rate_limit_fast_path;
 mod reload;
+mod request_entry;
 mod security;
 mod smuggling;
 mod static_files;

@@ -108,7 +108,10 @@ async fn block_mode_refuses_attacks_with_a_request_id() {
         "/strict/x?q=%3Cscript%3Ealert(1)%3C/script%3E",
         "/strict/x?file=..%252f..%252fetc%252fpasswd",
         "/strict/x?host=127.0.0.1%3B%20cat%20/etc/passwd",
-        "/strict/static/%2e%2e/%2e%2e/etc/passwd",
+        // A traversal in the path is normalized away before any route or filter sees it
+        // (security.md, "Paths, hosts and hop-by-hop fields on entry"); in the query it is
+        // the WAF's.
+        "/strict/x?path=%2e%2e/%2e%2e/etc/passwd",
         "/strict/x?q=%zz",
     ] {
         assert_eq!(c.get(attack).await.status(), 403, "{attack}");

@@ -157,23 +157,38 @@ fn http2_preface_turns_checking_off() {
     assert!(!f.is_off());
     let _ = run(&mut f, &[preface]);
     assert!(!f.is_http2());
-    // Checking stopped for another reason (an upgrade) is not HTTP/2; ALPN's `h2` is.
+    // Checking stopped for another reason (a switch of protocols) is not HTTP/2; ALPN's `h2` is.
     let mut f = Framing::http1(64 * 1024, true);
     let _ = run(
         &mut f,
         &[b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"],
     );
+    f.switched();
     assert!(f.is_off() && !f.is_http2());
     assert!(Framing::off().is_http2());
 }
 
 #[test]
-fn upgrade_requests_turn_checking_off() {
-    let input: &[u8] =
-        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n\x81\x05hello\n";
-    let mut f = Framing::http1(64 * 1024, true);
-    assert_eq!(run(&mut f, &[input]), (input.to_vec(), None));
-    assert!(f.is_off());
+fn an_upgrade_request_keeps_checking_on_until_the_switch_happens() {
+    let upgrade: &[u8] = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n";
+    let connect: &[u8] = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n";
+    for asking in [upgrade, connect] {
+        // Not switched (the answer was not 101): what follows is HTTP/1, and checked.
+        let mut f = Framing::http1(64 * 1024, true);
+        let smuggled = b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+        let (released, got) = run(&mut f, &[asking, smuggled]);
+        assert_eq!(released, asking.to_vec());
+        assert_eq!(got, Some(Violation::DuplicateLength));
+
+        // Switched: what follows is the new protocol's, passed as it is.
+        let mut f = Framing::http1(64 * 1024, true);
+        assert_eq!(run(&mut f, &[asking]), (asking.to_vec(), None));
+        assert!(f.switch_asked() && !f.is_off());
+        f.switched();
+        let frame: &[u8] = b"\x81\x05hello\n";
+        assert_eq!(run(&mut f, &[frame]), (frame.to_vec(), None));
+        assert!(f.is_off());
+    }
 }
 
 #[test]
