@@ -277,6 +277,11 @@ pub struct ListenerConfig {
     /// sends every request through it.
     #[serde(default = "yes")]
     pub http1_fast_path: bool,
+    /// Accept only request targets within RFC 3986: `"`, `<`, `>`, `` ` ``, `{`, `}`, `|`, `^`
+    /// and `\` are refused with 400 instead of being taken (the first four percent-encoded) as
+    /// nginx takes them.
+    #[serde(default)]
+    pub strict_uri: bool,
     /// How request paths are normalized before routing (dot segments, escapes, slashes).
     #[serde(default)]
     pub path_normalization: PathNormalization,

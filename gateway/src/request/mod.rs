@@ -19,6 +19,9 @@ pub struct EntryRules {
     pub path: PathRules,
     /// Send the upstream the target as the client wrote it instead of the normalized one.
     pub forward_original: bool,
+    /// Refuse targets with bytes outside RFC 3986 (`{`, `}`, `|`, `^`, `\`, ...) that other
+    /// servers take.
+    pub strict_uri: bool,
 }
 
 /// The target as the client wrote it, kept beside a request whose path was normalized when the
@@ -37,17 +40,20 @@ pub enum EntryRefusal {
     InvalidHost,
     /// An absolute-form target or `:authority` with userinfo (`http://user@host/`).
     Userinfo,
+    /// A target with bytes outside RFC 3986, on a `strict_uri` listener.
+    InvalidTarget,
     /// A path that cannot be normalized safely.
     Path(PathRefusal),
 }
 
 impl EntryRefusal {
     /// Every reason, for registering counters up front.
-    pub const REASONS: [&'static str; 6] = [
+    pub const REASONS: [&'static str; 7] = [
         "missing_host",
         "duplicate_host",
         "invalid_host",
         "userinfo_in_target",
+        "invalid_target",
         "invalid_path_escape",
         "escaped_slash",
     ];
@@ -59,6 +65,7 @@ impl EntryRefusal {
             Self::DuplicateHost => Self::REASONS[1],
             Self::InvalidHost => Self::REASONS[2],
             Self::Userinfo => Self::REASONS[3],
+            Self::InvalidTarget => Self::REASONS[4],
             Self::Path(p) => p.reason(),
         }
     }
@@ -94,11 +101,42 @@ fn check_authority(authority: &Authority) -> Result<(), EntryRefusal> {
     }
 }
 
+/// Whether every byte of a request target is one RFC 3986 allows there: unreserved,
+/// sub-delimiters, `:`, `@`, `/`, `?` and `%` (escapes are checked by the path rules).
+pub fn is_rfc3986_target(target: &str) -> bool {
+    target.bytes().all(|b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'/'
+                    | b'?'
+                    | b'%'
+            )
+    })
+}
+
 /// Whether an HTTP/1.1 request with this one `Host` value (or none) and origin-form `path`
 /// passes the entry rules without a change: the HTTP/1.1 fast path answers only those and
 /// leaves the rest to the general path, where they are refused or normalized.
 pub fn passes_unchanged(host: Option<&[u8]>, path: &str, rules: &EntryRules) -> bool {
     host.is_some_and(host::is_valid)
+        && (!rules.strict_uri || is_rfc3986_target(path))
         && matches!(
             path::normalize(path, &rules.path),
             Ok(std::borrow::Cow::Borrowed(_))
@@ -190,6 +228,16 @@ mod tests {
         assert_eq!(req.uri(), "/a/b?z");
         let original = req.extensions().get::<OriginalTarget>().unwrap();
         assert_eq!(original.0.as_str(), "/a//b?z");
+    }
+
+    #[test]
+    fn rfc_3986_targets_are_told_from_what_other_servers_take() {
+        assert!(is_rfc3986_target("/a-b._~/c;d=e,f?g=h&i=%20@:!$'()*+"));
+        for bad in [
+            "/a{b}", "/a|b", "/a^b", "/a\\b", "/a\"b", "/a<b>", "/a`b", "/a b",
+        ] {
+            assert!(!is_rfc3986_target(bad), "{bad}");
+        }
     }
 
     #[test]

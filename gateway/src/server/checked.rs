@@ -40,6 +40,8 @@ pub struct CheckedIo<T> {
     writes: WriteGather,
     /// Where the service records that the connection switched protocols.
     activity: Arc<Activity>,
+    /// `held` was rewritten (its target escaped) and is to be scanned again before reading.
+    rescan: bool,
 }
 
 impl<T> CheckedIo<T> {
@@ -54,6 +56,7 @@ impl<T> CheckedIo<T> {
             rejected,
             writes: WriteGather::default(),
             activity,
+            rescan: false,
         }
     }
 
@@ -123,6 +126,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                         this.refuse(Bytes::new(), v, false);
                         n
                     }
+                    Scan::Escape(n) => {
+                        this.held
+                            .extend_from_slice(&super::framing::escape_target(&fresh[n..]));
+                        this.rescan = true;
+                        n
+                    }
                 };
                 buf.set_filled(before + keep);
                 if keep > 0 {
@@ -130,17 +139,21 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                 }
                 continue;
             }
-            // A head is partly held: read what follows it and look again.
-            let mut space = [0u8; 8192];
-            let mut more = ReadBuf::new(&mut space);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut more))?;
-            if more.filled().is_empty() {
-                // The peer ended mid-head: hand it on; the parser reports the incomplete message.
-                this.ready = this.held.split().freeze();
-                this.closing = true;
-                continue;
+            // A head is partly held: read what follows it and look again (at once, when its
+            // target was just escaped).
+            if !std::mem::take(&mut this.rescan) {
+                let mut space = [0u8; 8192];
+                let mut more = ReadBuf::new(&mut space);
+                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut more))?;
+                if more.filled().is_empty() {
+                    // The peer ended mid-head: hand it on; the parser reports the incomplete
+                    // message.
+                    this.ready = this.held.split().freeze();
+                    this.closing = true;
+                    continue;
+                }
+                this.held.extend_from_slice(more.filled());
             }
-            this.held.extend_from_slice(more.filled());
             match this.framing.scan(&this.held) {
                 Scan::Pass => this.ready = this.held.split().freeze(),
                 Scan::Hold(n) => this.ready = this.held.split_to(n).freeze(),
@@ -151,6 +164,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                 Scan::Cut(n, v) => {
                     let pass = this.held.split_to(n).freeze();
                     this.refuse(pass, v, false);
+                }
+                Scan::Escape(n) => {
+                    this.ready = this.held.split_to(n).freeze();
+                    let escaped = super::framing::escape_target(&this.held);
+                    this.held.clear();
+                    this.held.extend_from_slice(&escaped);
+                    this.rescan = true;
                 }
             }
         }
@@ -288,6 +308,17 @@ mod tests {
         assert_eq!(through(&[input]).await, input);
         let bytes: Vec<&[u8]> = input.chunks(3).collect();
         assert_eq!(through(&bytes).await, input);
+    }
+
+    #[tokio::test]
+    async fn targets_with_bytes_the_uri_parser_refuses_are_escaped_however_they_arrive() {
+        let input: &[u8] = b"\r\nGET /a\"b<c>`?q=\"x\" HTTP/1.1\r\nHost: a\r\n\r\nGET /plain HTTP/1.1\r\n\r\nPOST /<p> HTTP/1.1\r\nContent-Length: 4\r\n\r\n<b>\"";
+        let want: &[u8] = b"\r\nGET /a%22b%3Cc%3E%60?q=%22x%22 HTTP/1.1\r\nHost: a\r\n\r\nGET /plain HTTP/1.1\r\n\r\nPOST /%3Cp%3E HTTP/1.1\r\nContent-Length: 4\r\n\r\n<b>\"";
+        assert_eq!(through(&[input]).await, want);
+        let bytes: Vec<&[u8]> = input.chunks(3).collect();
+        assert_eq!(through(&bytes).await, want);
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(through(&bytes).await, want);
     }
 
     #[tokio::test]

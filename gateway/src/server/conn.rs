@@ -352,11 +352,12 @@ where
     let service = conn_service(&rt, info, activity.clone());
     // HTTP/1 requests are checked for ambiguous framing before hyper parses them; a
     // connection that chose HTTP/2 by ALPN is not (HTTP/2 frames every message itself).
+    let strict = rt.policy.entry.strict_uri;
     let framing = match (h1, h2) {
         (false, true) => Framing::off(),
-        (true, false) => Framing::http1(rt.max_head, false),
+        (true, false) => Framing::http1(rt.max_head, false).strict_targets(strict),
         // Served by preface sniffing below: an HTTP/2 preface turns the checks off.
-        _ => Framing::http1(rt.max_head, true),
+        _ => Framing::http1(rt.max_head, true).strict_targets(strict),
     };
     let tracked = TrackedIo::new(io, activity.clone());
     let io = TokioIo::new(CheckedIo::new(

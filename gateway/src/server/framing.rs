@@ -80,6 +80,60 @@ pub enum Scan {
     Reject(usize, Violation),
     /// The first `n` bytes may go; the byte at `n`, inside a body, is not valid there.
     Cut(usize, Violation),
+    /// The first `n` bytes may go; the request starting at `n` has bytes in its target that
+    /// the URI parser refuses and other servers take ([`escape_target`]). The next call must
+    /// pass those bytes again, escaped, followed by whatever arrived since.
+    Escape(usize),
+}
+
+/// Bytes of a request target that hyper's URI parser refuses (in the path, the query or both)
+/// but that nginx and other servers take as they are: they are percent-encoded before the
+/// parser sees them, unless the listener keeps to RFC 3986 (`strict_uri`).
+const ESCAPED_IN_TARGET: [u8; 4] = [b'"', b'<', b'>', b'`'];
+
+/// The request target of a request line: between its first and last space.
+fn target_of(line: &[u8]) -> &[u8] {
+    let first = line.iter().position(|&b| b == b' ');
+    let last = line.iter().rposition(|&b| b == b' ');
+    match (first, last) {
+        (Some(first), Some(last)) if first < last => &line[first + 1..last],
+        _ => &[],
+    }
+}
+
+fn needs_escape(target: &[u8]) -> bool {
+    target.iter().any(|b| ESCAPED_IN_TARGET.contains(b))
+}
+
+/// `head` (a request head from its first byte, as [`Scan::Escape`] left it) with the bytes of
+/// its target in [`ESCAPED_IN_TARGET`] percent-encoded; the rest is copied as it is.
+pub fn escape_target(head: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // Empty lines may come before the request line (RFC 9112 §2.2).
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let end = find_byte(&head[start..], b'\n').map_or(head.len(), |i| start + i);
+    let line = &head[start..end];
+    let target = target_of(line);
+    let mut out = Vec::with_capacity(head.len() + 2 * target.len());
+    if target.is_empty() {
+        out.extend_from_slice(head);
+        return out;
+    }
+    // `target` is a subslice of `line`: its offset is where it starts.
+    let at = start + (target.as_ptr() as usize - line.as_ptr() as usize);
+    out.extend_from_slice(&head[..at]);
+    for &b in target {
+        if ESCAPED_IN_TARGET.contains(&b) {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        } else {
+            out.push(b);
+        }
+    }
+    out.extend_from_slice(&head[at + target.len()..]);
+    out
 }
 
 /// The framing state of one HTTP/1 connection's request stream.
@@ -90,6 +144,9 @@ pub struct Framing {
     max_head: usize,
     /// The connection speaks HTTP/2 (chosen by ALPN, or its preface came first).
     http2: bool,
+    /// Percent-encode the bytes of [`ESCAPED_IN_TARGET`] in request targets; `false` leaves
+    /// them to the parser, which refuses them (`strict_uri`).
+    escape_targets: bool,
     /// A request asked to switch protocols (`Upgrade`, `CONNECT`). Its bytes and what follows
     /// are checked as HTTP/1 until the service says the switch really happened
     /// ([`Framing::switched`]): a request whose upgrade was answered with anything else leaves
@@ -167,6 +224,8 @@ enum ChunkStep {
 
 enum HeadStep {
     Incomplete,
+    /// The request line is whole and its target needs escaping first.
+    Escape,
     Oversize,
     Bad(Violation),
     /// The head (and any first chunk-size line) is fine and `len` bytes long.
@@ -188,6 +247,7 @@ impl Framing {
             state,
             max_head,
             http2: false,
+            escape_targets: true,
             switch_asked: false,
         }
     }
@@ -198,8 +258,16 @@ impl Framing {
             state: State::Off,
             max_head: 0,
             http2: true,
+            escape_targets: false,
             switch_asked: false,
         }
+    }
+
+    /// Leaves request targets as they are (`strict_uri`): bytes outside RFC 3986 reach the
+    /// parser, which refuses most of them, and the service the rest.
+    pub fn strict_targets(mut self, strict: bool) -> Self {
+        self.escape_targets = !strict;
+        self
     }
 
     /// Whether checking has stopped for good.
@@ -242,23 +310,29 @@ impl Framing {
                         return Scan::Pass;
                     }
                 }
-                State::Head(head) => match head.scan(&data[at..], self.max_head) {
-                    HeadStep::Incomplete if at == data.len() => return Scan::Pass,
-                    HeadStep::Incomplete => return Scan::Hold(at),
-                    HeadStep::Oversize => {
-                        self.state = State::Off;
-                        return Scan::Pass;
+                State::Head(head) => {
+                    match head.scan(&data[at..], self.max_head, self.escape_targets) {
+                        HeadStep::Escape => {
+                            self.state = State::Head(Head::default());
+                            return Scan::Escape(at);
+                        }
+                        HeadStep::Incomplete if at == data.len() => return Scan::Pass,
+                        HeadStep::Incomplete => return Scan::Hold(at),
+                        HeadStep::Oversize => {
+                            self.state = State::Off;
+                            return Scan::Pass;
+                        }
+                        HeadStep::Bad(v) => {
+                            self.state = State::Off;
+                            return Scan::Reject(at, v);
+                        }
+                        HeadStep::Done { len, next } => {
+                            self.switch_asked |= head.upgrade;
+                            at += len;
+                            self.state = next;
+                        }
                     }
-                    HeadStep::Bad(v) => {
-                        self.state = State::Off;
-                        return Scan::Reject(at, v);
-                    }
-                    HeadStep::Done { len, next } => {
-                        self.switch_asked |= head.upgrade;
-                        at += len;
-                        self.state = next;
-                    }
-                },
+                }
                 State::Body(left) => {
                     let n = (*left).min((data.len() - at) as u64);
                     *left -= n;
@@ -285,7 +359,7 @@ impl Framing {
 }
 
 impl Head {
-    fn scan(&mut self, data: &[u8], max_head: usize) -> HeadStep {
+    fn scan(&mut self, data: &[u8], max_head: usize, escape_targets: bool) -> HeadStep {
         loop {
             if self.pos > max_head {
                 return HeadStep::Oversize;
@@ -308,6 +382,9 @@ impl Head {
             if !self.started {
                 // Empty lines before a request line are ignored (RFC 9112 §2.2).
                 if !line.is_empty() {
+                    if escape_targets && needs_escape(target_of(line)) {
+                        return HeadStep::Escape;
+                    }
                     self.started = true;
                     self.upgrade = line.starts_with(b"CONNECT ");
                 }

@@ -106,8 +106,14 @@ impl ListenerPolicy {
             self.rejected.count(URI_TOO_LONG);
             return Err(StatusCode::URI_TOO_LONG);
         }
-        let entered = request::check_host(req.version(), req.uri(), req.headers())
-            .and_then(|()| request::normalize_target(req, &self.entry));
+        let entered = request::check_host(req.version(), req.uri(), req.headers()).and_then(|()| {
+            let strict = self.entry.strict_uri;
+            let target = req.uri().path_and_query().map_or("", |p| p.as_str());
+            if strict && !request::is_rfc3986_target(target) {
+                return Err(EntryRefusal::InvalidTarget);
+            }
+            request::normalize_target(req, &self.entry)
+        });
         if let Err(refusal) = entered {
             tracing::debug!(reason = refusal.reason(), "request refused on entry");
             self.rejected.count(refusal.reason());
@@ -160,6 +166,7 @@ fn entry_rules(settings: &gateway_config::model::ListenerConfig) -> EntryRules {
             },
         },
         forward_original: cfg.forward == PathForward::Original,
+        strict_uri: settings.strict_uri,
     }
 }
 

@@ -306,3 +306,50 @@ async fn a_request_the_rules_leave_unchanged_stays_on_the_fast_path() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn bytes_other_servers_take_in_a_target_are_taken_and_forwarded_escaped() {
+    let (gw, backend) = setup("").await;
+    for listener in LISTENERS {
+        let out = raw(
+            gw.addr(listener),
+            &get("/api/a\"b<c>d|e{f}g^h`?q=\"<x>\"|{}^`", ""),
+        )
+        .await;
+        assert_eq!(raw_status(&out), 200, "{listener}: {out}");
+        let seen = backend.last().expect("forwarded");
+        assert_eq!(
+            seen.uri.to_string(),
+            "/api/a%22b%3Cc%3Ed|e{f}g^h%60?q=%22%3Cx%3E%22|{}^%60",
+            "{listener}"
+        );
+    }
+    gw.shutdown().await;
+
+    // A listener kept to RFC 3986 refuses each of them.
+    let (gw, backend) = setup("    strict_uri: true\n").await;
+    for listener in LISTENERS {
+        for probe in [
+            "/api/a\"b",
+            "/api/a<b",
+            "/api/a`b",
+            "/api/a|b",
+            "/api/a{b}",
+            "/api/a^b",
+            "/api/x?q=<x>",
+        ] {
+            let out = raw(gw.addr(listener), &get(probe, "")).await;
+            assert_eq!(raw_status(&out), 400, "{listener} {probe}: {out}");
+        }
+        let out = raw(gw.addr(listener), &get("/api/fine?q=1", "")).await;
+        assert_eq!(raw_status(&out), 200, "{listener}: {out}");
+    }
+    assert_eq!(backend.requests(), 2);
+    let series = "gateway_http_rejected_total{listener=\"general\",reason=\"invalid_target\"}";
+    assert_eq!(
+        counter_value(&gw, series).await,
+        4,
+        "the four the URI parser takes (`\"`, `|`, `{{}}`, `^`)"
+    );
+    gw.shutdown().await;
+}

@@ -9,15 +9,23 @@ fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) 
     let mut held: Vec<u8> = Vec::new();
     for piece in pieces {
         held.extend_from_slice(piece);
-        match framing.scan(&held) {
-            Scan::Pass => out.append(&mut held),
-            Scan::Hold(n) => {
-                out.extend(held.drain(..n));
+        loop {
+            match framing.scan(&held) {
+                Scan::Pass => out.append(&mut held),
+                Scan::Hold(n) => {
+                    out.extend(held.drain(..n));
+                }
+                Scan::Reject(n, v) | Scan::Cut(n, v) => {
+                    out.extend_from_slice(&held[..n]);
+                    return (out, Some(v));
+                }
+                Scan::Escape(n) => {
+                    out.extend(held.drain(..n));
+                    held = escape_target(&held);
+                    continue;
+                }
             }
-            Scan::Reject(n, v) | Scan::Cut(n, v) => {
-                out.extend_from_slice(&held[..n]);
-                return (out, Some(v));
-            }
+            break;
         }
     }
     (out, None)
@@ -263,4 +271,23 @@ fn the_word_at_a_time_search_finds_the_first_match_wherever_it_is() {
             }
         }
     }
+}
+
+#[test]
+fn targets_are_escaped_once_and_only_in_the_request_line() {
+    let input: &[u8] =
+        b"GET /a\"b?<q> HTTP/1.1\r\nX-Quote: \"<>`\"\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 3\r\n\r\n<\">";
+    let want: &[u8] =
+        b"GET /a%22b?%3Cq%3E HTTP/1.1\r\nX-Quote: \"<>`\"\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 3\r\n\r\n<\">";
+    for split in 1..input.len() {
+        let mut f = Framing::http1(64 * 1024, true);
+        assert_eq!(
+            run(&mut f, &[&input[..split], &input[split..]]),
+            (want.to_vec(), None),
+            "split at {split}"
+        );
+    }
+    // A strict listener leaves them to the parser.
+    let mut f = Framing::http1(64 * 1024, true).strict_targets(true);
+    assert_eq!(run(&mut f, &[input]), (input.to_vec(), None));
 }
