@@ -82,7 +82,10 @@ impl RedisServer {
             .await;
         if let Some(mut child) = self.child.take() {
             let status = child.wait().expect("wait for redis-server");
-            assert!(status.success(), "redis-server did not shut down cleanly: {status}");
+            assert!(
+                status.success(),
+                "redis-server did not shut down cleanly: {status}"
+            );
         }
     }
 

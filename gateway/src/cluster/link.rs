@@ -103,7 +103,7 @@ impl Link {
         // connection, opening it included, within one more timeout.
         let retry = tokio::time::timeout(self.timeout, async {
             let fresh = self.renew(&conn).await?;
-            self.retries.inc();
+            self.retried();
             f((*fresh).clone()).await
         })
         .await;
@@ -111,7 +111,10 @@ impl Link {
     }
 
     /// `Some` for a value; otherwise counts the failure and marks the link down.
-    fn outcome<T>(&self, r: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>) -> Option<T> {
+    fn outcome<T>(
+        &self,
+        r: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
         match r {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {

@@ -68,10 +68,7 @@ impl RedisSharedData {
 
     /// Runs `f` on a pooled blocking connection; `None` when the link is down or `f` failed.
     /// `f` runs a second time, on a fresh connection, when the pooled one was found closed.
-    fn with<T>(
-        &self,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Option<T> {
+    fn with<T>(&self, f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
         if !self.link.is_up() {
             return None;
         }

@@ -1,6 +1,7 @@
 //! Several gateway instances sharing state through a real Redis server (`cluster:`): a global
 //! rate limit counted exactly across three instances, the configured fallbacks while Redis is
-//! down (and no request waiting on it), counting resuming after Redis restarts, passive
+//! down (and no request waiting on it), counting resuming after Redis restarts, no wrong
+//! answer from connections Redis closed (a restart, `CLIENT KILL`) once it is back, passive
 //! ejections reaching the other instance within a second, and a plugin's shared data with CAS
 //! across instances. Each test starts its own `redis-server` on a free loopback port and skips
 //! (printing why) when it is not installed.
@@ -630,7 +631,10 @@ async fn a_redis_restart_costs_no_wrong_answer_once_redis_is_back() {
     redis.shutdown_saving().await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while gws.iter().any(cluster_up) {
-        assert!(Instant::now() < deadline, "a link never noticed Redis was gone");
+        assert!(
+            Instant::now() < deadline,
+            "a link never noticed Redis was gone"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     redis.resume().await;
@@ -673,10 +677,7 @@ async fn a_redis_restart_costs_no_wrong_answer_once_redis_is_back() {
             "no Redis call failed once Redis was back"
         );
         assert_eq!(
-            metric(
-                gw,
-                "gateway_rate_limit_fallback_total{route=\"limited\"}"
-            ),
+            metric(gw, "gateway_rate_limit_fallback_total{route=\"limited\"}"),
             0
         );
         eprintln!(
@@ -713,13 +714,19 @@ async fn a_connection_redis_closed_is_replaced_without_a_fallback() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(killed >= 2, "the link's and the pool's connections: {killed}");
+    assert!(
+        killed >= 2,
+        "the link's and the pool's connections: {killed}"
+    );
 
     // The plugin first: its pooled connection is found closed before the link's is.
     let r = c.get("/").await;
     assert_eq!(r.header("x-request-count"), "4");
     assert_eq!(c.get("/limited").await.status(), 200);
-    assert_eq!(stored_count(&redis, "t7:shared:shared-counter/requests").await, 4);
+    assert_eq!(
+        stored_count(&redis, "t7:shared:shared-counter/requests").await,
+        4
+    );
     assert!(cluster_up(&gw));
     assert_eq!(metric(&gw, "gateway_cluster_redis_errors_total"), 0);
     assert_eq!(
