@@ -1,6 +1,7 @@
 //! A real Redis server for cluster tests: Debian's `redis-server` on a free loopback port, no
-//! persistence, in its own temp dir. It can be stopped and started again on the same port, as
-//! an outage would. `None` (with the reason printed) when `redis-server` is not installed, so
+//! persistence unless asked, in its own temp dir. It can be stopped and started again on the
+//! same port, as an outage would, or shut down keeping its data in a dump, as an operator's
+//! restart would. `None` (with the reason printed) when `redis-server` is not installed, so
 //! the tests that need it skip instead of failing.
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -69,8 +70,27 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (empty: nothing is persisted) and waits until
-    /// it answers.
+    /// Shuts the server down as an operator's restart does: `SHUTDOWN SAVE` writes its data
+    /// to a dump in its dir and the process exits, closing every client's connection. The next
+    /// [`RedisServer::resume`] loads the dump.
+    pub async fn shutdown_saving(&mut self) {
+        let mut conn = self.connection().await;
+        // The server closes the connection instead of answering.
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("SAVE")
+            .query_async::<()>(&mut conn)
+            .await;
+        if let Some(mut child) = self.child.take() {
+            let status = child.wait().expect("wait for redis-server");
+            assert!(
+                status.success(),
+                "redis-server did not shut down cleanly: {status}"
+            );
+        }
+    }
+
+    /// Starts the server again on the same port (empty, unless [`RedisServer::shutdown_saving`]
+    /// left a dump) and waits until it answers.
     pub async fn resume(&mut self) {
         assert!(self.child.is_none(), "already running");
         let child = Command::new("redis-server")

@@ -7,7 +7,9 @@
 //! keyed by the gateway's registry, as rate-limit buckets are). It owns:
 //!
 //! * the request-path link (`link`): one multiplexed connection, a bounded wait per call, and
-//!   a background task that reconnects and pings, so a dead Redis costs a request nothing;
+//!   a background task that reconnects and pings, so a dead Redis costs a request nothing; a
+//!   connection Redis closed (a restart) is replaced and the call run again, so it costs no
+//!   fallback either;
 //! * a subscriber on `{prefix}:health` and `{prefix}:queue`, reconnecting on its own;
 //! * a publisher of this instance's ejections.
 //!
@@ -73,6 +75,11 @@ impl Cluster {
             counter(
                 "gateway_cluster_redis_errors_total",
                 "Redis calls that failed or timed out (each one fell back to local state).",
+                &[],
+            ),
+            counter(
+                "gateway_cluster_redis_retries_total",
+                "Redis calls whose connection Redis had closed (a restart, its idle timeout), run once more on a fresh connection.",
                 &[],
             ),
             registry.gauge(
@@ -168,12 +175,13 @@ async fn publish(
         let Some(c) = cluster.upgrade() else { return };
         let channel = c.channel("health");
         let message = health::message(&c.instance, &e);
+        let (channel, message) = (&channel, &message);
         let sent = c
             .link
             .call(|mut conn| async move {
                 redis::cmd("PUBLISH")
-                    .arg(&channel)
-                    .arg(&message)
+                    .arg(channel)
+                    .arg(message)
                     .query_async::<()>(&mut conn)
                     .await
             })

@@ -117,6 +117,7 @@ mod tests {
             Duration::from_millis(50),
             Default::default(),
             Default::default(),
+            Default::default(),
         ));
         // 3 per second, no burst: interval 333_333 us, tolerance 666_666 us.
         let g = GlobalLimiter::new(link, "gw:rl:r:0:".into(), 3, Duration::from_secs(1), 0);

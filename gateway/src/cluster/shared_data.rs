@@ -4,6 +4,11 @@
 //! from a small pool, each bounded by `cluster.timeout` for connect, read and write; while the
 //! cluster link is down they return `None` at once and the host uses the process's store.
 //!
+//! A pooled connection may have been closed by Redis while it sat idle (a restart, its idle
+//! `timeout`): connections opened before the link last reconnected are dropped instead of
+//! reused, and a call whose pooled connection turns out closed empties the pool and runs once
+//! more on a fresh connection before it gives up and marks the link down.
+//!
 //! A value is a hash `{prefix}:shared:KEY` with fields `v` (the bytes) and `c` (the CAS token);
 //! a conditional write is one Lua script comparing the token, so compare-and-swap holds across
 //! instances. A queue is a list `{prefix}:queue:VM/NAME`; an enqueue pushes and publishes the
@@ -15,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use wasm_host::shared::{GlobalStore, SetError};
 
-use super::link::Link;
+use super::link::{self, Link};
 
 /// Idle blocking connections kept (more are opened under contention and closed after use).
 const POOL: usize = 8;
@@ -36,7 +41,8 @@ return 1
 pub(crate) struct RedisSharedData {
     link: Arc<Link>,
     prefix: String,
-    pool: Mutex<Vec<redis::Connection>>,
+    /// Idle connections, each with the link's epoch when it was opened.
+    pool: Mutex<Vec<(u64, redis::Connection)>>,
     set: redis::Script,
 }
 
@@ -61,34 +67,55 @@ impl RedisSharedData {
     }
 
     /// Runs `f` on a pooled blocking connection; `None` when the link is down or `f` failed.
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Option<T> {
+    /// `f` runs a second time, on a fresh connection, when the pooled one was found closed.
+    fn with<T>(&self, f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
         if !self.link.is_up() {
             return None;
         }
-        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => match self.open() {
-                Ok(c) => c,
-                Err(e) => {
-                    self.link.failed(&e);
-                    return None;
-                }
-            },
+        // Read before opening: a connection opened now is tagged no newer than the server it
+        // reaches.
+        let epoch = self.link.epoch();
+        let (mut conn, pooled) = match self.checkout(epoch) {
+            Some(c) => (c, true),
+            None => (self.open_or_fail()?, false),
         };
-        match f(&mut conn) {
+        let mut result = f(&mut conn);
+        if pooled && matches!(&result, Err(e) if link::closed(e)) {
+            // Closed while idle: the connections kept alongside it most likely were too.
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            conn = self.open_or_fail()?;
+            self.link.retried();
+            result = f(&mut conn);
+        }
+        match result {
             Ok(v) => {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 if pool.len() < POOL {
-                    pool.push(conn);
+                    pool.push((epoch, conn));
                 }
                 Some(v)
             }
             Err(e) => {
                 // The connection may hold a half-read reply: never reuse it.
+                self.link.failed(&e);
+                None
+            }
+        }
+    }
+
+    /// An idle connection opened under `epoch`; older ones are dropped, since the link has
+    /// reconnected after they were opened and the server they reach may be gone.
+    fn checkout(&self, epoch: u64) -> Option<redis::Connection> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        pool.retain(|(opened, _)| *opened == epoch);
+        pool.pop().map(|(_, c)| c)
+    }
+
+    /// A new connection, or `None` with the link marked down.
+    fn open_or_fail(&self) -> Option<redis::Connection> {
+        match self.open() {
+            Ok(c) => Some(c),
+            Err(e) => {
                 self.link.failed(&e);
                 None
             }

@@ -1,6 +1,7 @@
 //! Several gateway instances sharing state through a real Redis server (`cluster:`): a global
 //! rate limit counted exactly across three instances, the configured fallbacks while Redis is
-//! down (and no request waiting on it), counting resuming after Redis restarts, passive
+//! down (and no request waiting on it), counting resuming after Redis restarts, no wrong
+//! answer from connections Redis closed (a restart, `CLIENT KILL`) once it is back, passive
 //! ejections reaching the other instance within a second, and a plugin's shared data with CAS
 //! across instances. Each test starts its own `redis-server` on a free loopback port and skips
 //! (printing why) when it is not installed.
@@ -505,4 +506,239 @@ async fn a_global_queue_carries_items_and_wakes_the_owner_across_instances() {
         Some(Some(bytes::Bytes::from("two")))
     );
     assert_eq!(host.shared.dequeue(id), Some(None));
+}
+
+/// One instance of the restart tests: the shared counter plugin on `/` and a global limit of 10
+/// a minute on `/limited`, with a `timeout` generous enough that a busy machine causes no
+/// fallback of its own.
+async fn restart_instance(redis: &RedisServer, prefix: &str) -> TestGateway {
+    let dir = temp_dir();
+    install(dir.path(), "shared_counter", "rc.wasm");
+    let yaml = format!(
+        r#"
+server: {{ watch_config: false }}
+cluster: {{ redis: "{}", prefix: {prefix}, timeout: 1s }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+plugins:
+  restart_counter:
+    wasm: rc.wasm
+    shared_data: {{ scope: global }}
+routes:
+  - name: limited
+    match: {{ path: /limited }}
+    filters:
+      - rate_limit: {{ requests: 10, per: 1m, scope: global }}
+    respond: {{ body: "limited" }}
+  - match: {{ path_prefix: / }}
+    filters:
+      - plugin: restart_counter
+    respond: {{ body: ok }}
+"#,
+        redis.url()
+    );
+    TestGateway::start_in(dir, &yaml).await
+}
+
+/// Every client sends `per_client` requests to `/` at the same time as the others; the
+/// clients back, and every count the plugin reported, sorted.
+async fn count_under_load(clients: Vec<Client>, per_client: usize) -> (Vec<Client>, Vec<u64>) {
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let mut seen = Vec::with_capacity(per_client);
+                for _ in 0..per_client {
+                    let r = c.get("/").await;
+                    assert_eq!(r.status(), 200);
+                    seen.push(r.header("x-request-count").parse::<u64>().unwrap());
+                }
+                (c, seen)
+            })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    let mut counts = Vec::new();
+    for t in tasks {
+        let (c, seen) = t.await.unwrap();
+        clients.push(c);
+        counts.extend(seen);
+    }
+    counts.sort_unstable();
+    (clients, counts)
+}
+
+/// The shared counter's value in Redis.
+async fn stored_count(redis: &RedisServer, key: &str) -> u64 {
+    let mut conn = redis.connection().await;
+    let value: Vec<u8> = redis::cmd("HGET")
+        .arg(key)
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    u64::from_le_bytes(value.try_into().expect("eight bytes"))
+}
+
+/// Issue 60 item 11: after Redis restarts (data kept in a dump), connections from before the
+/// restart cost no wrong answer. Two instances, three clients each, 30 concurrent requests
+/// through a plugin counting in global shared data per phase, and a global rate limit.
+/// Restart 1 lets the links see Redis down and reconnect (connections pooled before it must
+/// not be reused); restart 2 is quick, so a link may still hold its connection from before
+/// (it must be replaced and the call run again, not fall back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_costs_no_wrong_answer_once_redis_is_back() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let gws = [
+        restart_instance(&redis, "t6").await,
+        restart_instance(&redis, "t6").await,
+    ];
+    all_up(&gws).await;
+    let key = "t6:shared:shared-counter/requests";
+    let mut conn = redis.connection().await;
+    redis::cmd("HSET")
+        .arg(key)
+        .arg("v")
+        .arg(&2000u64.to_le_bytes()[..])
+        .arg("c")
+        .arg(1)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let mut clients = Vec::new();
+    for i in 0..6 {
+        clients.push(http1(gws[i % 2].addr("main")).await);
+    }
+    let limited = async |clients: &mut [Client], n: usize| -> Vec<u16> {
+        let mut statuses = Vec::new();
+        for i in 0..n {
+            // Alternately on each instance.
+            statuses.push(clients[i % 2].get("/limited").await.status());
+        }
+        statuses
+    };
+
+    let (c, counts) = count_under_load(clients, 5).await;
+    clients = c;
+    assert_eq!(counts, (2001..=2030).collect::<Vec<_>>());
+    assert_eq!(limited(&mut clients, 4).await, [200; 4]);
+
+    // Restart 1: Redis is gone long enough for both links to report it down.
+    redis.shutdown_saving().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gws.iter().any(cluster_up) {
+        assert!(
+            Instant::now() < deadline,
+            "a link never noticed Redis was gone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    redis.resume().await;
+    all_up(&gws).await;
+    assert_eq!(limited(&mut clients, 2).await, [200; 2]);
+    let (c, counts) = count_under_load(clients, 5).await;
+    clients = c;
+    assert_eq!(counts, (2031..=2060).collect::<Vec<_>>(), "after restart 1");
+    for gw in &gws {
+        assert_eq!(
+            metric(gw, "gateway_cluster_redis_retries_total"),
+            0,
+            "the links reconnected: no connection from before the restart was used"
+        );
+    }
+
+    // Restart 2: quick, so a link may not have noticed.
+    redis.shutdown_saving().await;
+    redis.resume().await;
+    all_up(&gws).await;
+    let errors: Vec<u64> = gws
+        .iter()
+        .map(|gw| metric(gw, "gateway_cluster_redis_errors_total"))
+        .collect();
+    // 6 of the limit of 10 were used before: the bucket came back with the dump.
+    assert_eq!(
+        limited(&mut clients, 6).await,
+        [200, 200, 200, 200, 429, 429]
+    );
+    let (_, counts) = count_under_load(clients, 5).await;
+    assert_eq!(counts, (2061..=2090).collect::<Vec<_>>(), "after restart 2");
+
+    assert_eq!(stored_count(&redis, key).await, 2090);
+    for (gw, errors) in gws.iter().zip(errors) {
+        assert!(cluster_up(gw), "the link is up");
+        assert_eq!(metric(gw, "gateway_cluster_redis_up"), 1);
+        assert_eq!(
+            metric(gw, "gateway_cluster_redis_errors_total"),
+            errors,
+            "no Redis call failed once Redis was back"
+        );
+        assert_eq!(
+            metric(gw, "gateway_rate_limit_fallback_total{route=\"limited\"}"),
+            0
+        );
+        eprintln!(
+            "calls run again on a fresh connection: {}",
+            metric(gw, "gateway_cluster_redis_retries_total")
+        );
+    }
+}
+
+/// Issue 60 item 11: a connection Redis closes while it stays up (`CLIENT KILL`, as its idle
+/// `timeout` or a restart between two pings does) is replaced, and the call that found it
+/// closed runs again on the new one: the plugin's pooled connection and the rate limiter's
+/// shared one both, with no fallback and no failed call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_redis_closed_is_replaced_without_a_fallback() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let gw = restart_instance(&redis, "t7").await;
+    all_up(std::slice::from_ref(&gw)).await;
+    let mut c = http1(gw.addr("main")).await;
+    for want in 1..=3u64 {
+        let r = c.get("/").await;
+        assert_eq!(r.header("x-request-count"), want.to_string());
+    }
+    assert_eq!(c.get("/limited").await.status(), 200);
+
+    // Every connection but this one (the gateway's subscriber is not of type normal).
+    let mut conn = redis.connection().await;
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        killed >= 2,
+        "the link's and the pool's connections: {killed}"
+    );
+
+    // The plugin first: its pooled connection is found closed before the link's is.
+    let r = c.get("/").await;
+    assert_eq!(r.header("x-request-count"), "4");
+    assert_eq!(c.get("/limited").await.status(), 200);
+    assert_eq!(
+        stored_count(&redis, "t7:shared:shared-counter/requests").await,
+        4
+    );
+    assert!(cluster_up(&gw));
+    assert_eq!(metric(&gw, "gateway_cluster_redis_errors_total"), 0);
+    assert_eq!(
+        metric(&gw, "gateway_rate_limit_fallback_total{route=\"limited\"}"),
+        0
+    );
+    assert!(metric(&gw, "gateway_cluster_redis_retries_total") >= 1);
+    // The bucket kept counting in Redis: 2 of 10 used.
+    let mut left = 0;
+    while c.get("/limited").await.status() == 200 {
+        left += 1;
+        assert!(left <= 10, "the limit was not applied");
+    }
+    assert_eq!(left, 8);
 }
