@@ -27,25 +27,48 @@ fn admin_beyond_loopback_needs_allow_remote() {
 #[test]
 fn admin_token_and_origins_are_checked_at_load() {
     let token = "0123456789abcdef0123";
-    let config = load(&format!("admin: {{ bind: 127.0.0.1:9901, token: {token} }}\n")).unwrap();
-    assert_eq!(config.admin.as_ref().unwrap().token.as_ref().unwrap().as_bytes(), token.as_bytes());
+    let config = load(&format!(
+        "admin: {{ bind: 127.0.0.1:9901, token: {token} }}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        config
+            .admin
+            .as_ref()
+            .unwrap()
+            .token
+            .as_ref()
+            .unwrap()
+            .as_bytes(),
+        token.as_bytes()
+    );
     // The token's debug form does not show it.
     assert!(!format!("{:?}", config.admin.as_ref().unwrap()).contains(token));
 
     let err = load("admin:\n  bind: 127.0.0.1:9901\n  token: short\n").unwrap_err();
-    assert!(err.starts_with("g.yaml:3:10: admin.token:") && err.contains("16"), "{err}");
+    assert!(
+        err.starts_with("g.yaml:3:10: admin.token:") && err.contains("16"),
+        "{err}"
+    );
     assert!(!err.contains("short\n"), "{err}");
     let err = load("admin: { bind: 127.0.0.1:9901, token: \"has spaces in it, 0123456789\" }\n")
         .unwrap_err();
-    assert!(err.contains("admin.token") && err.contains("may only hold"), "{err}");
+    assert!(
+        err.contains("admin.token") && err.contains("may only hold"),
+        "{err}"
+    );
     let err = load(&format!(
         "admin:\n  bind: 127.0.0.1:9901\n  token: {token}\n  token_file: t.txt\n"
     ))
     .unwrap_err();
-    assert!(err.starts_with("g.yaml:4:15: admin.token_file:") && err.contains("only one"), "{err}");
+    assert!(
+        err.starts_with("g.yaml:4:15: admin.token_file:") && err.contains("only one"),
+        "{err}"
+    );
     let err = load("admin:\n  bind: 127.0.0.1:9901\n  token_file: missing.txt\n").unwrap_err();
     assert!(
-        err.starts_with("g.yaml:3:15: admin.token_file:") && err.contains("cannot read `missing.txt`"),
+        err.starts_with("g.yaml:3:15: admin.token_file:")
+            && err.contains("cannot read `missing.txt`"),
         "{err}"
     );
 
@@ -58,9 +81,14 @@ fn admin_token_and_origins_are_checked_at_load() {
     assert_eq!(origins[0].authority, "ops.example");
     assert_eq!(origins[1].scheme, None);
     assert_eq!(origins[1].authority, "admin.internal:9443");
-    let err = load("admin:\n  bind: 127.0.0.1:9901\n  origins:\n    - localhost:9901\n    - http://a/b\n")
-        .unwrap_err();
-    assert!(err.starts_with("g.yaml:5:7: admin.origins[1]:") && err.contains("path"), "{err}");
+    let err = load(
+        "admin:\n  bind: 127.0.0.1:9901\n  origins:\n    - localhost:9901\n    - http://a/b\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.starts_with("g.yaml:5:7: admin.origins[1]:") && err.contains("path"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -83,7 +111,10 @@ fn admin_token_file_is_trimmed() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("admin.token_file") && err.contains("`t.txt`"), "{err}");
+    assert!(
+        err.contains("admin.token_file") && err.contains("`t.txt`"),
+        "{err}"
+    );
 }
 
 #[test]

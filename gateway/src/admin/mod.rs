@@ -110,7 +110,11 @@ async fn handle(gw: &Gateway, guard: &Guard, req: Request<Incoming>) -> Response
         let generation = gw.generation();
         let Some(admin) = &generation.config.admin else {
             // The admin section was just removed; this listener is being stopped.
-            return text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "admin API removed\n");
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                "admin API removed\n",
+            );
         };
         if let Err(refusal) = guard.check(&req, admin) {
             return refused(refusal);

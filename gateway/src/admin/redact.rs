@@ -143,9 +143,7 @@ mod tests {
         let text = redacted(
             "routes:\n  - filters:\n      - headers:\n          request_set: { Authorization: Bearer abc, X-Api-Key: k1, x-kept: v1 }\n          request_add: { cookie: c1, x-upstream-token: t1 }\n          response_set: { Set-Cookie: s1, x-password-hint: p1 }\n          response_add: { proxy-authorization: Basic b1, x-client-secret: z1 }\n          request_remove: [authorization]\n    respond: { headers: { set-cookie: s2, x-also-kept: v2 } }\n    match: { headers: { x-api-key: k2 } }\n",
         );
-        for secret in [
-            "abc", "k1", "c1", "t1", "s1", "p1", "b1", "z1", "s2", "k2",
-        ] {
+        for secret in ["abc", "k1", "c1", "t1", "s1", "p1", "b1", "z1", "s2", "k2"] {
             assert!(!text.contains(secret), "{secret} shown:\n{text}");
         }
         assert!(text.contains("x-kept: v1"), "{text}");

@@ -42,8 +42,9 @@ async fn refused(gw: &TestGateway, reason: &str) -> u64 {
 /// A raw request to the admin port with the given head lines (`Host` among them or not).
 async fn admin_raw(gw: &TestGateway, method: &str, path: &str, lines: &str) -> (u16, String) {
     let addr = gw.gateway().admin_addr().expect("admin");
-    let req =
-        format!("{method} {path} HTTP/1.1\r\n{lines}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\n{lines}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     let out = raw(addr, req.as_bytes()).await;
     (raw_status(&out), out)
 }
@@ -55,13 +56,8 @@ async fn cross_site_and_rebound_requests_are_refused_and_change_nothing() {
     rewrite(&gw, &config("", "v2"));
 
     // A page on evil.example posting to the admin port: refused, nothing reloaded.
-    let (status, out) = admin_request(
-        &gw,
-        "POST",
-        "/reload",
-        "Origin: http://evil.example\r\n",
-    )
-    .await;
+    let (status, out) =
+        admin_request(&gw, "POST", "/reload", "Origin: http://evil.example\r\n").await;
     assert_eq!(status, 403, "{out}");
     assert!(out.contains("origin not allowed"), "{out}");
     // `null` is the origin of sandboxed frames and local files.

@@ -56,7 +56,7 @@ fn get(port: u16, path: &str) -> Option<String> {
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
             .as_bytes(),
     )
-        .ok()?;
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)

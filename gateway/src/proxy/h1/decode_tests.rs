@@ -56,7 +56,9 @@ fn interim_responses_are_skipped() {
 fn a_switch_of_protocols_ends_the_connection_use() {
     // Bytes after a 101 are another protocol: the connection must not return to the pool.
     assert_eq!(
-        framing_of("HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n"),
+        framing_of(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n"
+        ),
         (BodyFraming::Empty, false)
     );
 }
