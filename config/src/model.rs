@@ -87,10 +87,25 @@ impl Default for ServerSettings {
 pub struct AdminConfig {
     /// Address of the admin listener.
     pub bind: String,
-    /// Allow a bind address other than loopback. The admin API has no authentication (it
-    /// reloads the config and shows it), so this is an explicit decision.
+    /// Allow a bind address other than loopback. Whoever reaches the port can reload the config
+    /// and read it (unless `token` is set), so this is an explicit decision.
     #[serde(default)]
     pub allow_remote: bool,
+    /// Bearer token every admin request must carry as `Authorization: Bearer TOKEN`, except
+    /// `GET /health` and `GET /ready`; others are answered `401`. At least 16 characters of
+    /// `A-Z a-z 0-9 - . _ ~ + /`, optionally ending in `=`. Exclusive with `token_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A file whose contents, without surrounding whitespace, are the token (read at start and
+    /// at every reload, so it can be rotated without writing it into the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Origins and hosts the admin API accepts besides the listener's own address forms
+    /// (`127.0.0.1:PORT`, `localhost:PORT`, `[::1]:PORT`, the bound address): `host:port` or
+    /// `http(s)://host[:port]`. Checked against `Host` on every request (DNS rebinding) and
+    /// against `Origin` on every request other than `GET` and `HEAD` (cross-site requests).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<String>,
 }
 
 /// `telemetry:`.
@@ -891,6 +906,16 @@ pub struct ProxyConfig {
     /// Forward the client's Host header (default) or the target's address.
     #[serde(default = "yes")]
     pub preserve_host: bool,
+    /// Protocols a client may switch to through this route (`Upgrade` tokens, `name` or
+    /// `name/version`, case-insensitive; a name without a version allows every version). A
+    /// request asking for any other is forwarded as an ordinary request, without `Upgrade`.
+    /// Default `[websocket]`; `[]` allows none.
+    #[serde(default = "default_upgrades")]
+    pub upgrades: Vec<String>,
+}
+
+fn default_upgrades() -> Vec<String> {
+    vec!["websocket".into()]
 }
 
 fn yes() -> bool {

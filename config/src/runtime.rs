@@ -27,8 +27,8 @@ pub struct Config {
     pub raw: RawConfig,
     /// Process settings.
     pub server: ServerSettings,
-    /// Admin listener address.
-    pub admin: Option<SocketAddr>,
+    /// The admin API, when configured.
+    pub admin: Option<Admin>,
     /// Telemetry settings.
     pub telemetry: TelemetryConfig,
     /// Certificates, paths absolute.
@@ -70,6 +70,49 @@ impl Config {
             message: message.into(),
         }
     }
+}
+
+/// The validated `admin:` section.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// Listener address (port 0 means "any free port").
+    pub addr: SocketAddr,
+    /// The bearer token requests must carry (from `token` or `token_file`), when set.
+    pub token: Option<AdminToken>,
+    /// `origins`, lower-case, in addition to the listener's own address forms.
+    pub origins: Vec<AdminOrigin>,
+}
+
+/// The admin API's bearer token. Its `Debug` form does not show it, so a logged config does
+/// not leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub(crate) fn new(token: String) -> Self {
+        Self(token)
+    }
+
+    /// The token's bytes, to compare a presented one with.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
+}
+
+/// An entry of `admin.origins`: an authority (`host` or `host:port`, lower-case), and the scheme
+/// an `Origin` must have when one was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminOrigin {
+    /// `http` or `https`; any scheme when `None`.
+    pub scheme: Option<String>,
+    /// `host[:port]` as a `Host` header or an origin names it (IPv6 in brackets).
+    pub authority: String,
 }
 
 /// A validated certificate entry.

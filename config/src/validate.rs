@@ -105,8 +105,8 @@ pub(crate) fn validate(
         base_dir,
     };
 
-    let admin = match &raw.admin {
-        Some(a) => Some(validate_admin(&c, a)?),
+    let admin = match raw.admin.as_mut() {
+        Some(a) => Some(admin::validate(&c, a)?),
         None => None,
     };
     if let Some(log) = raw.telemetry.as_mut().and_then(|t| t.access_log.as_mut())
@@ -157,8 +157,8 @@ pub(crate) fn validate(
     let waf = validate_waf(&c, &raw)?;
     let routes = validate_routes(&c, &mut raw, &listeners, &upstreams, &plugins, &waf)?;
     let streams = validate_streams(&c, &raw, &upstreams, &plugins, &mut claim)?;
-    if let Some(addr) = admin {
-        claim(&c, "admin.bind".into(), addr, "tcp")?;
+    if let Some(a) = &admin {
+        claim(&c, "admin.bind".into(), a.addr, "tcp")?;
     }
     let cluster = cluster::validate(&c, &raw)?;
 
@@ -300,22 +300,6 @@ fn check_acme_reachable(
         }
     }
     Ok(())
-}
-
-/// The admin API has no authentication: it stays on loopback unless `allow_remote` says
-/// otherwise.
-fn validate_admin(c: &Checker<'_>, admin: &AdminConfig) -> Result<SocketAddr> {
-    let addr = c.bind("admin.bind", &admin.bind)?;
-    if !addr.ip().is_loopback() && !admin.allow_remote {
-        return c.err(
-            "admin.bind",
-            format!(
-                "{addr} is not a loopback address; the admin API has no authentication, so \
-                 set `admin.allow_remote: true` to expose it deliberately"
-            ),
-        );
-    }
-    Ok(addr)
 }
 
 /// Browsers' preload lists take only a policy that covers subdomains for at least a year.
@@ -552,6 +536,7 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
     Ok(out)
 }
 
+mod admin;
 mod cluster;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
@@ -647,6 +632,15 @@ pub(crate) fn valid_header_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// An `Upgrade` protocol as RFC 9110 §7.8 writes one: a token, optionally `/` and a version
+/// token.
+fn valid_upgrade_protocol(protocol: &str) -> bool {
+    match protocol.split_once('/') {
+        Some((name, version)) => valid_header_name(name) && valid_header_name(version),
+        None => valid_header_name(protocol),
+    }
 }
 
 fn valid_header_value(value: &str) -> bool {
@@ -875,7 +869,7 @@ fn validate_routes(
         let action = match terminals.iter().filter(|x| **x).count() {
             0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
             1 => {
-                if let Some(p) = &r.proxy {
+                if let Some(p) = r.proxy.as_mut() {
                     c.reference(
                         &format!("{key}.proxy.upstream"),
                         "upstream",
@@ -886,6 +880,18 @@ fn validate_routes(
                         && !sp.starts_with('/')
                     {
                         return c.err(format!("{key}.proxy.strip_prefix"), "must start with /");
+                    }
+                    for (j, protocol) in p.upgrades.iter_mut().enumerate() {
+                        if !valid_upgrade_protocol(protocol) {
+                            return c.err(
+                                format!("{key}.proxy.upgrades[{j}]"),
+                                format!(
+                                    "`{protocol}` is not an Upgrade protocol (`name` or \
+                                     `name/version`, e.g. `websocket`)"
+                                ),
+                            );
+                        }
+                        protocol.make_ascii_lowercase();
                     }
                     RouteAction::Proxy(p.clone())
                 } else if let Some(resp) = &r.respond {

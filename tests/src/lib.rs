@@ -366,17 +366,36 @@ pub async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
 /// The value of one counter series (`name{labels}`, as `/metrics` writes it) from the admin
 /// endpoint; 0 when the series is not there yet.
 pub async fn counter_value(gw: &TestGateway, series: &str) -> u64 {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let text = raw_with_timeout(
-        addr,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(2),
-    )
-    .await;
+    let (_, text) = admin_request(gw, "GET", "/metrics", "").await;
     let series = format!("{series} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
         .map_or(0, |v| v.trim().parse().expect("count"))
+}
+
+/// The admin API's request head for `method path`, with the admin listener's address as
+/// `Host` (the admin API refuses other hosts) and `extra` header lines (each ending in CRLF).
+pub fn admin_head(gw: &TestGateway, method: &str, path: &str, extra: &str) -> String {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
+    )
+}
+
+/// Sends [`admin_head`] to the admin API; the status and the body of its answer.
+pub async fn admin_request(
+    gw: &TestGateway,
+    method: &str,
+    path: &str,
+    extra: &str,
+) -> (u16, String) {
+    let addr = gw.gateway().admin_addr().expect("admin");
+    let out = raw(addr, admin_head(gw, method, path, extra).as_bytes()).await;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (raw_status(&out), body)
 }
 
 /// An upstream on 127.0.0.1 that reads one request on every connection and answers it with

@@ -62,6 +62,7 @@ pub struct ProxyRoute {
     /// Without a trailing slash; `None` when nothing is stripped.
     strip_prefix: Option<Box<str>>,
     preserve_host: bool,
+    upgrades: upgrade::AllowedUpgrades,
 }
 
 /// The rewritten request, shared by its attempts.
@@ -122,6 +123,7 @@ impl ProxyRoute {
             upstream,
             strip_prefix,
             preserve_host: cfg.preserve_host,
+            upgrades: upgrade::AllowedUpgrades::new(&cfg.upgrades),
         }
     }
 
@@ -154,8 +156,11 @@ impl ProxyRoute {
     fn rewrite(&self, mut req: Request<Body>, cx: &RequestCx) -> Result<Rewritten, StatusCode> {
         let up = &self.upstream;
         let websocket_over_h2 = upgrade::is_websocket_connect(&req);
-        if req.method() == Method::CONNECT && !websocket_over_h2 {
-            // Not a forward proxy: plain CONNECT tunnels are not offered.
+        if req.method() == Method::CONNECT
+            && !(websocket_over_h2 && self.upgrades.allows("websocket"))
+        {
+            // Not a forward proxy: plain CONNECT tunnels are not offered, nor WebSocket ones
+            // where the route does not allow WebSocket.
             return Err(StatusCode::METHOD_NOT_ALLOWED);
         }
         let h2 = up.connector.is_h2();
@@ -163,9 +168,13 @@ impl ProxyRoute {
             // WebSocket to an HTTP/2 upstream would need extended CONNECT upstream too.
             return Err(StatusCode::NOT_IMPLEMENTED);
         }
+        // A switch to a protocol the route does not allow is not asked of the upstream: the
+        // request goes on as an ordinary one, its `Upgrade` and `Connection` removed below.
         let upgrading = !h2
             && (websocket_over_h2
-                || (req.version() <= Version::HTTP_11 && headers::wants_upgrade(req.headers())));
+                || (req.version() <= Version::HTTP_11
+                    && headers::wants_upgrade(req.headers())
+                    && self.upgrades.allow_all_offered(req.headers())));
         let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut req));
 
         let (mut parts, body) = req.into_parts();

@@ -1,7 +1,9 @@
-//! Protocol switches carried through the proxy: an HTTP/1.1 `Upgrade` (WebSocket, or any
-//! protocol the upstream agrees to) and a WebSocket over HTTP/2 extended CONNECT (RFC 8441),
-//! which is forwarded to the HTTP/1.1 upstream as an ordinary WebSocket upgrade. Once both sides
-//! have switched, the bytes are copied both ways until either side closes.
+//! Protocol switches carried through the proxy: an HTTP/1.1 `Upgrade` to a protocol the route
+//! allows (`proxy.upgrades`, WebSocket by default) and a WebSocket over HTTP/2 extended CONNECT
+//! (RFC 8441), which is forwarded to the HTTP/1.1 upstream as an ordinary WebSocket upgrade.
+//! Once both sides have switched, the bytes are copied both ways until either side closes.
+//! A tunnel is outside routing, filters and the WAF from then on, so a protocol the route does
+//! not allow is never asked of the upstream: the request is forwarded without `Upgrade`.
 
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, request, response};
@@ -13,6 +15,44 @@ use crate::body::Body;
 
 const WEBSOCKET: HeaderValue = HeaderValue::from_static("websocket");
 const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
+
+/// The protocols a route lets a client switch to (`proxy.upgrades`, lower-case, checked at
+/// config load).
+pub(crate) struct AllowedUpgrades(Box<[Box<str>]>);
+
+impl AllowedUpgrades {
+    pub(crate) fn new(protocols: &[String]) -> Self {
+        Self(protocols.iter().map(|p| Box::from(p.as_str())).collect())
+    }
+
+    /// Whether `protocol` (`name` or `name/version`) is allowed: listed as it is, or its name
+    /// listed without a version.
+    pub(crate) fn allows(&self, protocol: &str) -> bool {
+        let name = protocol.split_once('/').map_or(protocol, |(name, _)| name);
+        self.0.iter().any(|allowed| {
+            allowed.eq_ignore_ascii_case(protocol)
+                || (!allowed.contains('/') && allowed.eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Whether every protocol the request's `Upgrade` fields offer is allowed (and there is
+    /// one). The client may offer several, and the upstream picks any of them.
+    pub(crate) fn allow_all_offered(&self, headers: &http::HeaderMap) -> bool {
+        let mut offered = false;
+        for value in headers.get_all(header::UPGRADE) {
+            let Ok(value) = value.to_str() else {
+                return false;
+            };
+            for protocol in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                if !self.allows(protocol) {
+                    return false;
+                }
+                offered = true;
+            }
+        }
+        offered
+    }
+}
 
 /// Whether a request is an extended CONNECT for WebSocket.
 pub(crate) fn is_websocket_connect<B>(req: &http::Request<B>) -> bool {
@@ -106,6 +146,35 @@ fn base64_16(bytes: [u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_upgrades_match_names_and_versions() {
+        let allowed = AllowedUpgrades::new(&["websocket".into(), "foo/2".into()]);
+        for yes in ["websocket", "WebSocket", "websocket/13", "foo/2", "FOO/2"] {
+            assert!(allowed.allows(yes), "{yes}");
+        }
+        for no in ["h2c", "foo", "foo/1", "websockets", "tls/1.0"] {
+            assert!(!allowed.allows(no), "{no}");
+        }
+        let offered = |values: &[&str]| {
+            let mut h = http::HeaderMap::new();
+            for v in values {
+                h.append(header::UPGRADE, HeaderValue::from_str(v).unwrap());
+            }
+            allowed.allow_all_offered(&h)
+        };
+        assert!(offered(&["websocket"]));
+        assert!(offered(&["websocket, foo/2"]));
+        assert!(!offered(&["websocket, h2c"]));
+        assert!(!offered(&["websocket", "h2c"]));
+        assert!(!offered(&[""]));
+        assert!(!offered(&[]));
+        assert!(!AllowedUpgrades::new(&[]).allow_all_offered(&{
+            let mut h = http::HeaderMap::new();
+            h.insert(header::UPGRADE, WEBSOCKET);
+            h
+        }));
+    }
 
     #[test]
     fn base64_of_the_rfc_6455_sample_nonce() {

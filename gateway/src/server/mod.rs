@@ -261,7 +261,7 @@ impl Gateway {
     }
 
     fn apply_admin(&self, config: &Config) -> Result<(), GatewayError> {
-        let wanted = config.admin;
+        let wanted = config.admin.as_ref().map(|a| a.addr);
         let mut slot = self.inner.admin.lock().unwrap_or_else(|e| e.into_inner());
         // Unchanged, or now naming the port it was given (configured with port 0): keep it.
         if let (Some(current), Some(w)) = (slot.as_ref(), wanted)
@@ -285,12 +285,18 @@ impl Gateway {
                 .local_addr()
                 .map_err(|e| GatewayError::Internal(e.to_string()))?;
             let stop = self.inner.cx.shutdown.child_token();
-            tokio::spawn(crate::admin::serve(listener, self.clone(), stop.clone()));
-            if local.ip().is_loopback() {
-                tracing::info!(addr = %local, "admin API listening");
+            tokio::spawn(crate::admin::serve(
+                listener,
+                local,
+                self.clone(),
+                stop.clone(),
+            ));
+            let token = config.admin.as_ref().is_some_and(|a| a.token.is_some());
+            if local.ip().is_loopback() || token {
+                tracing::info!(addr = %local, token_required = token, "admin API listening");
             } else {
                 // Allowed by `admin.allow_remote`; worth a line in every start-up log.
-                tracing::warn!(addr = %local, "admin API listening beyond loopback, without authentication");
+                tracing::warn!(addr = %local, "admin API listening beyond loopback, without a token");
             }
             *slot = Some(AdminHandle {
                 configured: addr,

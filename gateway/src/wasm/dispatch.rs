@@ -38,6 +38,8 @@ impl Dispatch {
                     upstream: name.clone(),
                     strip_prefix: None,
                     preserve_host: true,
+                    // A plugin's call gets its answer as a body; it never switches protocols.
+                    upgrades: Vec::new(),
                 };
                 Some((name.clone(), Arc::new(ProxyRoute::new(&cfg, up))))
             })

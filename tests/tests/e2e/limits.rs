@@ -51,8 +51,12 @@ fn clock_ticks_per_second() -> u64 {
 fn get(port: u16, path: &str) -> Option<String> {
     let mut s = StdTcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .ok()?;
+    // The admin API answers only requests naming its own address.
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)

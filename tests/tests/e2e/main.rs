@@ -1,6 +1,7 @@
 //! One end-to-end test binary (one link step) with a module per area.
 
 mod acme;
+mod admin;
 mod cli;
 mod cluster;
 mod conformance;

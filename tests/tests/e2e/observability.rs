@@ -5,14 +5,7 @@ use std::time::Duration;
 use gateway_tests::{TestGateway, http1, http2c, temp_dir};
 
 async fn admin_get(gw: &TestGateway, path: &str) -> (u16, String) {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    let out = gateway_tests::raw(addr, req.as_bytes()).await;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (gateway_tests::raw_status(&out), body)
+    gateway_tests::admin_request(gw, "GET", path, "").await
 }
 
 fn metric(text: &str, series: &str) -> u64 {

@@ -361,7 +361,7 @@ async fn connect(
 
 async fn metrics(gw: &TestGateway) -> String {
     let addr = gw.gateway().admin_addr().expect("admin");
-    let req = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let req = gateway_tests::admin_head(gw, "GET", "/metrics", "");
     gateway_tests::raw(addr, req.as_bytes()).await
 }
 

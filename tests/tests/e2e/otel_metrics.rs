@@ -120,7 +120,7 @@ async fn a_dead_collector_is_counted_and_requests_go_on() {
     let gw = TestGateway::start(&config(&format!("http://{dead}"))).await;
     let mut c = http1(gw.addr("main")).await;
     let admin = gw.gateway().admin_addr().expect("admin");
-    let scrape = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let scrape = gateway_tests::admin_head(&gw, "GET", "/metrics", "");
     let mut failures = 0;
     for _ in 0..100 {
         assert_eq!(c.get("/").await.status(), 200);

@@ -86,7 +86,7 @@ async fn over_the_limit_gets_429_with_headers_then_recovers() {
     let addr = gw.gateway().admin_addr().expect("admin");
     let m = raw(
         addr,
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        gateway_tests::admin_head(&gw, "GET", "/metrics", "").as_bytes(),
     )
     .await;
     assert!(

@@ -41,17 +41,7 @@ fn rewrite(gw: &TestGateway, yaml: &str) {
 }
 
 async fn admin(gw: &TestGateway, method: &str, path: &str) -> (u16, String) {
-    let addr = gw.gateway().admin_addr().expect("admin");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    let out = gateway_tests::raw(addr, req.as_bytes()).await;
-    let status = gateway_tests::raw_status(&out);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    gateway_tests::admin_request(gw, method, path, "").await
 }
 
 #[tokio::test]

@@ -82,7 +82,7 @@ async fn metrics(gw: &TestGateway) -> String {
     let addr = gw.gateway().admin_addr().expect("admin");
     raw(
         addr,
-        b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+        gateway_tests::admin_head(gw, "GET", "/metrics", "").as_bytes(),
     )
     .await
 }

@@ -138,7 +138,7 @@ async fn plugin_calls_are_counted_per_callback_on_metrics() {
         assert_eq!(c.get("/").await.header("x-powered-by"), "wasm");
     }
     let admin = gw.gateway().admin_addr().expect("admin");
-    let scrape = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let scrape = gateway_tests::admin_head(&gw, "GET", "/metrics", "");
     let metrics = gateway_tests::raw(admin, scrape.as_bytes()).await;
     let series = |callback: &str| {
         format!(

@@ -264,6 +264,11 @@ fn framing(
     } else {
         fields.keep_alive
     };
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        // What follows is another protocol (the proxy's own client never asks for one, so the
+        // switch is refused), never a next response: the connection is not used again.
+        return Ok((BodyFraming::Empty, false));
+    }
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT

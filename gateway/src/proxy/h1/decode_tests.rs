@@ -53,6 +53,17 @@ fn interim_responses_are_skipped() {
 }
 
 #[test]
+fn a_switch_of_protocols_ends_the_connection_use() {
+    // Bytes after a 101 are another protocol: the connection must not return to the pool.
+    assert_eq!(
+        framing_of(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n"
+        ),
+        (BodyFraming::Empty, false)
+    );
+}
+
+#[test]
 fn framing_follows_rfc_9112() {
     assert_eq!(
         framing_of("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),

@@ -3,8 +3,17 @@
 //! (Prometheus text), `GET /config` (the running config, secrets redacted), `POST /reload`
 //! (200, or 400 with the located error), `POST /acme/renew[?certificate=NAME]` (202: ACME
 //! renewals start now; 404 for a name that is not an ACME certificate).
+//!
+//! Every request but the two probes (`GET /health`, `GET /ready`, which tell nothing but that
+//! the process serves, and which load balancers and orchestrators probe by address, without a
+//! token) passes [`access`] first: `Host`, `Origin` and the bearer token.
+
+mod access;
+mod redact;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -15,9 +24,17 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::server::Gateway;
+use access::{Guard, Refusal};
+pub use redact::redact;
 
-/// Serves the admin API until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, gateway: Gateway, stop: CancellationToken) {
+/// Serves the admin API, bound at `local`, until `stop` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    local: SocketAddr,
+    gateway: Gateway,
+    stop: CancellationToken,
+) {
+    let guard = Arc::new(Guard::new(local, &gateway.telemetry().registry));
     loop {
         let (stream, _) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -31,10 +48,12 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, stop: CancellationTo
             },
         };
         let gw = gateway.clone();
+        let guard = guard.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let gw = gw.clone();
-                async move { Ok::<_, Infallible>(handle(&gw, req).await) }
+                let guard = guard.clone();
+                async move { Ok::<_, Infallible>(handle(&gw, &guard, req).await) }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
@@ -57,8 +76,50 @@ fn text(
     res
 }
 
-async fn handle(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    const PLAIN: &str = "text/plain; charset=utf-8";
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+/// The answer to a refused request.
+fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
+    let (status, body, challenge) = match refusal {
+        Refusal::Host => (StatusCode::FORBIDDEN, "host not allowed\n", None),
+        Refusal::Origin => (StatusCode::FORBIDDEN, "origin not allowed\n", None),
+        Refusal::NoToken => (
+            StatusCode::UNAUTHORIZED,
+            "bearer token required\n",
+            Some("Bearer"),
+        ),
+        Refusal::WrongToken => (
+            StatusCode::UNAUTHORIZED,
+            "invalid bearer token\n",
+            Some("Bearer error=\"invalid_token\""),
+        ),
+    };
+    let mut res = text(status, PLAIN, body);
+    if let Some(challenge) = challenge {
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static(challenge),
+        );
+    }
+    res
+}
+
+async fn handle(gw: &Gateway, guard: &Guard, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let probe = req.method() == Method::GET && matches!(req.uri().path(), "/health" | "/ready");
+    if !probe {
+        let generation = gw.generation();
+        let Some(admin) = &generation.config.admin else {
+            // The admin section was just removed; this listener is being stopped.
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                "admin API removed\n",
+            );
+        };
+        if let Err(refusal) = guard.check(&req, admin) {
+            return refused(refusal);
+        }
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/health") => text(StatusCode::OK, PLAIN, "ok\n"),
         (&Method::GET, "/ready") => {
@@ -106,80 +167,5 @@ async fn handle(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "method not allowed\n",
         ),
         _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
-    }
-}
-
-/// Replaces the values of keys that look like secrets anywhere in the tree (plugin configs carry
-/// API keys and signing secrets).
-pub fn redact(value: &mut serde_yaml::Value) {
-    const SECRET_WORDS: [&str; 8] = [
-        "secret",
-        "password",
-        "passwd",
-        "token",
-        "api_key",
-        "apikey",
-        "private",
-        "credential",
-    ];
-    match value {
-        serde_yaml::Value::Mapping(map) => {
-            for (k, v) in map.iter_mut() {
-                let key = k.as_str().unwrap_or_default().to_ascii_lowercase();
-                if SECRET_WORDS.iter().any(|w| key.contains(w)) || key == "keys" {
-                    *v = serde_yaml::Value::String("<redacted>".into());
-                } else {
-                    redact(v);
-                }
-            }
-        }
-        serde_yaml::Value::Sequence(seq) => seq.iter_mut().for_each(redact),
-        serde_yaml::Value::String(s) => redact_url_password(s),
-        _ => {}
-    }
-}
-
-/// `scheme://user:password@host…` → `scheme://user:<redacted>@host…` (e.g. `cluster.redis`).
-fn redact_url_password(s: &mut String) {
-    let Some(start) = s.find("://").map(|i| i + 3) else {
-        return;
-    };
-    let authority_end = s[start..].find('/').map_or(s.len(), |i| start + i);
-    let Some(at) = s[start..authority_end].rfind('@').map(|i| start + i) else {
-        return;
-    };
-    let colon = s[start..at].find(':').map_or(start, |i| start + i + 1);
-    if colon < at {
-        s.replace_range(colon..at, "<redacted>");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn secrets_are_redacted_at_any_depth() {
-        let mut v: serde_yaml::Value =
-            serde_yaml::from_str("plugins:\n  auth:\n    config: { jwt_secret: s3cret, header: x-api-key, keys: [a, b], nested: { Password: p } }\n").unwrap();
-        super::redact(&mut v);
-        let text = serde_yaml::to_string(&v).unwrap();
-        assert!(
-            !text.contains("s3cret") && !text.contains(" p\n") && !text.contains("- a"),
-            "{text}"
-        );
-        assert!(text.contains("header: x-api-key"), "{text}");
-    }
-
-    #[test]
-    fn passwords_in_urls_are_redacted() {
-        let mut v: serde_yaml::Value =
-            serde_yaml::from_str("cluster: { redis: \"redis://app:hunter2@10.0.0.5:6379/1\" }\nother: \"redis://10.0.0.5:6379\"\n").unwrap();
-        super::redact(&mut v);
-        let text = serde_yaml::to_string(&v).unwrap();
-        assert!(!text.contains("hunter2"), "{text}");
-        assert!(
-            text.contains("redis://app:<redacted>@10.0.0.5:6379/1"),
-            "{text}"
-        );
-        assert!(text.contains("redis://10.0.0.5:6379"), "{text}");
     }
 }
