@@ -346,9 +346,13 @@ mod tests {
     use super::*;
 
     /// A pool's connection over a real loopback socket, with a read buffer as an exchange
-    /// leaves it: reserved, and empty.
-    async fn used_connection(pool: &Pool, listener: &tokio::net::TcpListener) -> H1Conn {
-        let (tcp, _) = tokio::join!(
+    /// leaves it: reserved, and empty; and the upstream's end of it, which closes it when
+    /// dropped.
+    async fn used_connection(
+        pool: &Pool,
+        listener: &tokio::net::TcpListener,
+    ) -> (H1Conn, tokio::net::TcpStream) {
+        let (tcp, upstream) = tokio::join!(
             tokio::net::TcpStream::connect(listener.local_addr().expect("addr")),
             listener.accept()
         );
@@ -358,7 +362,57 @@ mod tests {
             OpenConn(pool.counts.clone()),
         );
         conn.reserve_read_buffer_for_test(8 * 1024);
-        conn
+        (conn, upstream.expect("accept").0)
+    }
+
+    fn pool_for(listener: &tokio::net::TcpListener) -> Pool {
+        let endpoint = Endpoint {
+            addr: listener.local_addr().expect("addr"),
+            server_name: ServerName::try_from("localhost").expect("name"),
+            host: HeaderValue::from_static("localhost"),
+            authority: Authority::from_static("localhost"),
+        };
+        Pool::new(
+            endpoint,
+            Limits {
+                max_idle: 64,
+                max_open: 0,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_upstream_wrote_to_unasked_is_closed_and_counted_not_pooled() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let pool = pool_for(&listener);
+        // Bytes that arrived after the answer, not yet read: seen as the connection comes back.
+        let (conn, mut upstream) = used_connection(&pool, &listener).await;
+        upstream.write_all(b"HTTP/1.1 200 OK").await.expect("write");
+        // Lets the runtime's reactor record the socket's readiness, as it does while the
+        // connection's task goes on to answer its client.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        pool.release_h1(conn);
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 1);
+        // Bytes that arrive while the connection is idle: seen as it is taken.
+        let (conn, mut upstream) = used_connection(&pool, &listener).await;
+        pool.release_h1(conn);
+        assert_eq!(pool.idle(), 1);
+        upstream.write_all(b"poisoned").await.expect("write");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(pool.take_idle().is_none());
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 2);
+        // A close is no protocol error: dropped, not counted.
+        let (conn, upstream) = used_connection(&pool, &listener).await;
+        pool.release_h1(conn);
+        drop(upstream);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(pool.take_idle().is_none());
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 2);
+        assert_eq!(pool.open(), 0, "every dropped connection freed its place");
     }
 
     #[tokio::test]
@@ -366,22 +420,12 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
-        let endpoint = Endpoint {
-            addr: listener.local_addr().expect("addr"),
-            server_name: ServerName::try_from("localhost").expect("name"),
-            host: HeaderValue::from_static("localhost"),
-            authority: Authority::from_static("localhost"),
-        };
-        let pool = Pool::new(
-            endpoint,
-            Limits {
-                max_idle: 64,
-                max_open: 0,
-            },
-        );
+        let pool = pool_for(&listener);
         let total = BUFFERED_IDLE + 8;
+        let mut upstreams = Vec::new();
         for _ in 0..total {
-            let conn = used_connection(&pool, &listener).await;
+            let (conn, upstream) = used_connection(&pool, &listener).await;
+            upstreams.push(upstream);
             pool.release_h1(conn);
         }
         assert_eq!(pool.idle(), total);
