@@ -118,10 +118,7 @@ mod tests {
             "authorization",
             "x-forwarded-for",
         ] {
-            t.append(
-                HeaderName::from_static(name),
-                HeaderValue::from_static("x"),
-            );
+            t.append(HeaderName::from_static(name), HeaderValue::from_static("x"));
         }
         t.append("x-checksum", HeaderValue::from_static("abc"));
         t.append("grpc-status", HeaderValue::from_static("0"));

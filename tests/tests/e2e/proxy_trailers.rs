@@ -126,7 +126,11 @@ async fn request_trailers_that_frame_route_or_authenticate_never_reach_an_http1_
     let trailers = trailer_lines(&seen[0]);
     assert_eq!(trailers, ["x-checksum: abc"], "{}", seen[0]);
     // The header section the upstream saw is the gateway's, not the trailers'.
-    let head = seen[0].split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    let head = seen[0]
+        .split("\r\n\r\n")
+        .next()
+        .unwrap()
+        .to_ascii_lowercase();
     assert!(head.contains("host: shop.example"), "{head}");
     assert!(head.contains("x-forwarded-for: 127.0.0.1\r\n"), "{head}");
     for name in DROPPED {
@@ -227,13 +231,21 @@ async fn trailers_to_and_from_an_h2c_upstream_lose_the_fields_no_trailer_may_car
     // Request trailers, from an HTTP/1.1 client's chunked body.
     let out = raw_with_timeout(gw.addr("general"), CHUNKED_POST, Duration::from_secs(5)).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    let got = seen.lock().unwrap().pop().expect("the upstream saw the request");
+    let got = seen
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("the upstream saw the request");
     let names: Vec<&str> = got.keys().map(http::HeaderName::as_str).collect();
     assert_eq!(names, ["x-checksum"], "{got:?}");
     // Response trailers, to an HTTP/2 client (which gets every trailer the gateway passes on).
     let mut c = http2c(gw.addr("general")).await;
     let res = c
-        .send(Request::post("/t").body(Full::new(Bytes::from("x"))).unwrap())
+        .send(
+            Request::post("/t")
+                .body(Full::new(Bytes::from("x")))
+                .unwrap(),
+        )
         .await
         .expect("an answer");
     assert_eq!((res.status(), res.text().as_str()), (200, "data"));

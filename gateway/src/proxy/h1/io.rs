@@ -42,7 +42,7 @@ impl Io {
     /// `Ok(0)` is the peer's end of stream.
     ///
     /// A short read on a plain socket clears tokio's readiness (it has drained the socket), so
-    /// the next wait, and [`Io::is_reusable`], go by epoll rather than by another `recv` that
+    /// the next wait, and [`Io::probe_idle`], go by epoll rather than by another `recv` that
     /// would only say "would block".
     pub(crate) fn poll_fill(
         &mut self,
