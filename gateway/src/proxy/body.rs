@@ -1,14 +1,15 @@
 //! The upstream response body on its way to the client. It streams frames (data and trailers)
-//! untouched, and around them does the bookkeeping that must wait for the body's end (an
-//! HTTP/1.1 connection goes back to its pool from [`super::h1::ResponseBody`] itself): the target stays
-//! "in flight" for the balancers until then, a reset or truncated body counts as a failure of
-//! the target, the attempt's `timeout` keeps running so a stalled body cannot hang the client,
-//! and the attempt's client span (when recorded) ends with the body.
+//! untouched but for the fields no trailer may carry ([`super::trailers`]), and around them does
+//! the bookkeeping that must wait for the body's end (an HTTP/1.1 connection goes back to its
+//! pool from [`super::h1::ResponseBody`] itself): the target stays "in flight" for the balancers
+//! until then, a reset or truncated body counts as a failure of the target, the attempt's
+//! `timeout` keeps running so a stalled body cannot hang the client, and the attempt's client
+//! span (when recorded) ends with the body.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -146,7 +147,16 @@ impl HttpBody for RawBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            RawBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            RawBody::Hyper(b) => {
+                // The proxy's own client drops them as it reads the trailer section.
+                let mut frame = ready!(Pin::new(b).poll_frame(cx));
+                if let Some(Ok(f)) = &mut frame
+                    && let Some(trailers) = f.trailers_mut()
+                {
+                    super::trailers::strip(trailers);
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
             RawBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
         }
     }

@@ -3,6 +3,11 @@
 //! (HTTP/2, health checks, protocol switches), the hyper client handshake. A hyper connection's
 //! driver runs in its own task; `on_close` runs when it ends so the pool can count open
 //! connections. Pooled HTTP/1.1 connections take the bare [`Io`] from [`Connector::open`].
+//!
+//! hyper's HTTP/1.1 client carries one request per connection here and is never pooled (a
+//! health check's connection closes after its request, a protocol switch's becomes a tunnel),
+//! so the pool's checks for bytes after an answer ([`super::pool`]) cover every connection the
+//! proxy reuses.
 
 use std::net::SocketAddr;
 use std::time::Duration;

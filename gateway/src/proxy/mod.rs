@@ -11,8 +11,8 @@
 //!
 //! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
 //! connections), [`connect`] (TCP, TLS, handshakes), [`h1`] (the HTTP/1.1 client driven in the
-//! request's task), [`tls`], [`headers`], [`body`], [`upgrade`] (WebSocket), [`health`] (active
-//! checks).
+//! request's task), [`tls`], [`headers`], [`trailers`] (the fields a trailer never carries),
+//! [`body`], [`upgrade`] (WebSocket), [`health`] (active checks).
 
 mod body;
 mod connect;
@@ -23,6 +23,7 @@ mod health;
 mod pool;
 mod text;
 pub mod tls;
+pub(crate) mod trailers;
 mod upgrade;
 mod upstream;
 
@@ -219,6 +220,13 @@ impl ProxyRoute {
             0
         };
         let body_empty = http_body::Body::is_end_stream(&body);
+        // hyper's clients (HTTP/2, a protocol switch) write whatever trailers they are given;
+        // the proxy's own HTTP/1.1 client leaves the forbidden ones out as it writes them.
+        let body = if (h2 || upgrading) && !body_empty {
+            trailers::stripped(body)
+        } else {
+            body
+        };
         let mut head = head;
         headers::detach(&mut head.path, &mut head.host, &mut parts.headers);
         Ok(Rewritten {

@@ -7,15 +7,20 @@
 //! authority, which would split one target's pool per virtual host), and HTTP/1.1 connections
 //! driven by the request itself ([`super::h1`]). Idle HTTP/1.1 connections are plain sockets on
 //! a mutex-guarded LIFO stack (the most recently used is the warmest and the least likely to
-//! have been closed by the peer); one is checked for a close that arrived while it was idle
-//! when it is taken.
+//! have been closed by the peer).
+//!
+//! A connection is looked at, without blocking, as it comes back and again when it is taken
+//! (and by the reaper): one the peer closed is dropped, and one holding or receiving bytes that
+//! answer no request is dropped and counted ([`Discard`]). Such bytes (a body after a `HEAD`'s
+//! or a 204's head, an answer sent ahead) would otherwise be read as the next request's answer,
+//! and that request may be another client's: response-queue poisoning.
 //!
 //! HTTP/2 targets share one multiplexed hyper connection, opened by the first request that
 //! needs it (others wait for that handshake rather than racing to open their own).
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use http::HeaderValue;
 use http::uri::Authority;
@@ -24,7 +29,7 @@ use rustls_pki_types::ServerName;
 use tokio::sync::Notify;
 
 use super::connect::{Conn, ConnectError, Connector};
-use super::h1::H1Conn;
+use super::h1::{H1Conn, Idle};
 use crate::body::Body;
 
 /// How many idle HTTP/1.1 connections per target keep their read buffer (8 KiB, one page of it
@@ -82,9 +87,32 @@ impl Drop for OpenConn {
     }
 }
 
-struct Idle {
+struct IdleConn {
     conn: H1Conn,
     tick: u32,
+}
+
+/// Why an HTTP/1.1 connection the upstream would have kept open was closed instead: the
+/// upstream broke the protocol in a way that could poison the next exchange on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Discard {
+    /// Bytes after a complete answer: in the read buffer when the answer ended, or readable
+    /// when the connection came back to the pool, sat in it, or was taken from it.
+    UnexpectedBytes,
+    /// A 1xx or 204 declared a body (`Transfer-Encoding`, a non-zero `Content-Length`).
+    BodilessFramed,
+}
+
+impl Discard {
+    pub(crate) const ALL: [Discard; 2] = [Discard::UnexpectedBytes, Discard::BodilessFramed];
+
+    /// The `reason` label of `gateway_upstream_discarded_connections_total`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Discard::UnexpectedBytes => "unexpected_bytes",
+            Discard::BodilessFramed => "bodiless_with_framing",
+        }
+    }
 }
 
 /// One target's connections.
@@ -92,12 +120,14 @@ pub(crate) struct Pool {
     pub(crate) endpoint: Endpoint,
     limits: Limits,
     counts: Arc<Counts>,
-    idle: Mutex<Vec<Idle>>,
+    idle: Mutex<Vec<IdleConn>>,
     h2: Mutex<Option<http2::SendRequest<Body>>>,
     h2_connecting: tokio::sync::Mutex<()>,
     h2_used: AtomicBool,
     /// Advanced by the reaper; idle entries older than two ticks are closed.
     tick: AtomicU32,
+    /// Connections closed for each [`Discard`], in [`Discard::ALL`]'s order.
+    discards: [AtomicU64; 2],
 }
 
 /// A checked-out connection.
@@ -120,6 +150,30 @@ impl Pool {
             h2_connecting: tokio::sync::Mutex::new(()),
             h2_used: AtomicBool::new(false),
             tick: AtomicU32::new(0),
+            discards: Default::default(),
+        }
+    }
+
+    /// Counts a connection closed because of `why`.
+    pub(crate) fn discarded(&self, why: Discard) {
+        self.discards[why as usize].fetch_add(1, Relaxed);
+    }
+
+    /// The connections closed so far for `why`.
+    pub(crate) fn discards(&self, why: Discard) -> u64 {
+        self.discards[why as usize].load(Relaxed)
+    }
+
+    /// Whether an idle connection can carry a request; one holding bytes nobody asked for is
+    /// counted.
+    fn still_quiet(&self, conn: &mut H1Conn) -> bool {
+        match conn.probe_idle() {
+            Idle::Quiet => true,
+            Idle::Closed => false,
+            Idle::Unexpected => {
+                self.discarded(Discard::UnexpectedBytes);
+                false
+            }
         }
     }
 
@@ -167,7 +221,7 @@ impl Pool {
     fn take_idle(&self) -> Option<H1Conn> {
         let mut idle = lock(&self.idle);
         while let Some(mut entry) = idle.pop() {
-            if entry.conn.is_reusable() {
+            if self.still_quiet(&mut entry.conn) {
                 return Some(entry.conn);
             }
         }
@@ -188,11 +242,15 @@ impl Pool {
 
     /// An HTTP/1.1 connection whose exchange completed cleanly goes back on the idle stack
     /// (or is closed when the stack is full), with its read buffer until the next
-    /// [`Pool::shed_buffers`].
-    pub(crate) fn release_h1(&self, conn: H1Conn) {
+    /// [`Pool::shed_buffers`]. One the peer closed, or that holds or has received anything
+    /// beyond the answer just read, is closed instead.
+    pub(crate) fn release_h1(&self, mut conn: H1Conn) {
+        if !self.still_quiet(&mut conn) {
+            return;
+        }
         let mut idle = lock(&self.idle);
         if idle.len() < self.limits.max_idle {
-            idle.push(Idle {
+            idle.push(IdleConn {
                 conn,
                 tick: self.tick.load(Relaxed),
             });
@@ -262,7 +320,8 @@ impl Pool {
     /// `idle_timeout`, so a connection is closed after one to one and a half timeouts.
     pub(crate) fn reap(&self) {
         let now = self.tick.fetch_add(1, Relaxed).wrapping_add(1);
-        lock(&self.idle).retain_mut(|e| now.wrapping_sub(e.tick) < 2 && e.conn.is_reusable());
+        lock(&self.idle)
+            .retain_mut(|e| now.wrapping_sub(e.tick) < 2 && self.still_quiet(&mut e.conn));
         if now.is_multiple_of(2) && !self.h2_used.swap(false, Relaxed) {
             // Our handle goes; streams still running keep the connection until they end.
             lock(&self.h2).take();
@@ -287,9 +346,13 @@ mod tests {
     use super::*;
 
     /// A pool's connection over a real loopback socket, with a read buffer as an exchange
-    /// leaves it: reserved, and empty.
-    async fn used_connection(pool: &Pool, listener: &tokio::net::TcpListener) -> H1Conn {
-        let (tcp, _) = tokio::join!(
+    /// leaves it: reserved, and empty; and the upstream's end of it, which closes it when
+    /// dropped.
+    async fn used_connection(
+        pool: &Pool,
+        listener: &tokio::net::TcpListener,
+    ) -> (H1Conn, tokio::net::TcpStream) {
+        let (tcp, upstream) = tokio::join!(
             tokio::net::TcpStream::connect(listener.local_addr().expect("addr")),
             listener.accept()
         );
@@ -299,7 +362,57 @@ mod tests {
             OpenConn(pool.counts.clone()),
         );
         conn.reserve_read_buffer_for_test(8 * 1024);
-        conn
+        (conn, upstream.expect("accept").0)
+    }
+
+    fn pool_for(listener: &tokio::net::TcpListener) -> Pool {
+        let endpoint = Endpoint {
+            addr: listener.local_addr().expect("addr"),
+            server_name: ServerName::try_from("localhost").expect("name"),
+            host: HeaderValue::from_static("localhost"),
+            authority: Authority::from_static("localhost"),
+        };
+        Pool::new(
+            endpoint,
+            Limits {
+                max_idle: 64,
+                max_open: 0,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_upstream_wrote_to_unasked_is_closed_and_counted_not_pooled() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let pool = pool_for(&listener);
+        // Bytes that arrived after the answer, not yet read: seen as the connection comes back.
+        let (conn, mut upstream) = used_connection(&pool, &listener).await;
+        upstream.write_all(b"HTTP/1.1 200 OK").await.expect("write");
+        // Lets the runtime's reactor record the socket's readiness, as it does while the
+        // connection's task goes on to answer its client.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        pool.release_h1(conn);
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 1);
+        // Bytes that arrive while the connection is idle: seen as it is taken.
+        let (conn, mut upstream) = used_connection(&pool, &listener).await;
+        pool.release_h1(conn);
+        assert_eq!(pool.idle(), 1);
+        upstream.write_all(b"poisoned").await.expect("write");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(pool.take_idle().is_none());
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 2);
+        // A close is no protocol error: dropped, not counted.
+        let (conn, upstream) = used_connection(&pool, &listener).await;
+        pool.release_h1(conn);
+        drop(upstream);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(pool.take_idle().is_none());
+        assert_eq!(pool.discards(Discard::UnexpectedBytes), 2);
+        assert_eq!(pool.open(), 0, "every dropped connection freed its place");
     }
 
     #[tokio::test]
@@ -307,22 +420,12 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
-        let endpoint = Endpoint {
-            addr: listener.local_addr().expect("addr"),
-            server_name: ServerName::try_from("localhost").expect("name"),
-            host: HeaderValue::from_static("localhost"),
-            authority: Authority::from_static("localhost"),
-        };
-        let pool = Pool::new(
-            endpoint,
-            Limits {
-                max_idle: 64,
-                max_open: 0,
-            },
-        );
+        let pool = pool_for(&listener);
         let total = BUFFERED_IDLE + 8;
+        let mut upstreams = Vec::new();
         for _ in 0..total {
-            let conn = used_connection(&pool, &listener).await;
+            let (conn, upstream) = used_connection(&pool, &listener).await;
+            upstreams.push(upstream);
             pool.release_h1(conn);
         }
         assert_eq!(pool.idle(), total);

@@ -80,15 +80,21 @@ pub struct Answer {
     /// The upstream's fields already include `Server`, `Date`.
     pub(crate) has_server: bool,
     pub(crate) has_date: bool,
+    /// The upstream's `Trailer` values, comma-joined, when it sent any: an HTTP/1.1 client gets
+    /// only the trailers named there ([`super::trailers::is_declared`]), as hyper's encoder
+    /// sends them on the general path.
+    pub(crate) declared_trailers: Option<Box<[u8]>>,
     /// The body, with the attempt's bookkeeping (pool, health, `timeout`) around it.
     pub(crate) body: Body,
 }
 
 /// What the rewritten response fields came with.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Written {
     has_server: bool,
     has_date: bool,
+    /// See [`Answer::declared_trailers`].
+    declared_trailers: Option<Box<[u8]>>,
 }
 
 impl Forwarding {
@@ -318,6 +324,7 @@ impl ProxyRoute {
             head,
             has_server: written.has_server,
             has_date: written.has_date,
+            declared_trailers: written.declared_trailers,
             body,
         })
     }
@@ -422,6 +429,8 @@ fn client_fields(
     }
     let mut written = Written::default();
     let mut te_seen = false;
+    // Allocated only for a response with a `Trailer` field.
+    let mut declared: Vec<u8> = Vec::new();
     for f in fields {
         let name = f.name.as_bytes();
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
@@ -437,10 +446,19 @@ fn client_fields(
             7 if replaced.alt_svc && is(b"alt-svc") => continue,
             6 if is(b"server") => written.has_server = true,
             4 if is(b"date") => written.has_date = true,
+            7 if is(b"trailer") => {
+                if !declared.is_empty() {
+                    declared.push(b',');
+                }
+                declared.extend_from_slice(f.value);
+            }
             _ if replaced.rate_limit.iter().any(|n| is(n.as_bytes())) => continue,
             _ => {}
         }
         push_line(out, name, f.value);
+    }
+    if !declared.is_empty() {
+        written.declared_trailers = Some(declared.into_boxed_slice());
     }
     written
 }

@@ -16,7 +16,7 @@ use stream_proxy::upstream::{KeyHasher, Targets};
 use tokio_util::sync::CancellationToken;
 
 use super::connect::Connector;
-use super::pool::{Endpoint, Limits, Pool};
+use super::pool::{Discard, Endpoint, Limits, Pool};
 use crate::context::RequestCx;
 use crate::error::GatewayError;
 
@@ -111,6 +111,16 @@ impl Upstream {
             health: s.health_check.clone(),
             idle_timeout: s.pool.idle_timeout.get(),
         })
+    }
+
+    /// For each target, in the targets' order, how many of its pooled connections were closed
+    /// for each [`Discard`] reason: `(reason label, count)`.
+    pub(crate) fn discarded_connections(
+        &self,
+    ) -> impl Iterator<Item = [(&'static str, u64); 2]> + '_ {
+        self.pools
+            .iter()
+            .map(|pool| Discard::ALL.map(|why| (why.label(), pool.discards(why))))
     }
 
     /// The consistent-hash key of a request (0 for other balancers). A request without the

@@ -306,7 +306,7 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
     );
     let mut names: Vec<_> = upstreams.iter().collect();
     names.sort_by(|a, b| a.name.cmp(&b.name));
-    for u in names {
+    for u in &names {
         let labels = [("upstream".to_owned(), u.name.to_string())];
         let retries = u.retries_total.load(std::sync::atomic::Ordering::Relaxed);
         let _ = writeln!(
@@ -314,6 +314,25 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
             "gateway_upstream_retries_total{} {retries}",
             metrics::label_text(&labels, None)
         );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gateway_upstream_discarded_connections_total Keep-alive connections to a target closed rather than reused because the target broke HTTP/1.1 framing (reason: unexpected_bytes after a complete response, bodiless_with_framing on a 1xx or 204).\n# TYPE gateway_upstream_discarded_connections_total counter"
+    );
+    for (u, (upstream, targets)) in names.iter().zip(&rows) {
+        for (t, counts) in targets.iter().zip(u.discarded_connections()) {
+            for (reason, value) in counts {
+                let labels = [
+                    ("upstream".to_owned(), upstream.clone()),
+                    ("target".to_owned(), t.authority.clone()),
+                ];
+                let _ = writeln!(
+                    out,
+                    "gateway_upstream_discarded_connections_total{} {value}",
+                    metrics::label_text(&labels, Some(("reason", reason)))
+                );
+            }
+        }
     }
     for (i, (name, kind, help)) in families.iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

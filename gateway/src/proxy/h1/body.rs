@@ -60,13 +60,12 @@ impl ResponseBody {
     }
 
     /// The body is complete: the connection goes back to the pool when it may carry another
-    /// request and nothing unread follows the response (bytes there would be a protocol error
-    /// and would poison the next exchange).
+    /// request, and the pool keeps it only if nothing follows the response
+    /// ([`Pool::release_h1`]).
     fn finish(&mut self) {
         self.state = State::Done;
         if let Some(conn) = self.conn.take()
             && self.reusable
-            && conn.rbuf.is_empty()
         {
             self.pool.release_h1(conn);
         }

@@ -1,10 +1,13 @@
 //! An upstream's HTTP/1.1 response: the head parsed from the connection's buffer (interim 1xx
 //! responses skipped), the body's framing decided by RFC 9112 §6.3, and the chunked coding
-//! decoded with its trailers. Header values are slices of the received bytes, not copies.
+//! decoded with its trailers (less the fields no trailer may carry, [`crate::proxy::trailers`]).
+//! Header values are slices of the received bytes, not copies.
 //!
 //! Anything ambiguous fails the response rather than guessing: conflicting `Content-Length`
 //! values, a malformed chunk, a head larger than [`MAX_HEAD`]. The caller answers 502 and the
-//! connection is not reused.
+//! connection is not reused. A 1xx or 204 that declares a body it must not have is passed on
+//! bodiless, and its connection is not reused either: bytes it meant as a body would be read as
+//! the next request's answer (response-queue poisoning).
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -38,8 +41,11 @@ pub(crate) enum BodyFraming {
 pub(crate) struct Head {
     pub(crate) parts: response::Parts,
     pub(crate) framing: BodyFraming,
-    /// The upstream lets the connection carry another request after this response.
+    /// The upstream lets the connection carry another request after this response, and the
+    /// head gives no reason to distrust it.
     pub(crate) keep_alive: bool,
+    /// The connection would have been kept but for a 1xx or 204 that declared a body.
+    pub(crate) bodiless_framed: bool,
 }
 
 fn invalid(what: &'static str) -> io::Error {
@@ -50,7 +56,7 @@ fn invalid(what: &'static str) -> io::Error {
 /// responses before it). `Ok(None)`: more bytes are needed.
 pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
     let base = buf.as_ptr() as usize;
-    let parsed = final_head(buf, |status, version, parsed| {
+    let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         // Names are made now (standard ones are static, others allocate); values become
         // slices of the head's bytes once the parser's borrow of `buf` ends.
         let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
@@ -61,9 +67,14 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
             let start = f.value.as_ptr() as usize - base;
             spans.push((name, start, start + f.value.len()));
         }
-        Ok((status, version, spans))
+        Ok((status, version, spans, interim_framed))
     })?;
-    let Some(((status, version, mut spans), skipped, len)) = parsed else {
+    let Some(Found {
+        read: (status, version, mut spans, interim_framed),
+        skipped,
+        len,
+    }) = parsed
+    else {
         return Ok(None);
     };
     buf.advance(skipped);
@@ -82,15 +93,16 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
         fields.note(name.as_str().as_bytes(), &value);
         headers.append(name, value_parsed_by_httparse(value));
     }
-    let (framing, keep_alive) = framing(&fields, status, version, method)?;
+    let decided = framing(&fields, status, version, method, interim_framed)?;
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
     Ok(Some(Head {
         parts,
-        framing,
-        keep_alive,
+        framing: decided.framing,
+        keep_alive: decided.keep_alive,
+        bodiless_framed: decided.bodiless_framed,
     }))
 }
 
@@ -100,8 +112,10 @@ pub(crate) struct TextHead {
     pub(crate) status: StatusCode,
     pub(crate) version: Version,
     pub(crate) framing: BodyFraming,
-    /// The upstream lets the connection carry another request after this response.
+    /// As [`Head::keep_alive`].
     pub(crate) keep_alive: bool,
+    /// As [`Head::bodiless_framed`].
+    pub(crate) bodiless_framed: bool,
     /// The length `Content-Length` declared when it frames the body (or would have: a `HEAD`
     /// response's, a 304's).
     pub(crate) length: Option<u64>,
@@ -115,36 +129,48 @@ pub(crate) fn response_head_text<R>(
     method: &Method,
     read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R,
 ) -> io::Result<Option<(TextHead, R)>> {
-    let parsed = final_head(buf, |status, version, parsed| {
+    let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         let mut fields = FramingFields::default();
         for f in parsed {
             fields.note(f.name.as_bytes(), f.value);
         }
-        let (framing, keep_alive) = framing(&fields, status, version, method)?;
+        let decided = framing(&fields, status, version, method, interim_framed)?;
         let head = TextHead {
             status,
             version,
-            framing,
-            keep_alive,
+            framing: decided.framing,
+            keep_alive: decided.keep_alive,
+            bodiless_framed: decided.bodiless_framed,
             length: fields.length.filter(|_| !fields.transfer_encoding),
         };
         Ok((head, read(status, parsed)))
     })?;
-    Ok(parsed.map(|(out, skipped, len)| {
-        buf.advance(skipped + len);
-        out
+    Ok(parsed.map(|found| {
+        buf.advance(found.skipped + found.len);
+        found.read
     }))
 }
 
+/// A final head found by [`final_head`].
+struct Found<R> {
+    /// What `read` made of it.
+    read: R,
+    /// The length of the interim responses before it.
+    skipped: usize,
+    /// Its own length.
+    len: usize,
+}
+
 /// Finds the final response head at the front of `buf`, past any interim 1xx responses, and
-/// hands its status, version and fields to `read` while they are slices of `buf`. Returns what
-/// `read` made, the length of the interim responses before the head and the head's own; `buf`
-/// is left as it was, so a head still incomplete is parsed again from the start next time.
+/// hands its status, version and fields to `read` while they are slices of `buf`, with whether
+/// an interim response declared a body. `buf` is left as it was, so a head still incomplete is
+/// parsed again from the start next time.
 fn final_head<R>(
     buf: &BytesMut,
-    read: impl FnOnce(StatusCode, Version, &[httparse::Header<'_>]) -> io::Result<R>,
-) -> io::Result<Option<(R, usize, usize)>> {
+    read: impl FnOnce(StatusCode, Version, &[httparse::Header<'_>], bool) -> io::Result<R>,
+) -> io::Result<Option<Found<R>>> {
     let mut skipped = 0;
+    let mut interim_framed = false;
     loop {
         let rest = &buf[skipped..];
         // Left uninitialised: filling 128 empty fields was 512 stores on every response, and
@@ -167,6 +193,11 @@ fn final_head<R>(
         let status = StatusCode::from_u16(code).map_err(|_| invalid("invalid status code"))?;
         if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
             // 100 Continue, 103 Early Hints: the final response follows on the same connection.
+            let mut fields = FramingFields::default();
+            for f in &*parsed.headers {
+                fields.note(f.name.as_bytes(), f.value);
+            }
+            interim_framed |= fields.declares_body();
             skipped += len;
             continue;
         }
@@ -175,7 +206,11 @@ fn final_head<R>(
         } else {
             Version::HTTP_11
         };
-        return Ok(Some((read(status, version, parsed.headers)?, skipped, len)));
+        return Ok(Some(Found {
+            read: read(status, version, parsed.headers, interim_framed)?,
+            skipped,
+            len,
+        }));
     }
 }
 
@@ -214,6 +249,11 @@ struct FramingFields {
 }
 
 impl FramingFields {
+    /// A body is declared: `Transfer-Encoding`, or a `Content-Length` other than a plain 0.
+    fn declares_body(&self) -> bool {
+        self.transfer_encoding || (self.content_length && self.length != Some(0))
+    }
+
     /// Takes one field into account, in the order the fields came (`name` in any case).
     fn note(&mut self, name: &[u8], value: &[u8]) {
         let items = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
@@ -251,9 +291,39 @@ impl FramingFields {
     }
 }
 
+/// What [`framing`] decided of a final head.
+struct Decided {
+    framing: BodyFraming,
+    keep_alive: bool,
+    bodiless_framed: bool,
+}
+
+/// The body's framing and whether the connection may carry another request ([`body_framing`]),
+/// less the trust a status without a body loses when its head declares one: RFC 9112 §6.1 and
+/// §6.2 forbid `Transfer-Encoding` and `Content-Length` on a 1xx or a 204 (a zero length is let
+/// pass: it declares no body), so an upstream that sends them, on the final head or an interim
+/// one before it, may write bytes after the head that the next request would read as its
+/// answer. A `HEAD`'s or a 304's fields describe the `GET` representation and are allowed.
+fn framing(
+    fields: &FramingFields,
+    status: StatusCode,
+    version: Version,
+    method: &Method,
+    interim_framed: bool,
+) -> io::Result<Decided> {
+    let (framing, keep_alive) = body_framing(fields, status, version, method)?;
+    let must_be_bare = status.is_informational() || status == StatusCode::NO_CONTENT;
+    let refused = interim_framed || (must_be_bare && fields.declares_body());
+    Ok(Decided {
+        framing,
+        keep_alive: keep_alive && !refused,
+        bodiless_framed: keep_alive && refused,
+    })
+}
+
 /// RFC 9112 §6.3, in its order, and whether the connection stays open (§9.3): HTTP/1.1 stays
 /// open unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`.
-fn framing(
+fn body_framing(
     fields: &FramingFields,
     status: StatusCode,
     version: Version,
@@ -386,6 +456,9 @@ impl Chunked {
                         Ok(httparse::Status::Complete((len, parsed))) => {
                             let mut map = HeaderMap::with_capacity(parsed.len());
                             for f in parsed {
+                                if crate::proxy::trailers::is_forbidden(f.name.as_bytes()) {
+                                    continue;
+                                }
                                 let name = HeaderName::from_bytes(f.name.as_bytes())
                                     .map_err(|_| invalid("invalid trailer name"))?;
                                 let value = HeaderValue::from_bytes(f.value)

@@ -120,6 +120,108 @@ fn framing_follows_rfc_9112() {
 }
 
 #[test]
+fn a_bodiless_status_that_declares_a_body_loses_its_connection() {
+    // (head, method, kept, counted): a 1xx or 204 with `Transfer-Encoding` or a non-zero
+    // `Content-Length` breaks RFC 9112 §6.1-6.2; a `HEAD`'s or a 304's describe the `GET`.
+    let cases = [
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
+            Method::GET,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Method::GET,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",
+            Method::GET,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
+            Method::HEAD,
+            false,
+            true,
+        ),
+        // Already closing: nothing is discarded.
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 9\r\nConnection: close\r\n\r\n",
+            Method::GET,
+            false,
+            false,
+        ),
+        (
+            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+            true,
+            false,
+        ),
+        ("HTTP/1.1 204 No Content\r\n\r\n", Method::GET, true, false),
+        (
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+            Method::GET,
+            true,
+            false,
+        ),
+        (
+            "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Method::GET,
+            true,
+            false,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+            Method::HEAD,
+            true,
+            false,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Method::HEAD,
+            true,
+            false,
+        ),
+        // An interim response that declares a body taints the connection.
+        (
+            "HTTP/1.1 103 Early Hints\r\nContent-Length: 2\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+            false,
+            true,
+        ),
+        (
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+            true,
+            false,
+        ),
+    ];
+    for (text, method, kept, counted) in cases {
+        let head = parse(text, &method).unwrap().unwrap();
+        assert_eq!(head.framing, BodyFraming::Empty, "{text:?}");
+        assert_eq!(
+            (head.keep_alive, head.bodiless_framed),
+            (kept, counted),
+            "{method} {text:?}"
+        );
+        let mut buf = BytesMut::from(text);
+        let (head, ()) = response_head_text(&mut buf, &method, |_, _| ())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (head.keep_alive, head.bodiless_framed),
+            (kept, counted),
+            "text: {method} {text:?}"
+        );
+        assert!(buf.is_empty());
+    }
+}
+
+#[test]
 fn bad_lengths_fail_the_response() {
     for bad in ["5, 6", "-1", "+5", "0x10", "", "99999999999999999999"] {
         let text = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
@@ -204,6 +306,12 @@ fn chunked_bodies_decode_whatever_the_read_boundaries() {
         assert_eq!(trailers["grpc-status"], "0");
         assert_eq!(trailers["x-t"], "a");
     }
+    // Fields no trailer may carry are dropped as the section is read.
+    let wire =
+        b"1\r\nx\r\n0\r\nContent-Length: 9\r\nx-t: a\r\nHost: evil\r\nConnection: close\r\n\r\n";
+    let (_, trailers) = decode_chunked(wire, 5).unwrap();
+    let names: Vec<_> = trailers.expect("trailers").keys().cloned().collect();
+    assert_eq!(names, ["x-t"]);
     let (data, trailers) = decode_chunked(b"A\r\n0123456789\r\n0\r\n\r\n", 4).unwrap();
     assert_eq!(data, b"0123456789");
     assert!(trailers.is_none());

@@ -161,11 +161,15 @@ pub(crate) fn chunk_size(len: usize) -> Bytes {
     Bytes::from(format!("{len:x}\r\n"))
 }
 
-/// The last chunk and the trailer section.
+/// The last chunk and the trailer section, without the fields a trailer must not carry
+/// ([`crate::proxy::trailers`]).
 pub(crate) fn last_chunk(trailers: Option<&HeaderMap>) -> Bytes {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
+        if crate::proxy::trailers::is_forbidden(name.as_str().as_bytes()) {
+            continue;
+        }
         field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
@@ -298,6 +302,9 @@ mod tests {
         assert_eq!(e.framing, Framing::Chunked);
         let mut trailers = HeaderMap::new();
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        // Fields no trailer carries are not written.
+        trailers.insert("host", HeaderValue::from_static("elsewhere.example"));
+        trailers.insert("content-length", HeaderValue::from_static("1"));
         assert_eq!(
             &last_chunk(Some(&trailers))[..],
             b"0\r\ngrpc-status: 0\r\n\r\n"

@@ -1,6 +1,6 @@
 //! The byte stream under an upstream HTTP/1.1 connection: plain TCP or TLS, as one concrete
-//! type so the exchange code is compiled once, and a liveness probe for connections that sat
-//! idle in the pool with nobody reading them.
+//! type so the exchange code is compiled once, and a probe for connections between exchanges,
+//! which nobody reads: closed by the peer, or sent bytes nobody asked for.
 
 use std::io;
 use std::pin::Pin;
@@ -10,6 +10,18 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+
+/// What [`Io::probe_idle`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idle {
+    /// Nothing arrived: the connection can carry a request.
+    Quiet,
+    /// The peer closed it (or it failed).
+    Closed,
+    /// Bytes arrived that answer no request: a body after a bodiless answer, or an answer sent
+    /// ahead. The next request would read them as its answer (response-queue poisoning).
+    Unexpected,
+}
 
 /// An upstream connection's transport.
 pub(crate) enum Io {
@@ -30,7 +42,7 @@ impl Io {
     /// `Ok(0)` is the peer's end of stream.
     ///
     /// A short read on a plain socket clears tokio's readiness (it has drained the socket), so
-    /// the next wait, and [`Io::is_reusable`], go by epoll rather than by another `recv` that
+    /// the next wait, and [`Io::probe_idle`], go by epoll rather than by another `recv` that
     /// would only say "would block".
     pub(crate) fn poll_fill(
         &mut self,
@@ -44,21 +56,22 @@ impl Io {
         tokio_util::io::poll_read_buf(Pin::new(self), cx, buf)
     }
 
-    /// Whether a connection taken from the idle stack can carry a request. Nothing reads an
-    /// idle connection, so a peer's close (or stray bytes) shows only as readiness that tokio
-    /// recorded from epoll meanwhile; without it the socket is quiet and no system call is made.
-    /// With it, one non-blocking read tells: "would block" is a TLS record the library consumed
-    /// (a session ticket), anything else (end of stream, an error, unasked-for bytes) is a dead
-    /// connection.
-    pub(crate) fn is_reusable(&mut self, buf: &mut BytesMut) -> bool {
+    /// What a connection between exchanges says when looked at without blocking. Nothing reads
+    /// it, so a peer's close (or stray bytes) shows only as readiness that tokio recorded from
+    /// epoll meanwhile; without it the socket is quiet and no system call is made. With it, one
+    /// non-blocking read into `buf` tells: "would block" is a TLS record the library consumed
+    /// (a session ticket), end of stream or an error a closed connection, and bytes are bytes
+    /// nobody asked for.
+    pub(crate) fn probe_idle(&mut self, buf: &mut BytesMut) -> Idle {
         let mut cx = Context::from_waker(Waker::noop());
         if self.tcp().poll_read_ready(&mut cx).is_pending() {
-            return true;
+            return Idle::Quiet;
         }
         let before = buf.len();
         match self.poll_fill(&mut cx, buf, 512) {
-            Poll::Pending => buf.len() == before,
-            Poll::Ready(_) => false,
+            Poll::Pending if buf.len() == before => Idle::Quiet,
+            Poll::Ready(Ok(0) | Err(_)) => Idle::Closed,
+            Poll::Pending | Poll::Ready(Ok(_)) => Idle::Unexpected,
         }
     }
 }

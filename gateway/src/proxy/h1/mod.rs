@@ -34,8 +34,8 @@ pub(crate) use self::body::ResponseBody;
 pub(crate) use self::decode::{BodyFraming, TextHead};
 use self::encode::Framing;
 pub(crate) use self::encode::Shared;
-pub(crate) use self::io::Io;
-use super::pool::{OpenConn, Pool};
+pub(crate) use self::io::{Idle, Io};
+use super::pool::{Discard, OpenConn, Pool};
 use crate::body::{Body, BoxError};
 
 /// The most write buffer an idle connection keeps between requests.
@@ -122,9 +122,13 @@ impl H1Conn {
         self.rbuf.reserve(room);
     }
 
-    /// Whether an idle connection can carry a request (see [`Io::is_reusable`]).
-    pub(crate) fn is_reusable(&mut self) -> bool {
-        self.rbuf.is_empty() && self.io.is_reusable(&mut self.rbuf)
+    /// What a connection between exchanges says of itself ([`Io::probe_idle`]); a byte still
+    /// in the read buffer after a complete answer is one nobody asked for.
+    pub(crate) fn probe_idle(&mut self) -> Idle {
+        if !self.rbuf.is_empty() {
+            return Idle::Unexpected;
+        }
+        self.io.probe_idle(&mut self.rbuf)
     }
 
     /// The socket, for an exchange hyper's client drives (a protocol switch), and the guard
@@ -245,6 +249,9 @@ impl H1Conn {
                     return Err(fail(e, req, stale));
                 }
             };
+            if head.bodiless_framed {
+                pool.discarded(Discard::BodilessFramed);
+            }
             let sent_whole = upload.as_ref().is_none_or(|u| u.done);
             let reusable = head.keep_alive && sent_whole;
             let body = ResponseBody::new(self, pool.clone(), head.framing, reusable);
@@ -308,6 +315,9 @@ impl H1Conn {
             .await;
             match head {
                 Ok((head, out)) => {
+                    if head.bodiless_framed {
+                        pool.discarded(Discard::BodilessFramed);
+                    }
                     let body = ResponseBody::new(self, pool.clone(), head.framing, head.keep_alive);
                     Ok((head, out, body))
                 }

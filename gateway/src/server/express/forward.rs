@@ -9,8 +9,9 @@
 //! response is added the same way: `Server` when the upstream sent none, the listener's HSTS and
 //! `Alt-Svc` over the upstream's, `Date` when the upstream sent none, `Connection: close` when
 //! the client asked for it. The body goes out with the upstream's `Content-Length`, or chunked
-//! when the upstream's was chunked or delimited by its close (its trailers with it). A body that
-//! breaks midway ends the connection, as hyper's does, so the client sees the truncation.
+//! when the upstream's was chunked or delimited by its close (with the trailers its `Trailer`
+//! field declared, as hyper sends them). A body that breaks midway ends the connection, as
+//! hyper's does, so the client sees the truncation.
 
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
@@ -30,7 +31,7 @@ use super::{
 use crate::body::Body;
 use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::Generation;
-use crate::proxy::{Answer, BodyFraming, Forwarding, ProxyRoute, Replaced, TextRequest};
+use crate::proxy::{Answer, BodyFraming, Forwarding, ProxyRoute, Replaced, TextRequest, trailers};
 use crate::server::conn::{ConnWatch, ListenerRuntime};
 use crate::server::sendfile::SendFile;
 
@@ -158,7 +159,8 @@ impl Lane<'_> {
                 .unwrap_or(0);
             let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
             self.record(route, answer.status, bytes, job.start, observe, out);
-            relay(&mut client, out, answer.body, framing).await
+            let declared = answer.declared_trailers.as_deref();
+            relay(&mut client, out, answer.body, framing, declared).await
         });
         let done = until_done(&mut exchange, watch, rt, true).await;
         svc.activity.request_done();
@@ -219,12 +221,15 @@ enum Framing {
 
 /// Writes the head in `out` and then the body, frame by frame: a frame already there joins the
 /// bytes before it in one write, and the bytes gathered go out whenever the next frame has not
-/// come yet (or they reach [`OUT_LIMIT`]).
+/// come yet (or they reach [`OUT_LIMIT`]). Of the trailers, only those the head `declared` in
+/// its `Trailer` field go out, as hyper sends them on the general path (the fields no trailer
+/// may carry were dropped as the upstream's were read).
 async fn relay<IO>(
     client: &mut Client<'_, IO>,
     out: &mut Answers,
     mut body: Body,
     framing: Framing,
+    declared: Option<&[u8]>,
 ) -> std::io::Result<usize>
 where
     IO: AsyncRead + AsyncWrite + SendFile + Unpin,
@@ -265,9 +270,12 @@ where
                 // Trailers end the body; only the chunked coding can carry them.
                 if chunked {
                     out.text.extend_from_slice(b"0\r\n");
-                    if let Some(trailers) = frame.trailers_ref() {
+                    if let (Some(trailers), Some(declared)) = (frame.trailers_ref(), declared) {
                         for (name, value) in trailers {
-                            push_line(&mut out.text, name.as_str().as_bytes(), value.as_bytes());
+                            let name = name.as_str().as_bytes();
+                            if trailers::is_declared(declared, name) {
+                                push_line(&mut out.text, name, value.as_bytes());
+                            }
                         }
                     }
                     out.text.extend_from_slice(b"\r\n");
