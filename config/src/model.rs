@@ -551,6 +551,9 @@ pub struct HealthCheckConfig {
     pub healthy_after: u32,
     /// How long a passively ejected target stays out before it is tried again.
     pub eject_for: Duration,
+    /// What passive checks count as a target's failure besides connect failures, resets,
+    /// broken answers and answers not in time.
+    pub passive: PassiveHealthConfig,
 }
 
 impl Default for HealthCheckConfig {
@@ -562,8 +565,19 @@ impl Default for HealthCheckConfig {
             unhealthy_after: 2,
             healthy_after: 2,
             eject_for: Duration::from_secs(10),
+            passive: PassiveHealthConfig::default(),
         }
     }
+}
+
+/// `upstreams.*.health_check.passive`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassiveHealthConfig {
+    /// Statuses (`500`–`599`) that count as the target's failure when the target itself answers
+    /// with them. None by default: a backend's 5xx usually answers one URL, which clients
+    /// choose, so it says nothing about the target as a whole.
+    pub statuses: Vec<u16>,
 }
 
 /// `upstreams.*.pool`.

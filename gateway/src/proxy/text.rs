@@ -7,7 +7,7 @@
 //! fields (`X-Forwarded-For` and `Forwarded` appended to, `X-Forwarded-Proto` and
 //! `X-Forwarded-Host` set, `Via` both ways), `strip_prefix` and `preserve_host`; the balancer,
 //! the retries on another target (a connect failure, a timeout, a broken response, a 502–504),
-//! the passive health, the attempt's `timeout` around the response head and then the body
+//! the passive health (by the same rule, [`super::outcome`]), the attempt's `timeout` around the response head and then the body
 //! ([`super::body`]), and the pool. The request is rewritten once, as text, and each attempt
 //! writes it with its own `Host`, so a retry costs a copy of a few hundred bytes.
 //!
@@ -242,12 +242,8 @@ impl ProxyRoute {
             match self.attempt_text(pool, fwd, replaced, out).await {
                 Ok((head, written, body, deadline)) => {
                     let status = head.status;
-                    let failed = matches!(status.as_u16(), 502..=504);
-                    if failed {
-                        up.targets.report_failure(index);
-                    } else {
-                        up.targets.report_success(index);
-                    }
+                    up.report_answer(index, status);
+                    let replaceable = matches!(status.as_u16(), 502..=504);
                     let answered = Answered {
                         head,
                         written,
@@ -259,7 +255,7 @@ impl ProxyRoute {
                             span: None,
                         },
                     };
-                    if failed && retry_left {
+                    if replaceable && retry_left {
                         up.retries_total
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tried.push(index);
@@ -269,7 +265,7 @@ impl ProxyRoute {
                     break answered;
                 }
                 Err(error) => {
-                    up.targets.report_failure(index);
+                    up.report_error(index, &error);
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                     if retry_left && error.retryable() {
                         up.retries_total
