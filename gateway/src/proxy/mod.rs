@@ -99,8 +99,8 @@ struct Rewritten {
     headers: HeaderMap,
     /// Taken by an attempt; back when the attempt failed without sending it.
     body: Option<Body>,
-    /// The client's waits while the body goes up, for the attempts' deadlines; `None` when the
-    /// body cannot keep the gateway waiting.
+    /// The client's waits while the body goes up (for the attempts' deadlines) and its
+    /// failure; `None` when the body cannot keep the gateway waiting.
     pace: Option<Arc<pace::Pace>>,
     /// The balancer's hash of the request (`consistent_hash`), 0 without one.
     key: u64,
@@ -543,11 +543,13 @@ impl ProxyRoute {
                         unsent => {
                             let e = e.into_error();
                             // A "user" error is ours or the client's (above all, the client's
-                            // request body failing mid-upload), not the target's.
-                            let error = if e.is_user() {
-                                GatewayError::RequestBody(e.into())
-                            } else {
-                                upstream_failed(e.into())
+                            // request body failing mid-upload), not the target's; HTTP/2 tells a
+                            // failed body only as the stream it reset, so the body's own note
+                            // decides.
+                            let error = match pace.and_then(pace::Pace::body_error) {
+                                Some(body) => GatewayError::RequestBody(body),
+                                None if e.is_user() => GatewayError::RequestBody(e.into()),
+                                None => upstream_failed(e.into()),
                             };
                             return Err(Failed {
                                 error,

@@ -9,10 +9,14 @@
 //! ([`super::until_paced`]) looks at them only when it fires, so an upload that never keeps the
 //! gateway waiting costs nothing more. Bodies already whole (or empty) are not wrapped: they never
 //! wait for the client.
+//!
+//! The wrapper also keeps the body's own failure (a stall past `body_read_timeout`, a reset, a
+//! size limit) for the attempt: hyper's HTTP/2 client reports a request whose body failed only
+//! as the stream it reset, which would read as the target's failure.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,6 +36,8 @@ pub(crate) struct Pace {
     waiting: AtomicBool,
     /// When the last wait ended, in nanoseconds after `base` (0: no wait has ended).
     resumed: AtomicU64,
+    /// The body's failure, once it failed.
+    failed: Mutex<Option<ClientBodyError>>,
 }
 
 impl Pace {
@@ -41,7 +47,15 @@ impl Pace {
             timeout,
             waiting: AtomicBool::new(false),
             resumed: AtomicU64::new(0),
+            failed: Mutex::new(None),
         }
+    }
+
+    /// The client's body failure, when the body failed: the attempt's error in place of the
+    /// one its HTTP client reports.
+    pub(crate) fn body_error(&self) -> Option<BoxError> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.clone().map(|e| Box::new(e) as BoxError)
     }
 
     /// Asked when an attempt's deadline passes at `now`: the later deadline the client's waits
@@ -78,17 +92,16 @@ impl Pace {
     }
 }
 
-/// `body`, wrapped to note its waits for the client when it may keep the gateway waiting
-/// (`empty` says it is already known to be empty), and the notes for the attempts' deadlines;
-/// `body` as it is, and `None`, when it cannot wait or there is no `timeout` to adjust.
+/// `body`, wrapped to note its waits for the client and its failure when it may keep the
+/// gateway waiting (`empty` says it is already known to be empty), and those notes for the
+/// attempts, whose deadlines `timeout` (none: `None`) sets; `body` as it is, and `None`, when it
+/// cannot wait.
 pub(crate) fn paced(body: Body, empty: bool, timeout: Option<Duration>) -> (Body, Option<Arc<Pace>>) {
-    let Some(timeout) = timeout else {
-        return (body, None);
-    };
     if empty || body.as_full().is_some() {
         return (body, None);
     }
-    let pace = Arc::new(Pace::new(timeout));
+    // Without a timeout `postpone` is never asked.
+    let pace = Arc::new(Pace::new(timeout.unwrap_or_default()));
     let body = Body::new(Paced {
         inner: body,
         pace: pace.clone(),
@@ -116,6 +129,12 @@ impl HttpBody for Paced {
                 this.pace.wait_begins();
                 Poll::Pending
             }
+            Poll::Ready(Some(Err(e))) => {
+                this.pace.wait_ends();
+                let shared = ClientBodyError(Arc::from(e));
+                *this.pace.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(shared.clone());
+                Poll::Ready(Some(Err(Box::new(shared))))
+            }
             ready => {
                 this.pace.wait_ends();
                 ready
@@ -129,6 +148,23 @@ impl HttpBody for Paced {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A request body's failure, held by both its reader and the attempt. Its source is the body's
+/// own error, so the status it gets (`408`, `413`, `400`) is the one the original would get.
+#[derive(Debug, Clone)]
+struct ClientBodyError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for ClientBodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for ClientBodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
     }
 }
 
@@ -176,13 +212,29 @@ mod tests {
     }
 
     #[test]
-    fn whole_bodies_and_no_timeout_are_not_paced() {
+    fn whole_bodies_are_not_paced() {
         let timeout = Some(Duration::from_secs(1));
         assert!(paced(Body::full("abc"), false, timeout).1.is_none());
         assert!(paced(Body::empty(), true, timeout).1.is_none());
-        let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+    }
+
+    #[test]
+    fn a_failed_body_is_kept_for_the_attempt_with_its_status() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
         let stream = http_body_util::StreamBody::new(stream_of(rx));
-        assert!(paced(Body::new(stream), false, None).1.is_none());
+        let (mut body, pace) = paced(Body::new(stream), false, None);
+        let pace = pace.expect("paced without a timeout too");
+        assert!(pace.body_error().is_none());
+        let stalled = crate::error::GatewayError::BodyReadTimeout(Duration::from_secs(1));
+        tx.try_send(Err(Box::new(stalled))).unwrap();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let Poll::Ready(Some(Err(read))) = Pin::new(&mut body).poll_frame(&mut cx) else {
+            panic!("the failure reaches the reader");
+        };
+        for e in [read, pace.body_error().expect("kept for the attempt")] {
+            let status = crate::error::GatewayError::RequestBody(e).status();
+            assert_eq!(status, http::StatusCode::REQUEST_TIMEOUT);
+        }
     }
 
     /// A stream of what `rx` receives.

@@ -157,31 +157,36 @@ async fn listed_statuses_count_and_eject_the_target_that_sends_them() {
 
 #[tokio::test]
 async fn a_stalled_upload_gets_408_and_is_not_the_targets_failure() {
-    let a = Backend::start("a").await;
-    let gw = TestGateway::start(&config(
-        &format!("    targets: [{}]\n    timeout: 200ms", a.addr()),
-        "    body_read_timeout: 500ms\n",
-    ))
-    .await;
-    for _ in 0..2 {
-        // One byte a second: each wait passes `body_read_timeout`, and the upstream's shorter
-        // `timeout` runs out meanwhile.
-        let (status, took) = slow_upload(gw.addr("main"), 10, Duration::from_secs(1)).await;
-        assert_eq!(status, 408, "the client's fault, not a 504");
-        assert!(
-            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
-            "{took:?}"
-        );
+    for protocol in ["http1", "h2c"] {
+        let a = Backend::start("a").await;
+        let gw = TestGateway::start(&config(
+            &format!(
+                "    targets: [{}]\n    protocol: {protocol}\n    timeout: 200ms",
+                a.addr()
+            ),
+            "    body_read_timeout: 500ms\n",
+        ))
+        .await;
+        for _ in 0..2 {
+            // One byte a second: each wait passes `body_read_timeout`, and the upstream's
+            // shorter `timeout` runs out meanwhile.
+            let (status, took) = slow_upload(gw.addr("main"), 10, Duration::from_secs(1)).await;
+            assert_eq!(status, 408, "{protocol}: the client's fault, not a 5xx ({took:?})");
+            assert!(
+                took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+                "{protocol}: {took:?}"
+            );
+        }
+        let s = &upstream(&gw).targets.snapshot()[0];
+        assert_eq!((s.failures, s.ejections), (0, 0), "{protocol}: {s:?}");
+        let res = http1(gw.addr("main")).await.get("/").await;
+        assert_eq!((res.status(), res.header("x-backend")), (200, "a"));
     }
-    let s = &upstream(&gw).targets.snapshot()[0];
-    assert_eq!((s.failures, s.ejections, s.in_flight), (0, 0, 0), "{s:?}");
-    let res = http1(gw.addr("main")).await.get("/").await;
-    assert_eq!((res.status(), res.header("x-backend")), (200, "a"));
 }
 
 #[tokio::test]
 async fn an_upload_that_keeps_coming_outlasts_the_upstream_timeout() {
-    for protocol in ["http1", "h2c"] {
+    for protocol in ["h2c", "http1"] {
         let a = Backend::start("a").await;
         let gw = TestGateway::start(&config(
             &format!(
