@@ -449,13 +449,15 @@ pub struct UpstreamConfig {
     /// Time allowed to connect (and handshake).
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Duration,
-    /// Time allowed for the whole response.
+    /// Time allowed for the whole response; waits for the client's request body do not use
+    /// it up.
     #[serde(default = "default_upstream_timeout")]
     pub timeout: Duration,
     /// Extra attempts on another target for idempotent requests.
     #[serde(default)]
     pub retries: u32,
-    /// Health checking; passive checks always run.
+    /// Health checking; passive checks always run, and never eject the last selectable
+    /// target.
     #[serde(default)]
     pub health_check: HealthCheckConfig,
     /// Connection pool settings.

@@ -528,7 +528,9 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
             if !(500..=599).contains(status) {
                 return c.err(
                     format!("{key}.health_check.passive.statuses[{i}]"),
-                    format!("{status} is not a 5xx status (only 500 to 599 can count against a target)"),
+                    format!(
+                        "{status} is not a 5xx status (only 500 to 599 can count against a target)"
+                    ),
                 );
             }
         }

@@ -6,9 +6,10 @@
 //! `timeout` (the client's waits while its body goes up do not use it up: [`pace`]). Idempotent
 //! requests whose body is empty or was never sent are retried on another target (up to
 //! `retries`) after a connect failure, a timeout, a broken response, or a 502, 503 or 504 from
-//! the upstream. Outcomes feed the target's passive health by the rule in [`outcome`]. The response body
-//! streams back through [`body`], which returns the connection to its pool at the end. When the
-//! request is traced, each attempt gets a client span and carries its `traceparent` upstream.
+//! the upstream. Outcomes feed the target's passive health by the rule in [`outcome`]. The
+//! response body streams back through [`body`], which returns the connection to its pool at the
+//! end. When the request is traced, each attempt gets a client span and carries its
+//! `traceparent` upstream.
 //!
 //! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
 //! connections), [`connect`] (TCP, TLS, handshakes), [`h1`] (the HTTP/1.1 client driven in the
@@ -714,7 +715,10 @@ impl<F: Future> Future for Until<'_, F> {
         };
         loop {
             std::task::ready!(d.as_mut().poll(cx));
-            match this.pace.and_then(|p| p.postpone(tokio::time::Instant::now())) {
+            match this
+                .pace
+                .and_then(|p| p.postpone(tokio::time::Instant::now()))
+            {
                 // Polled again at once, so the timer is registered for its new time.
                 Some(later) => d.as_mut().reset(later),
                 None => return Poll::Ready(None),

@@ -98,7 +98,9 @@ mod tests {
 
     #[test]
     fn the_clients_faults_are_not_the_targets() {
-        assert!(!is_targets_fault(&GatewayError::RequestBody("reset".into())));
+        assert!(!is_targets_fault(&GatewayError::RequestBody(
+            "reset".into()
+        )));
         assert!(!is_targets_fault(&GatewayError::BodyReadTimeout(
             Duration::from_secs(1)
         )));

@@ -96,7 +96,11 @@ impl Pace {
 /// gateway waiting (`empty` says it is already known to be empty), and those notes for the
 /// attempts, whose deadlines `timeout` (none: `None`) sets; `body` as it is, and `None`, when it
 /// cannot wait.
-pub(crate) fn paced(body: Body, empty: bool, timeout: Option<Duration>) -> (Body, Option<Arc<Pace>>) {
+pub(crate) fn paced(
+    body: Body,
+    empty: bool,
+    timeout: Option<Duration>,
+) -> (Body, Option<Arc<Pace>>) {
     if empty || body.as_full().is_some() {
         return (body, None);
     }
@@ -202,7 +206,9 @@ mod tests {
             Poll::Ready(Some(Ok(_)))
         ));
         let after = Instant::now();
-        let at = pace.postpone(after).expect("a whole timeout from the wait's end");
+        let at = pace
+            .postpone(after)
+            .expect("a whole timeout from the wait's end");
         assert!(
             at >= before + second && at <= after + second,
             "{:?} after the wait ended",

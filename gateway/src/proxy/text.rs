@@ -7,9 +7,10 @@
 //! fields (`X-Forwarded-For` and `Forwarded` appended to, `X-Forwarded-Proto` and
 //! `X-Forwarded-Host` set, `Via` both ways), `strip_prefix` and `preserve_host`; the balancer,
 //! the retries on another target (a connect failure, a timeout, a broken response, a 502–504),
-//! the passive health (by the same rule, [`super::outcome`]), the attempt's `timeout` around the response head and then the body
-//! ([`super::body`]), and the pool. The request is rewritten once, as text, and each attempt
-//! writes it with its own `Host`, so a retry costs a copy of a few hundred bytes.
+//! the passive health (by the same rule, [`super::outcome`]), the attempt's `timeout` around
+//! the response head and then the body ([`super::body`]), and the pool. The request is
+//! rewritten once, as text, and each attempt writes it with its own `Host`, so a retry costs a
+//! copy of a few hundred bytes.
 //!
 //! Requests the general path has to see go there before anything is sent: an HTTP/2 upstream,
 //! a balancer keyed on a cookie (the fast path reads the key from the raw head otherwise), a

@@ -6,8 +6,8 @@
 //!   and one more failure ejects it again at once (the failure count is only reset by a
 //!   success), so a dead target costs one probe per window rather than `unhealthy_after`.
 //!   An ejection that would leave the set with no selectable target is not made (it is counted
-//!   as spared): passive signals are what clients cause, and they must never be able to take
-//!   the last target out. Only active checks can.
+//!   as spared): passive signals come from the requests clients choose to send, and those must
+//!   never be able to take the last target out. Only active checks can.
 //! * Active: periodic checks. `unhealthy_after` consecutive failed checks mark the target down
 //!   with no time limit; `healthy_after` consecutive passing checks bring it back, and also end a
 //!   passive ejection early (the config contract: "consecutive successes before an ejected
@@ -16,7 +16,7 @@
 //! Times are milliseconds since the owning set's epoch; 0 means "not ejected", so the hot path
 //! reads one atomic and never the clock while every target is healthy.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::Duration;
 
 use super::stats::{Health, TargetStats};
@@ -172,9 +172,10 @@ impl HealthState {
             self.active_passes.store(0, Relaxed);
             return Transition::None;
         }
-        // Checked after the ejection is on record, so two targets failing at once cannot both
-        // see the other still in and both go: the later check of each sees the other out, and
-        // at worst both stay in.
+        // Checked after the ejection is on record, with a fence between (as the other target's
+        // ejection has), so two targets failing at once cannot both see the other still in and
+        // both go: at least one sees the other out, and at worst both stay in.
+        std::sync::atomic::fence(SeqCst);
         if alone() {
             // Undone unless another report moved the window meanwhile.
             let _ = self

@@ -238,9 +238,9 @@ impl Targets {
     /// selectable target out: that ejection is counted as spared instead.
     pub fn report_failure(&self, index: usize) {
         if let Some(t) = self.targets.get(index) {
-            let transition =
-                t.health
-                    .on_failure(&t.stats, &self.policy, self.now_ms(), || self.alone(index));
+            let transition = t
+                .health
+                .on_failure(&t.stats, &self.policy, self.now_ms(), || self.alone(index));
             if transition == Transition::Ejected
                 && let Some(Listener(tell)) = self.listener.get()
             {

@@ -86,10 +86,7 @@ async fn a_backends_own_503_for_one_url_takes_no_target_out() {
     .await;
     // GETs take the HTTP/1.1 fast path, POSTs the general path (which keeps the connection
     // from then on): both report by the same rule.
-    let (mut fast, mut general) = (
-        http1(gw.addr("main")).await,
-        http1(gw.addr("main")).await,
-    );
+    let (mut fast, mut general) = (http1(gw.addr("main")).await, http1(gw.addr("main")).await);
     for i in 0..10 {
         let res = if i % 2 == 0 {
             fast.get("/status/503").await
@@ -103,7 +100,10 @@ async fn a_backends_own_503_for_one_url_takes_no_target_out() {
         assert_eq!(res.text(), "status 503", "the backend's own answer");
     }
     assert_eq!((a.requests(), b.requests()), (5, 5));
-    assert!(fast_path_count(&gw, "main").await >= 5, "the GETs took the fast path");
+    assert!(
+        fast_path_count(&gw, "main").await >= 5,
+        "the GETs took the fast path"
+    );
     let up = upstream(&gw);
     for (i, s) in up.targets.snapshot().iter().enumerate() {
         assert_eq!((s.failures, s.ejections), (0, 0), "target {i}: {s:?}");
@@ -129,7 +129,8 @@ async fn a_single_target_answering_503_still_serves_its_other_urls() {
 
 #[tokio::test]
 async fn listed_statuses_count_and_eject_the_target_that_sends_them() {
-    let failing = raw_target(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown").await;
+    let failing =
+        raw_target(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown").await;
     let b = Backend::start("b").await;
     let gw = TestGateway::start(&config(
         &format!(
@@ -171,7 +172,10 @@ async fn a_stalled_upload_gets_408_and_is_not_the_targets_failure() {
             // One byte a second: each wait passes `body_read_timeout`, and the upstream's
             // shorter `timeout` runs out meanwhile.
             let (status, took) = slow_upload(gw.addr("main"), 10, Duration::from_secs(1)).await;
-            assert_eq!(status, 408, "{protocol}: the client's fault, not a 5xx ({took:?})");
+            assert_eq!(
+                status, 408,
+                "{protocol}: the client's fault, not a 5xx ({took:?})"
+            );
             assert!(
                 took >= Duration::from_millis(500) && took < Duration::from_secs(5),
                 "{protocol}: {took:?}"
@@ -197,8 +201,7 @@ async fn an_upload_that_keeps_coming_outlasts_the_upstream_timeout() {
         ))
         .await;
         // Eight bytes 150 ms apart: four times the upstream's `timeout`, every wait the client's.
-        let (status, took) =
-            slow_upload(gw.addr("main"), 8, Duration::from_millis(150)).await;
+        let (status, took) = slow_upload(gw.addr("main"), 8, Duration::from_millis(150)).await;
         assert_eq!(status, 200, "{protocol}: not a 504 ({took:?})");
         assert!(took >= Duration::from_millis(1200), "{protocol}: {took:?}");
         let s = &upstream(&gw).targets.snapshot()[0];
@@ -223,7 +226,11 @@ async fn a_dead_target_is_ejected_while_another_serves_but_the_last_one_never_is
     for _ in 0..8 {
         statuses.push(c.get("/").await.status());
     }
-    assert_eq!(statuses.iter().filter(|s| **s == 502).count(), 2, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 502).count(),
+        2,
+        "{statuses:?}"
+    );
     assert_eq!(upstream(&gw).targets.health(0), Some(Health::Ejected));
 
     // Now "b" dies too: it is the last selectable target, so it stays in and every request
@@ -253,10 +260,18 @@ async fn a_single_target_refusing_connections_is_never_ejected() {
     a.stop().await;
     let mut c = http1(gw.addr("main")).await;
     for _ in 0..5 {
-        assert_eq!(c.get("/").await.status(), 502, "tried, not refused as ejected");
+        assert_eq!(
+            c.get("/").await.status(),
+            502,
+            "tried, not refused as ejected"
+        );
     }
     let s = &upstream(&gw).targets.snapshot()[0];
-    assert_eq!((s.failures, s.ejections, s.ejections_spared), (5, 0, 5), "{s:?}");
+    assert_eq!(
+        (s.failures, s.ejections, s.ejections_spared),
+        (5, 0, 5),
+        "{s:?}"
+    );
     assert_eq!(spared(&gw, a.addr()).await, 5);
     a.restart().await;
     let res = c.get("/").await;
