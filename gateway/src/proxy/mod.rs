@@ -757,8 +757,8 @@ mod tests {
 
     /// A proxied request's future is boxed whole, and at 1,000 connections every byte of it is
     /// a cache miss. It was 4,080 bytes (release build) when each `async fn` kept its arguments
-    /// twice and the loop kept an attempt's request and outcome beside the attempt; it is now
-    /// 1,472 (1,496 in a debug build), within the allocator's 1,536-byte size class.
+    /// twice and the loop kept an attempt's request and outcome beside the attempt; it now stays
+    /// within the allocator's 1,536-byte size class.
     #[test]
     fn a_proxied_request_future_stays_small() {
         let forward = size3(super::ProxyRoute::forward);
