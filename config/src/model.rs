@@ -520,13 +520,15 @@ pub struct UpstreamConfig {
     /// Time allowed to connect (and handshake).
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Duration,
-    /// Time allowed for the whole response.
+    /// Time allowed for the whole response; waits for the client's request body do not use
+    /// it up.
     #[serde(default = "default_upstream_timeout")]
     pub timeout: Duration,
     /// Extra attempts on another target for idempotent requests.
     #[serde(default)]
     pub retries: u32,
-    /// Health checking; passive checks always run.
+    /// Health checking; passive checks always run, and never eject the last selectable
+    /// target.
     #[serde(default)]
     pub health_check: HealthCheckConfig,
     /// Connection pool settings.
@@ -622,6 +624,9 @@ pub struct HealthCheckConfig {
     pub healthy_after: u32,
     /// How long a passively ejected target stays out before it is tried again.
     pub eject_for: Duration,
+    /// What passive checks count as a target's failure besides connect failures, resets,
+    /// broken answers and answers not in time.
+    pub passive: PassiveHealthConfig,
 }
 
 impl Default for HealthCheckConfig {
@@ -633,8 +638,19 @@ impl Default for HealthCheckConfig {
             unhealthy_after: 2,
             healthy_after: 2,
             eject_for: Duration::from_secs(10),
+            passive: PassiveHealthConfig::default(),
         }
     }
+}
+
+/// `upstreams.*.health_check.passive`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassiveHealthConfig {
+    /// Statuses (`500`–`599`) that count as the target's failure when the target itself answers
+    /// with them. None by default: a backend's 5xx usually answers one URL, which clients
+    /// choose, so it says nothing about the target as a whole.
+    pub statuses: Vec<u16>,
 }
 
 /// `upstreams.*.pool`.

@@ -508,6 +508,16 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
                 "unhealthy_after and healthy_after must be at least 1",
             );
         }
+        for (i, status) in u.health_check.passive.statuses.iter().enumerate() {
+            if !(500..=599).contains(status) {
+                return c.err(
+                    format!("{key}.health_check.passive.statuses[{i}]"),
+                    format!(
+                        "{status} is not a 5xx status (only 500 to 599 can count against a target)"
+                    ),
+                );
+            }
+        }
         if let Some(tls) = &mut u.tls {
             for (field, p) in [
                 ("ca", &mut tls.ca),

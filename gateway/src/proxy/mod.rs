@@ -3,16 +3,19 @@
 //! A request is rewritten once (hop-by-hop headers out, forwarding headers in, `strip_prefix`),
 //! then tried on targets chosen by the upstream's balancer. An attempt checks a connection out
 //! of the target's pool, sends, and waits for the response head within the upstream's
-//! `timeout`. Idempotent requests whose body is empty or was never sent are retried on another
-//! target (up to `retries`) after a connect failure, a timeout, a broken response, or a 502, 503
-//! or 504 from the upstream. Every outcome feeds the target's passive health. The response body
-//! streams back through [`body`], which returns the connection to its pool at the end. When the
-//! request is traced, each attempt gets a client span and carries its `traceparent` upstream.
+//! `timeout` (the client's waits while its body goes up do not use it up: [`pace`]). Idempotent
+//! requests whose body is empty or was never sent are retried on another target (up to
+//! `retries`) after a connect failure, a timeout, a broken response, or a 502, 503 or 504 from
+//! the upstream. Outcomes feed the target's passive health by the rule in [`outcome`]. The
+//! response body streams back through [`body`], which returns the connection to its pool at the
+//! end. When the request is traced, each attempt gets a client span and carries its
+//! `traceparent` upstream.
 //!
 //! Module map: [`upstream`] (per-generation upstreams and their tasks), [`pool`] (keep-alive
 //! connections), [`connect`] (TCP, TLS, handshakes), [`h1`] (the HTTP/1.1 client driven in the
 //! request's task), [`tls`], [`headers`], [`trailers`] (the fields a trailer never carries),
-//! [`body`], [`upgrade`] (WebSocket), [`health`] (active checks).
+//! [`body`], [`upgrade`] (WebSocket), [`health`] (active checks), [`outcome`] (what counts
+//! against a target), [`pace`] (the client's share of an attempt's time).
 
 mod body;
 mod connect;
@@ -20,6 +23,8 @@ pub mod deadline;
 mod h1;
 pub(crate) mod headers;
 mod health;
+mod outcome;
+mod pace;
 mod pool;
 mod text;
 pub mod tls;
@@ -98,6 +103,9 @@ struct Rewritten {
     headers: HeaderMap,
     /// Taken by an attempt; back when the attempt failed without sending it.
     body: Option<Body>,
+    /// The client's waits while the body goes up (for the attempts' deadlines) and its
+    /// failure; `None` when the body cannot keep the gateway waiting.
+    pace: Option<Arc<pace::Pace>>,
     /// The balancer's hash of the request (`consistent_hash`), 0 without one.
     key: u64,
     retries: usize,
@@ -227,12 +235,14 @@ impl ProxyRoute {
         } else {
             body
         };
+        let (body, pace) = pace::paced(body, body_empty, up.timeout);
         let mut head = head;
         headers::detach(&mut head.path, &mut head.host, &mut parts.headers);
         Ok(Rewritten {
             head,
             headers: parts.headers,
             body: Some(body),
+            pace,
             key,
             retries,
             body_empty,
@@ -312,18 +322,20 @@ impl ProxyRoute {
                             attempt_req.headers_mut(),
                         )
                     });
-                    self.attempt(pool, attempt_req, shared, req.upgrading)
+                    self.attempt(
+                        pool,
+                        attempt_req,
+                        shared,
+                        req.upgrading,
+                        req.pace.as_deref(),
+                    )
                 };
                 match attempt.await {
                     Ok(sent) => {
                         let status = sent.response.status();
-                        let failed = matches!(status.as_u16(), 502..=504);
-                        if failed {
-                            up.targets.report_failure(index);
-                        } else {
-                            up.targets.report_success(index);
-                        }
-                        let retry = failed && retry_left && req.body_empty;
+                        up.report_answer(index, status);
+                        let retry =
+                            matches!(status.as_u16(), 502..=504) && retry_left && req.body_empty;
                         if retry {
                             if let Some(span) = span {
                                 span.end_response(status, true);
@@ -339,9 +351,7 @@ impl ProxyRoute {
                         break self.respond(sent, selection, span, &mut req);
                     }
                     Err(Failed { error, unsent }) => {
-                        if !matches!(error, GatewayError::RequestBody(_)) {
-                            up.targets.report_failure(index);
-                        }
+                        up.report_error(index, &error);
                         tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                         if let Some(unsent) = unsent {
                             req.body = Some(unsent);
@@ -450,10 +460,11 @@ impl ProxyRoute {
         req
     }
 
-    /// One attempt: a connection, the request sent, the response head, all within `timeout`.
-    /// An `upgrading` request goes through hyper's client, which can hand the connection over
-    /// once the upstream switches protocols; every other HTTP/1.1 request through [`h1`], with
-    /// the request's `shared` fields (which hyper's clients never get: they take them in `req`).
+    /// One attempt: a connection, the request sent, the response head, all within `timeout`
+    /// (which the client's waits while its body goes up, noted on `pace`, do not use up). An
+    /// `upgrading` request goes through hyper's client, which can hand the connection over once
+    /// the upstream switches protocols; every other HTTP/1.1 request through [`h1`], with the
+    /// request's `shared` fields (which hyper's clients never get: they take them in `req`).
     ///
     /// A plain function returning a block rather than an `async fn`, which would keep `req`
     /// twice in its state.
@@ -467,6 +478,7 @@ impl ProxyRoute {
         mut req: Request<Body>,
         shared: Option<h1::Shared<'a>>,
         upgrading: bool,
+        pace: Option<&'a pace::Pace>,
     ) -> impl Future<Output = Result<Sent, Failed>> + Send + 'a {
         async move {
             let up = &self.upstream;
@@ -486,7 +498,8 @@ impl ProxyRoute {
                 };
                 let (sent, reused) = match checkout {
                     Checkout::H1 { conn, reused } if !upgrading => {
-                        match until(&mut deadline, conn.send(req, shared, pool, reused)).await {
+                        let send = conn.send(req, shared, pool, reused);
+                        match until_paced(&mut deadline, pace, send).await {
                             Some(Ok(response)) => {
                                 return Ok(Sent {
                                     response: response.map(RawBody::H1),
@@ -530,11 +543,13 @@ impl ProxyRoute {
                             Some(Ok(tx)) => tx,
                             failed => return Err(not_connected(failed, pool, timeout, req)),
                         };
-                        (until(&mut deadline, tx.try_send_request(req)).await, reused)
+                        let send = tx.try_send_request(req);
+                        (until_paced(&mut deadline, pace, send).await, reused)
                     }
                     Checkout::H2(mut tx) => {
                         debug_assert!(shared.is_none(), "hyper's client needs the whole request");
-                        (until(&mut deadline, tx.try_send_request(req)).await, false)
+                        let send = tx.try_send_request(req);
+                        (until_paced(&mut deadline, pace, send).await, false)
                     }
                 };
                 match sent {
@@ -555,11 +570,13 @@ impl ProxyRoute {
                         unsent => {
                             let e = e.into_error();
                             // A "user" error is ours or the client's (above all, the client's
-                            // request body failing mid-upload), not the target's.
-                            let error = if e.is_user() {
-                                GatewayError::RequestBody(e.into())
-                            } else {
-                                upstream_failed(e.into())
+                            // request body failing mid-upload), not the target's; HTTP/2 tells a
+                            // failed body only as the stream it reset, so the body's own note
+                            // decides.
+                            let error = match pace.and_then(pace::Pace::body_error) {
+                                Some(body) => GatewayError::RequestBody(body),
+                                None if e.is_user() => GatewayError::RequestBody(e.into()),
+                                None => upstream_failed(e.into()),
                             };
                             return Err(Failed {
                                 error,
@@ -683,9 +700,20 @@ fn connect_error(pool: &Pool, e: ConnectError) -> GatewayError {
 /// argument, then the future it awaits), and the proxy's request future, which holds this one,
 /// is copied whole when it is boxed.
 fn until<F: Future>(deadline: &mut Deadline, f: F) -> Until<'_, F> {
+    until_paced(deadline, None, f)
+}
+
+/// [`until`] for sending a request whose body may keep the gateway waiting for the client:
+/// when the deadline passes, `pace` may put it off ([`pace::Pace::postpone`]).
+fn until_paced<'a, F: Future>(
+    deadline: &'a mut Deadline,
+    pace: Option<&'a pace::Pace>,
+    f: F,
+) -> Until<'a, F> {
     Until {
         inner: f,
         deadline: deadline.as_mut().map(Pin::as_mut),
+        pace,
     }
 }
 
@@ -695,6 +723,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         deadline: Option<Pin<&'a mut Sleep>>,
+        pace: Option<&'a pace::Pace>,
     }
 }
 
@@ -707,9 +736,19 @@ impl<F: Future> Future for Until<'_, F> {
         if let Poll::Ready(out) = this.inner.poll(cx) {
             return Poll::Ready(Some(out));
         }
-        match this.deadline {
-            Some(d) => d.as_mut().poll(cx).map(|()| None),
-            None => Poll::Pending,
+        let Some(d) = this.deadline else {
+            return Poll::Pending;
+        };
+        loop {
+            std::task::ready!(d.as_mut().poll(cx));
+            match this
+                .pace
+                .and_then(|p| p.postpone(tokio::time::Instant::now()))
+            {
+                // Polled again at once, so the timer is registered for its new time.
+                Some(later) => d.as_mut().reset(later),
+                None => return Poll::Ready(None),
+            }
         }
     }
 }
@@ -744,8 +783,8 @@ mod tests {
 
     /// A proxied request's future is boxed whole, and at 1,000 connections every byte of it is
     /// a cache miss. It was 4,080 bytes (release build) when each `async fn` kept its arguments
-    /// twice and the loop kept an attempt's request and outcome beside the attempt; it is now
-    /// 1,472 (1,496 in a debug build), within the allocator's 1,536-byte size class.
+    /// twice and the loop kept an attempt's request and outcome beside the attempt; it now stays
+    /// within the allocator's 1,536-byte size class.
     #[test]
     fn a_proxied_request_future_stays_small() {
         let forward = size3(super::ProxyRoute::forward);

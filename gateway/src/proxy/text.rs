@@ -7,9 +7,10 @@
 //! fields (`X-Forwarded-For` and `Forwarded` appended to, `X-Forwarded-Proto` and
 //! `X-Forwarded-Host` set, `Via` both ways), `strip_prefix` and `preserve_host`; the balancer,
 //! the retries on another target (a connect failure, a timeout, a broken response, a 502–504),
-//! the passive health, the attempt's `timeout` around the response head and then the body
-//! ([`super::body`]), and the pool. The request is rewritten once, as text, and each attempt
-//! writes it with its own `Host`, so a retry costs a copy of a few hundred bytes.
+//! the passive health (by the same rule, [`super::outcome`]), the attempt's `timeout` around
+//! the response head and then the body ([`super::body`]), and the pool. The request is
+//! rewritten once, as text, and each attempt writes it with its own `Host`, so a retry costs a
+//! copy of a few hundred bytes.
 //!
 //! Requests the general path has to see go there before anything is sent: an HTTP/2 upstream,
 //! a balancer keyed on a cookie (the fast path reads the key from the raw head otherwise), a
@@ -248,12 +249,8 @@ impl ProxyRoute {
             match self.attempt_text(pool, fwd, replaced, out).await {
                 Ok((head, written, body, deadline)) => {
                     let status = head.status;
-                    let failed = matches!(status.as_u16(), 502..=504);
-                    if failed {
-                        up.targets.report_failure(index);
-                    } else {
-                        up.targets.report_success(index);
-                    }
+                    up.report_answer(index, status);
+                    let replaceable = matches!(status.as_u16(), 502..=504);
                     let answered = Answered {
                         head,
                         written,
@@ -265,7 +262,7 @@ impl ProxyRoute {
                             span: None,
                         },
                     };
-                    if failed && retry_left {
+                    if replaceable && retry_left {
                         up.retries_total
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tried.push(index);
@@ -275,7 +272,7 @@ impl ProxyRoute {
                     break answered;
                 }
                 Err(error) => {
-                    up.targets.report_failure(index);
+                    up.report_error(index, &error);
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                     if retry_left && error.retryable() {
                         up.retries_total

@@ -35,6 +35,8 @@ pub struct Upstream {
     pub(crate) retries: u32,
     /// Retries sent to another target (for metrics).
     pub retries_total: std::sync::atomic::AtomicU64,
+    /// Answers of the targets that count as their failures (`health_check.passive.statuses`).
+    pub(crate) counted_statuses: super::outcome::CountedStatuses,
     hash_on: Option<HashOn>,
     health: gateway_config::model::HealthCheckConfig,
     idle_timeout: Duration,
@@ -107,6 +109,9 @@ impl Upstream {
             timeout: Some(s.timeout.get()).filter(|t| !t.is_zero()),
             retries: s.retries,
             retries_total: std::sync::atomic::AtomicU64::new(0),
+            counted_statuses: super::outcome::CountedStatuses::new(
+                &s.health_check.passive.statuses,
+            ),
             hash_on,
             health: s.health_check.clone(),
             idle_timeout: s.pool.idle_timeout.get(),

@@ -263,7 +263,7 @@ pub fn register_collectors(
 /// Per-target upstream series, read from the live generation at scrape time.
 fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
     use std::fmt::Write as _;
-    let families: [(&str, &str, &str); 6] = [
+    let families: [(&str, &str, &str); 7] = [
         (
             "gateway_upstream_attempts_total",
             "counter",
@@ -272,12 +272,17 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
         (
             "gateway_upstream_failures_total",
             "counter",
-            "Attempts that failed (connect, reset, timeout, 5xx counted by passive health).",
+            "Attempts that failed (connect, reset, timeout, statuses counted by passive health).",
         ),
         (
             "gateway_upstream_ejections_total",
             "counter",
             "Times a target was ejected by health checks.",
+        ),
+        (
+            "gateway_upstream_ejections_spared_total",
+            "counter",
+            "Passive ejections not made because the target was the last selectable one.",
         ),
         (
             "gateway_upstream_check_failures_total",
@@ -342,8 +347,9 @@ fn render_upstreams(upstreams: &crate::proxy::Upstreams, out: &mut String) {
                     0 => t.attempts as i64,
                     1 => t.failures as i64,
                     2 => t.ejections as i64,
-                    3 => t.check_failures as i64,
-                    4 => i64::from(t.in_flight),
+                    3 => t.ejections_spared as i64,
+                    4 => t.check_failures as i64,
+                    5 => i64::from(t.in_flight),
                     _ => i64::from(t.health == stream_proxy::upstream::Health::Healthy),
                 };
                 let labels = [

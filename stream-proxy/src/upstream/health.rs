@@ -1,9 +1,13 @@
 //! Health state of one target, updated lock-free from two sources.
 //!
-//! * Passive: every request (or connection) outcome. `unhealthy_after` consecutive failures
-//!   eject the target for `eject_for`; after that it is selectable again, and one more failure
-//!   ejects it again at once (the failure count is only reset by a success), so a dead target
-//!   costs one probe per window rather than `unhealthy_after`.
+//! * Passive: every request (or connection) outcome the caller counts as the target's (what
+//!   counts is the caller's rule: the HTTP proxy's is in the gateway). `unhealthy_after`
+//!   consecutive failures eject the target for `eject_for`; after that it is selectable again,
+//!   and one more failure ejects it again at once (the failure count is only reset by a
+//!   success), so a dead target costs one probe per window rather than `unhealthy_after`.
+//!   An ejection that would leave the set with no selectable target is not made (it is counted
+//!   as spared): passive signals come from the requests clients choose to send, and those must
+//!   never be able to take the last target out. Only active checks can.
 //! * Active: periodic checks. `unhealthy_after` consecutive failed checks mark the target down
 //!   with no time limit; `healthy_after` consecutive passing checks bring it back, and also end a
 //!   passive ejection early (the config contract: "consecutive successes before an ejected
@@ -12,7 +16,7 @@
 //! Times are milliseconds since the owning set's epoch; 0 means "not ejected", so the hot path
 //! reads one atomic and never the clock while every target is healthy.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::Duration;
 
 use super::stats::{Health, TargetStats};
@@ -51,6 +55,9 @@ pub(crate) enum Transition {
     Ejected,
     /// Ejected on another instance's report.
     PeerEjected,
+    /// An ejection was due, but the target is the last selectable one and stays in; reported
+    /// once until the target succeeds again.
+    Spared,
     Down,
     Recovered,
 }
@@ -63,6 +70,8 @@ pub(crate) struct HealthState {
     active_down: AtomicBool,
     active_passes: AtomicU32,
     active_fails: AtomicU32,
+    /// An ejection was spared since the last success (so it is logged once, not per failure).
+    spared: AtomicBool,
 }
 
 impl HealthState {
@@ -105,15 +114,19 @@ impl HealthState {
         // Load first: a store on every success would bounce the cache line between cores.
         if self.consecutive_failures.load(Relaxed) != 0 {
             self.consecutive_failures.store(0, Relaxed);
+            self.spared.store(false, Relaxed);
         }
         Transition::None
     }
 
+    /// A failure counted against the target. `alone` tells whether no other target of the set
+    /// is selectable now; it is asked only when an ejection is due.
     pub(crate) fn on_failure(
         &self,
         stats: &TargetStats,
         policy: &HealthPolicy,
         now_ms: u64,
+        alone: impl FnOnce() -> bool,
     ) -> Transition {
         stats.failures.fetch_add(1, Relaxed);
         let n = self
@@ -126,33 +139,59 @@ impl HealthState {
         let until = now_ms
             .saturating_add(policy.eject_for.as_millis() as u64)
             .max(1);
-        let previous = self.ejected_until.swap(until, Relaxed);
-        // Active passes counted before the ejection must not end it at once.
-        self.active_passes.store(0, Relaxed);
-        if previous == 0 || previous <= now_ms {
-            stats.ejections.fetch_add(1, Relaxed);
-            Transition::Ejected
-        } else {
-            Transition::None
-        }
+        self.eject(stats, until, now_ms, alone, Transition::Ejected)
     }
 
     /// Another gateway instance ejected the target (shared passive health): keep it out until
-    /// `until` (ms since the set's epoch), or longer if it is already out longer.
+    /// `until` (ms since the set's epoch), or longer if it is already out longer. A peer's
+    /// report is a passive signal too: the last selectable target stays in.
     pub(crate) fn on_peer_ejection(
         &self,
         stats: &TargetStats,
         until: u64,
         now_ms: u64,
+        alone: impl FnOnce() -> bool,
     ) -> Transition {
-        let previous = self.ejected_until.fetch_max(until.max(1), Relaxed);
-        self.active_passes.store(0, Relaxed);
-        if previous == 0 || previous <= now_ms {
-            stats.ejections.fetch_add(1, Relaxed);
-            Transition::PeerEjected
-        } else {
-            Transition::None
+        let until = until.max(1);
+        self.eject(stats, until, now_ms, alone, Transition::PeerEjected)
+    }
+
+    /// Takes the target out until `until`, or extends an ejection already running (never
+    /// shortening it), unless that leaves no target of the set selectable.
+    fn eject(
+        &self,
+        stats: &TargetStats,
+        until: u64,
+        now_ms: u64,
+        alone: impl FnOnce() -> bool,
+        made: Transition,
+    ) -> Transition {
+        let previous = self.ejected_until.fetch_max(until, Relaxed);
+        if previous != 0 && previous > now_ms {
+            // Already out: only the window moved.
+            self.active_passes.store(0, Relaxed);
+            return Transition::None;
         }
+        // Checked after the ejection is on record, with a fence between (as the other target's
+        // ejection has), so two targets failing at once cannot both see the other still in and
+        // both go: at least one sees the other out, and at worst both stay in.
+        std::sync::atomic::fence(SeqCst);
+        if alone() {
+            // Undone unless another report moved the window meanwhile.
+            let _ = self
+                .ejected_until
+                .compare_exchange(until, previous, Relaxed, Relaxed);
+            stats.ejections_spared.fetch_add(1, Relaxed);
+            return if self.spared.swap(true, Relaxed) {
+                Transition::None
+            } else {
+                Transition::Spared
+            };
+        }
+        // Active passes counted before the ejection must not end it at once.
+        self.active_passes.store(0, Relaxed);
+        stats.ejections.fetch_add(1, Relaxed);
+        made
     }
 
     pub(crate) fn on_check(

@@ -174,20 +174,23 @@ impl Targets {
         self.listener.set(Listener(listener)).is_ok()
     }
 
-    /// Ejects the target written `authority` for `eject_for`, on another instance's report.
-    /// The listener is not told (the report came from it). `false` when no target is written
-    /// so.
+    /// Ejects the target written `authority` for `eject_for`, on another instance's report,
+    /// unless it is the last selectable target here. The listener is not told (the report came
+    /// from it). `false` when no target is written so.
     pub fn eject_from_peer(&self, authority: &str, eject_for: Duration) -> bool {
-        let Some(t) = self
+        let Some(index) = self
             .targets
             .iter()
-            .find(|t| &*t.spec.authority == authority)
+            .position(|t| &*t.spec.authority == authority)
         else {
             return false;
         };
+        let t = &self.targets[index];
         let now = self.now_ms();
         let until = now.saturating_add(eject_for.as_millis() as u64);
-        let transition = t.health.on_peer_ejection(&t.stats, until, now);
+        let transition = t
+            .health
+            .on_peer_ejection(&t.stats, until, now, || self.alone(index));
         self.log(t, transition);
         true
     }
@@ -230,10 +233,14 @@ impl Targets {
         }
     }
 
-    /// A request or connection on `index` failed (connect error, reset, timeout, bad response).
+    /// A request or connection on `index` failed in a way that says something about the target
+    /// (connect error, reset, timeout of its answer, bad response). Never takes the set's last
+    /// selectable target out: that ejection is counted as spared instead.
     pub fn report_failure(&self, index: usize) {
         if let Some(t) = self.targets.get(index) {
-            let transition = t.health.on_failure(&t.stats, &self.policy, self.now_ms());
+            let transition = t
+                .health
+                .on_failure(&t.stats, &self.policy, self.now_ms(), || self.alone(index));
             if transition == Transition::Ejected
                 && let Some(Listener(tell)) = self.listener.get()
             {
@@ -274,12 +281,23 @@ impl Targets {
                 check_failures: t.stats.check_failures.load(Relaxed),
                 ejections: t.stats.ejections.load(Relaxed),
                 recoveries: t.stats.recoveries.load(Relaxed),
+                ejections_spared: t.stats.ejections_spared.load(Relaxed),
             })
             .collect()
     }
 
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether no target but `index` is selectable now (ejected and down ones are not).
+    fn alone(&self, index: usize) -> bool {
+        let now = self.now_ms();
+        !self
+            .targets
+            .iter()
+            .enumerate()
+            .any(|(i, t)| i != index && t.health.available(|| now))
     }
 
     fn log(&self, t: &TargetState, transition: Transition) {
@@ -294,6 +312,11 @@ impl Targets {
                 upstream,
                 target,
                 "target ejected on another gateway instance's report"
+            ),
+            Transition::Spared => tracing::warn!(
+                upstream,
+                target,
+                "target kept in rotation despite consecutive failures: it is the last selectable one"
             ),
             Transition::Down => {
                 tracing::warn!(upstream, target, "target marked down by health checks")

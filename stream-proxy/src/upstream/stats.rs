@@ -18,6 +18,9 @@ pub struct TargetStats {
     pub ejections: AtomicU64,
     /// Transitions from ejected or down back to healthy.
     pub recoveries: AtomicU64,
+    /// Passive ejections (local or a peer's) not made because the target was the last
+    /// selectable one of its set.
+    pub ejections_spared: AtomicU64,
     pub(crate) in_flight: AtomicU32,
 }
 
@@ -33,7 +36,8 @@ impl TargetStats {
 pub enum Health {
     /// Selectable.
     Healthy,
-    /// Passively ejected after consecutive failures; selectable again after `eject_for`.
+    /// Passively ejected after consecutive failures; selectable again after `eject_for`. Never
+    /// the last selectable target of its set.
     Ejected,
     /// Marked down by active checks until `healthy_after` checks pass.
     Down,
@@ -62,4 +66,6 @@ pub struct TargetSnapshot {
     pub ejections: u64,
     /// See [`TargetStats::recoveries`].
     pub recoveries: u64,
+    /// See [`TargetStats::ejections_spared`].
+    pub ejections_spared: u64,
 }

@@ -84,11 +84,55 @@ async fn all_down_selects_nothing_and_exclusion_is_honoured() {
     let t = set(2, Balance::LeastRequests);
     assert_eq!(t.select(0, &[0]).unwrap().index(), 1);
     assert!(t.select(0, &[0, 1]).is_none());
+    // Only active checks can take every target out.
     for i in 0..2 {
-        t.report_failure(i);
-        t.report_failure(i);
+        t.report_check(i, false);
+        t.report_check(i, false);
     }
     assert!(t.select(0, &[]).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_selectable_target_is_never_ejected_on_passive_signals() {
+    let t = set(2, Balance::RoundRobin);
+    t.report_failure(0);
+    t.report_failure(0);
+    assert_eq!(t.health(0), Some(Health::Ejected));
+    for _ in 0..5 {
+        t.report_failure(1);
+    }
+    assert_eq!(t.health(1), Some(Health::Healthy), "the last one stays in");
+    assert_eq!(picks(&t, 10), [0, 10]);
+    // Nor does another instance's report take it out.
+    assert!(t.eject_from_peer("127.0.0.1:9001", Duration::from_secs(30)));
+    assert_eq!(t.health(1), Some(Health::Healthy));
+    let s = &t.snapshot()[1];
+    assert_eq!((s.failures, s.ejections, s.ejections_spared), (5, 0, 5));
+
+    // Once the other target is back in, the next failure ejects this one, and the other,
+    // now the last, is spared in turn.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    t.report_failure(1);
+    assert_eq!(t.health(1), Some(Health::Ejected));
+    t.report_failure(0);
+    assert_eq!(t.health(0), Some(Health::Healthy));
+    assert_eq!(t.snapshot()[0].ejections_spared, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_target_stays_in_on_failures_but_active_checks_take_it_down() {
+    let t = set(1, Balance::RoundRobin);
+    for _ in 0..10 {
+        t.report_failure(0);
+    }
+    assert_eq!(t.health(0), Some(Health::Healthy));
+    assert_eq!(t.select(0, &[]).unwrap().index(), 0);
+    t.report_check(0, false);
+    t.report_check(0, false);
+    assert_eq!(t.health(0), Some(Health::Down));
+    assert!(t.select(0, &[]).is_none());
+    let s = &t.snapshot()[0];
+    assert_eq!((s.failures, s.ejections, s.ejections_spared), (10, 1, 9));
 }
 
 #[tokio::test(start_paused = true)]

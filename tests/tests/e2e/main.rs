@@ -19,6 +19,7 @@ mod proxy_fast_path;
 mod proxy_grpc;
 mod proxy_h1_poisoning;
 mod proxy_h1_upstream;
+mod proxy_health;
 mod proxy_http;
 mod proxy_stream;
 mod proxy_trailers;
