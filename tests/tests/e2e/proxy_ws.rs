@@ -20,6 +20,28 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::proxy::{upstream, yaml};
 
+/// The answer to a WebSocket opened over HTTP/2 (extended CONNECT to `/chat`) on `addr`.
+async fn websocket_over_h2(addr: SocketAddr) -> http::Response<hyper::body::Incoming> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut tx, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // The server's SETTINGS (with ENABLE_CONNECT_PROTOCOL) arrive with the first exchange.
+    let warm = http::Request::get(format!("http://{addr}/"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let _ = tx.send_request(warm).await;
+    let mut req = http::Request::connect(format!("http://{addr}/chat"))
+        .header("sec-websocket-version", "13")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    req.extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    tx.send_request(req).await.unwrap()
+}
+
 async fn echo_round_trip<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -64,27 +86,7 @@ async fn websocket_upgrade_over_http1() {
 async fn websocket_over_http2_extended_connect() {
     let echo = WsEcho::start().await;
     let gw = TestGateway::start(&yaml(&format!("    targets: [{}]", echo.addr()), "")).await;
-    let tcp = tokio::net::TcpStream::connect(gw.addr("main"))
-        .await
-        .unwrap();
-    let (mut tx, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    // The server's SETTINGS (with ENABLE_CONNECT_PROTOCOL) arrive with the first exchange.
-    let warm = http::Request::get(format!("http://{}/", gw.addr("main")))
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let _ = tx.send_request(warm).await;
-
-    let mut req = http::Request::connect(format!("http://{}/chat", gw.addr("main")))
-        .header("sec-websocket-version", "13")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    req.extensions_mut()
-        .insert(hyper::ext::Protocol::from_static("websocket"));
-    let mut res = tx.send_request(req).await.unwrap();
+    let mut res = websocket_over_h2(gw.addr("main")).await;
     assert_eq!(res.status(), 200);
     assert!(!res.headers().contains_key("sec-websocket-accept"));
     let io = hyper::upgrade::on(&mut res).await.unwrap();
@@ -197,22 +199,6 @@ async fn an_empty_upgrades_list_refuses_websocket_too() {
     assert!(refused.is_err(), "a WebSocket opened through upgrades: []");
 
     // Nor over HTTP/2's extended CONNECT.
-    let tcp = TcpStream::connect(gw.addr("main")).await.unwrap();
-    let (mut tx, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let warm = http::Request::get(format!("http://{}/", gw.addr("main")))
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let _ = tx.send_request(warm).await;
-    let mut req = http::Request::connect(format!("http://{}/chat", gw.addr("main")))
-        .header("sec-websocket-version", "13")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    req.extensions_mut()
-        .insert(hyper::ext::Protocol::from_static("websocket"));
-    let res = tx.send_request(req).await.unwrap();
+    let res = websocket_over_h2(gw.addr("main")).await;
     assert_eq!(res.status(), 405);
 }
