@@ -157,8 +157,13 @@ fn position(mark: Marker) -> (usize, usize) {
 
 enum Frame {
     /// A mapping; `value` is the node of the key whose value comes next, if one does.
-    Map { node: usize, value: Option<usize> },
-    Seq { node: usize },
+    Map {
+        node: usize,
+        value: Option<usize>,
+    },
+    Seq {
+        node: usize,
+    },
 }
 
 struct Indexer {

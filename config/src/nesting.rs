@@ -1,14 +1,15 @@
 //! How deeply a YAML text nests its collections, measured in one linear pass before any YAML
-//! parser sees the text. Both parsers the loader runs (serde_yaml's, and the position index's)
-//! keep one entry per open flow collection that every token walks, and look ahead over a whole
-//! flow collection that could be a mapping key: `[[[[…` costs them time quadratic in the depth.
-//! A text nested deeper than [`MAX_NESTING_DEPTH`] is refused here instead, at the collection
-//! that goes one level too deep.
+//! parser sees the text. Both parsers the loader runs (libyaml behind serde_yaml, yaml-rust2
+//! behind the position index) keep one entry per open flow collection that every token walks,
+//! and yaml-rust2 reads ahead over a whole flow collection that could be a mapping key: `[[[[…`
+//! costs them time quadratic in the depth. A text nested deeper than [`MAX_NESTING_DEPTH`] is
+//! refused here instead, at the collection that goes one level too deep.
 //!
 //! This is a lexer, not a parser: it knows what decides nesting (indentation, `- `, `key:`,
 //! brackets) and what hides brackets (quoted, block and plain scalars, comments). Where YAML
-//! is ambiguous to it, it counts a bracket rather than skipping it, so a text it passes never
-//! nests deeper than the limit in a parser either.
+//! is ambiguous to it, it counts a bracket rather than skipping it: on well-formed YAML it
+//! agrees with the parsers level for level, and malformed text it passes may nest a level
+//! deeper for a parser, never more.
 
 /// Collections (mappings and sequences, block or flow) a config may nest: the top-level mapping
 /// is the first level. Far beyond any real config; well under serde_yaml's own limit.
@@ -69,7 +70,9 @@ enum Pending {
     /// A block scalar whose content lines are indented at least this much.
     BlockScalarAt(usize),
     /// A plain scalar that lines indented deeper than `parent` continue.
-    Plain { parent: isize },
+    Plain {
+        parent: isize,
+    },
 }
 
 struct Scan<'a> {
@@ -624,7 +627,10 @@ mod tests {
         let at_limit = nested(MAX_NESTING_DEPTH - 2);
         assert_eq!(measure(&at_limit, MAX_NESTING_DEPTH), Ok(MAX_NESTING_DEPTH));
         let err = measure(&nested(MAX_NESTING_DEPTH - 1), MAX_NESTING_DEPTH).unwrap_err();
-        assert_eq!(line_col(&at_limit, err.offset), (2, 6 + MAX_NESTING_DEPTH - 2));
+        assert_eq!(
+            line_col(&at_limit, err.offset),
+            (2, 6 + MAX_NESTING_DEPTH - 2)
+        );
     }
 
     #[test]
@@ -638,7 +644,10 @@ mod tests {
             indented += &format!("{}k{level}:\n", " ".repeat(level));
         }
         let err = measure(&indented, MAX_NESTING_DEPTH).unwrap_err();
-        assert_eq!(line_col(&indented, err.offset), (MAX_NESTING_DEPTH + 1, MAX_NESTING_DEPTH + 1));
+        assert_eq!(
+            line_col(&indented, err.offset),
+            (MAX_NESTING_DEPTH + 1, MAX_NESTING_DEPTH + 1)
+        );
     }
 
     #[test]

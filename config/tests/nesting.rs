@@ -50,20 +50,29 @@ fn a_hundred_thousand_open_brackets_get_the_depth_error() {
     let err = load(&"[".repeat(100_000)).unwrap_err();
     assert_eq!(
         err,
-        format!("deep.yaml:1:{}: nesting deeper than 64 levels", MAX_NESTING_DEPTH + 1)
+        format!(
+            "deep.yaml:1:{}: nesting deeper than 64 levels",
+            MAX_NESTING_DEPTH + 1
+        )
     );
     // Inside a mapping and closed again (the shape the parsers take longest over).
     let closed = format!("routes: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
     let err = load(&closed).unwrap_err();
     assert_eq!(
         err,
-        format!("deep.yaml:1:{}: nesting deeper than 64 levels", 9 + MAX_NESTING_DEPTH - 1)
+        format!(
+            "deep.yaml:1:{}: nesting deeper than 64 levels",
+            9 + MAX_NESTING_DEPTH - 1
+        )
     );
     let compact = "- ".repeat(100_000);
     let err = load(&compact).unwrap_err();
     assert_eq!(
         err,
-        format!("deep.yaml:1:{}: nesting deeper than 64 levels", 2 * MAX_NESTING_DEPTH + 1)
+        format!(
+            "deep.yaml:1:{}: nesting deeper than 64 levels",
+            2 * MAX_NESTING_DEPTH + 1
+        )
     );
 }
 
@@ -80,7 +89,10 @@ fn configs_up_to_the_limit_load_and_one_level_more_is_refused() {
     let err = load(&flow_plugin(MAX_NESTING_DEPTH - 2)).unwrap_err();
     assert_eq!(
         err,
-        format!("deep.yaml:4:{}: nesting deeper than 64 levels", 13 + MAX_NESTING_DEPTH - 3)
+        format!(
+            "deep.yaml:4:{}: nesting deeper than 64 levels",
+            13 + MAX_NESTING_DEPTH - 3
+        )
     );
     let err = load(&block_plugin(MAX_NESTING_DEPTH - 2)).unwrap_err();
     let last = MAX_NESTING_DEPTH - 3;

@@ -247,16 +247,27 @@ fn validate_says_ok_to_every_example_and_every_optional_section() {
     // The api-gateway example with its commented `cluster:` block turned on, as
     // docs/scale-out.md has operators do.
     let example = std::fs::read_to_string(examples.join("api-gateway.yaml")).expect("example");
-    assert!(example.contains("\n# cluster:\n#   redis:"), "the example's cluster block");
+    assert!(
+        example.contains("\n# cluster:\n#   redis:"),
+        "the example's cluster block"
+    );
     let clustered = example
         .replace("\n# cluster:", "\ncluster:")
         .replace("\n#   ", "\n  ")
         .replace("redis://127.0.0.1:6379", &format!("redis://{s}"));
     let (ok, printed) = validate(&write_file(d, "api-gateway-cluster.yaml", clustered));
-    assert!(ok && printed == "ok", "api-gateway.yaml with cluster: {printed}");
+    assert!(
+        ok && printed == "ok",
+        "api-gateway.yaml with cluster: {printed}"
+    );
 
     let ca = gateway_tests::tls::TestCa::new();
-    ca.write(d, "site", &["site.test"], gateway_tests::tls::KeyKind::Ecdsa);
+    ca.write(
+        d,
+        "site",
+        &["site.test"],
+        gateway_tests::tls::KeyKind::Ecdsa,
+    );
     std::fs::create_dir_all(d.join("public")).expect("mkdir");
     std::fs::copy(crate::wasm::plugin("add_header"), d.join("add_header.wasm")).expect("copy");
     std::fs::copy(crate::wasm::plugin("tcp_audit"), d.join("tcp_audit.wasm")).expect("copy");
@@ -362,7 +373,10 @@ fn validate_says_ok_to_every_example_and_every_optional_section() {
     let (ok, printed) = validate(&broken);
     assert!(!ok, "{printed}");
     assert!(
-        printed.starts_with(&format!("error: {}:4:11: plugins.broken.wasm: ", broken.display())),
+        printed.starts_with(&format!(
+            "error: {}:4:11: plugins.broken.wasm: ",
+            broken.display()
+        )),
         "{printed}"
     );
 }
