@@ -12,6 +12,7 @@
 mod error;
 mod locate;
 pub mod model;
+mod nesting;
 mod runtime;
 pub mod units;
 mod validate;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 pub use error::{ConfigError, Location};
 pub use locate::SourceMap;
 pub use model::RawConfig;
+pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
 
@@ -48,10 +50,22 @@ pub fn load_str(text: &str, file: &str, base_dir: &Path) -> Result<Config, Confi
     validate::validate(raw, file, base_dir, source, map)
 }
 
-/// Parses YAML text into the serde form without validating references.
+/// Parses YAML text into the serde form without validating references. Text nested deeper
+/// than [`MAX_NESTING_DEPTH`] is refused before any YAML parser reads it.
 pub fn parse(text: &str, file: &str) -> Result<RawConfig, ConfigError> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
+    }
+    if let Err(too_deep) = nesting::measure(text, MAX_NESTING_DEPTH) {
+        let (line, column) = nesting::line_col(text, too_deep.offset);
+        return Err(ConfigError::Parse {
+            location: Location {
+                file: file.to_owned(),
+                line,
+                column,
+            },
+            message: format!("nesting deeper than {MAX_NESTING_DEPTH} levels"),
+        });
     }
     serde_yaml::from_str(text).map_err(|e| {
         let (line, column) = e

@@ -52,22 +52,47 @@ pub struct Generation {
     pub cluster: Option<Arc<Cluster>>,
 }
 
+/// Whether building a generation also sets its machinery going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Serving: the cluster connects, upstreams reap idle connections and run health checks,
+    /// plugin files are watched.
+    Serve,
+    /// Checking only (`gateway validate`): every part is built as for serving, so every error
+    /// serving would meet is found, and nothing connects or runs.
+    Check,
+}
+
 impl Generation {
-    /// Builds a generation; any failure is located in the config file.
+    /// Builds a generation and starts what it runs in the background (inside a Tokio
+    /// runtime); any failure is located in the config file.
     pub fn build(config: Arc<Config>, telemetry: &Telemetry) -> Result<Self, GatewayError> {
+        Self::assemble(config, telemetry, Purpose::Serve)
+    }
+
+    /// Builds a generation as [`Generation::build`] does, to find the errors serving it would
+    /// meet, without starting anything: no Redis connection, no task, no runtime needed. The
+    /// result is inert; dropping it is all it is for.
+    pub fn check(config: Arc<Config>, telemetry: &Telemetry) -> Result<Self, GatewayError> {
+        Self::assemble(config, telemetry, Purpose::Check)
+    }
+
+    fn assemble(
+        config: Arc<Config>,
+        telemetry: &Telemetry,
+        purpose: Purpose,
+    ) -> Result<Self, GatewayError> {
         let cluster = match &config.cluster {
             Some(c) => Some(
-                Cluster::get_or_start(&telemetry.registry, c)
-                    .map_err(|m| config.error("cluster.redis", m))?,
+                match purpose {
+                    Purpose::Serve => Cluster::get_or_start(&telemetry.registry, c),
+                    Purpose::Check => Cluster::checked(&telemetry.registry, c),
+                }
+                .map_err(|m| config.error("cluster.redis", m))?,
             ),
             None => None,
         };
         let upstreams = Upstreams::build(&config)?;
-        if let Some(c) = &cluster {
-            for u in upstreams.iter() {
-                c.watch_health(&u.targets);
-            }
-        }
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         for (i, route) in config.routes.iter().enumerate() {
@@ -155,6 +180,16 @@ impl Generation {
                     .map_err(|e| config.error("server.server_header", e.to_string()))?,
             ),
         };
+        // Only once everything is built: a build that fails leaves nothing running.
+        if purpose == Purpose::Serve {
+            upstreams.start();
+            if let Some(c) = &cluster {
+                for u in upstreams.iter() {
+                    c.watch_health(&u.targets);
+                }
+            }
+            plugins.watch();
+        }
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),
             listener_names: config

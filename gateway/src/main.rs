@@ -110,10 +110,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything `run` would build, without binding sockets.
+/// Everything `run` would build, without binding sockets or starting anything: no runtime, no
+/// connection (to Redis or anything else), no task. What only the host can tell at start (a
+/// port already in use) is left to `run`.
 fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
-    gateway::generation::Generation::build(config.clone(), &gateway::telemetry::Telemetry::new())?;
+    gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
     gateway::telemetry::trace::check(&config.telemetry)
         .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m))?;

@@ -62,10 +62,37 @@ impl Cluster {
         store::get_or_insert(registry, settings, || Self::start(registry, settings))
     }
 
+    /// A cluster for `settings` that is built and never started: the Redis URL is checked and
+    /// everything a generation takes from a cluster (limiters, the plugins' store) exists, but
+    /// nothing connects and no task runs, so no runtime is needed (`gateway validate`). Its
+    /// link stays down: anything that used it would fall back to local state.
+    pub fn checked(registry: &Registry, settings: &ClusterConfig) -> Result<Arc<Self>, String> {
+        Self::build(registry, settings).map(|(cluster, _)| cluster)
+    }
+
     fn start(registry: &Registry, settings: &ClusterConfig) -> Result<Arc<Self>, String> {
-        let client = redis::Client::open(settings.redis.as_str()).map_err(|e| e.to_string())?;
+        let (cluster, ejections) = Self::build(registry, settings)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "the cluster needs a Tokio runtime".to_owned())?;
+        runtime.spawn(cluster.link.clone().maintain(cluster.stop.clone()));
+        runtime.spawn(subscribe(Arc::downgrade(&cluster), cluster.stop.clone()));
+        if settings.share_health {
+            runtime.spawn(publish(
+                Arc::downgrade(&cluster),
+                ejections,
+                cluster.stop.clone(),
+            ));
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster's parts, and the receiving end of this instance's ejections (for the task
+    /// that publishes them).
+    fn build(
+        registry: &Registry,
+        settings: &ClusterConfig,
+    ) -> Result<(Arc<Self>, mpsc::Receiver<Ejection>), String> {
+        let client = redis::Client::open(settings.redis.as_str()).map_err(|e| e.to_string())?;
         let counter = |name: &str, help: &str, labels: &[(&str, &str)]| -> Counter {
             registry.counter(name, help, labels)
         };
@@ -113,12 +140,7 @@ impl Cluster {
             health,
             stop: CancellationToken::new(),
         });
-        runtime.spawn(link.maintain(cluster.stop.clone()));
-        runtime.spawn(subscribe(Arc::downgrade(&cluster), cluster.stop.clone()));
-        if settings.share_health {
-            runtime.spawn(publish(Arc::downgrade(&cluster), rx, cluster.stop.clone()));
-        }
-        Ok(cluster)
+        Ok((cluster, rx))
     }
 
     /// The settings it was started with.

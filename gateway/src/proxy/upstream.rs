@@ -250,24 +250,24 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    /// Builds every upstream in `config`; starts background tasks when called inside a Tokio
-    /// runtime (`gateway validate` builds a generation without one, and needs none).
+    /// Builds every upstream in `config`. Nothing runs until [`Upstreams::start`].
     pub fn build(config: &Config) -> Result<Self, GatewayError> {
-        let background = CancellationToken::new();
         let mut by_name = HashMap::with_capacity(config.upstreams.len());
         for (name, u) in &config.upstreams {
             by_name.insert(name.clone(), Arc::new(Upstream::build(config, u)?));
         }
-        // Only once all built: a failed build must leave no task behind.
-        if tokio::runtime::Handle::try_current().is_ok() {
-            by_name
-                .values()
-                .for_each(|up| up.spawn_background(&background));
-        }
         Ok(Self {
             by_name,
-            background,
+            background: CancellationToken::new(),
         })
+    }
+
+    /// Starts every upstream's background tasks (idle-connection reaping, active health
+    /// checks) on the current Tokio runtime; they stop when `self` is dropped.
+    pub fn start(&self) {
+        self.by_name
+            .values()
+            .for_each(|up| up.spawn_background(&self.background));
     }
 
     /// An upstream by name.

@@ -79,7 +79,8 @@ pub struct Plugins {
 impl Plugins {
     /// Loads every configured plugin (compile, link, start a VM per worker, configure). A
     /// plugin that fails is a located config error, so the generation is not used.
-    /// Plugins with `shared_data: { scope: global }` keep it in `cluster`.
+    /// Plugins with `shared_data: { scope: global }` keep it in `cluster`. Their files are not
+    /// watched until [`Plugins::watch`].
     pub fn build(
         config: &Config,
         upstreams: &Upstreams,
@@ -106,11 +107,15 @@ impl Plugins {
                 .map_err(|e| config.error(format!("plugins.{name}.wasm"), e.to_string()))?;
             by_name.insert(name.clone(), handle);
         }
-        // Watchers only once every plugin loaded, so a failed build leaves no task behind.
-        for h in by_name.values() {
+        Ok(Self { by_name })
+    }
+
+    /// Starts watching every plugin's file for hot reload, on the current Tokio runtime; a
+    /// watcher ends when its plugin is dropped.
+    pub fn watch(&self) {
+        for h in self.by_name.values() {
             reload::watch(h);
         }
-        Ok(Self { by_name })
     }
 
     /// A plugin by name.

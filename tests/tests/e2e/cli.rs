@@ -203,3 +203,180 @@ async fn reused_upstream_timers_fire_at_each_requests_deadline() {
         }
     }
 }
+
+/// Runs `gateway validate` on `config`: whether it exited 0, and what it printed.
+fn validate(config: &std::path::Path) -> (bool, String) {
+    let out = Command::new(gateway_binary())
+        .args(["validate", "--config"])
+        .arg(config)
+        .output()
+        .expect("run gateway validate");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), printed.trim().to_owned())
+}
+
+/// `validate` builds everything `run` would and starts none of it: every example config and a
+/// config with each optional section say ok, `cluster:` included (its Redis, the OTLP
+/// collectors, the ACME directory and the upstream health checks all point at a listener that
+/// sees no connection); and a broken config still fails with its located error.
+#[test]
+fn validate_says_ok_to_every_example_and_every_optional_section() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).expect("config/examples") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let (ok, printed) = validate(&path);
+            assert!(ok && printed == "ok", "{}: {printed}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "{checked} example configs");
+
+    // Anything that connects during validation connects here.
+    let sentinel = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    sentinel.set_nonblocking(true).expect("nonblocking");
+    let s = sentinel.local_addr().expect("addr");
+    let dir = temp_dir();
+    let d = dir.path();
+
+    // The api-gateway example with its commented `cluster:` block turned on, as
+    // docs/scale-out.md has operators do.
+    let example = std::fs::read_to_string(examples.join("api-gateway.yaml")).expect("example");
+    assert!(
+        example.contains("\n# cluster:\n#   redis:"),
+        "the example's cluster block"
+    );
+    let clustered = example
+        .replace("\n# cluster:", "\ncluster:")
+        .replace("\n#   ", "\n  ")
+        .replace("redis://127.0.0.1:6379", &format!("redis://{s}"));
+    let (ok, printed) = validate(&write_file(d, "api-gateway-cluster.yaml", clustered));
+    assert!(
+        ok && printed == "ok",
+        "api-gateway.yaml with cluster: {printed}"
+    );
+
+    let ca = gateway_tests::tls::TestCa::new();
+    ca.write(
+        d,
+        "site",
+        &["site.test"],
+        gateway_tests::tls::KeyKind::Ecdsa,
+    );
+    std::fs::create_dir_all(d.join("public")).expect("mkdir");
+    std::fs::copy(crate::wasm::plugin("add_header"), d.join("add_header.wasm")).expect("copy");
+    std::fs::copy(crate::wasm::plugin("tcp_audit"), d.join("tcp_audit.wasm")).expect("copy");
+    let listener = "listeners:\n  - name: a\n    bind: 127.0.0.1:0\n";
+    let respond = "routes:\n  - match: { path_prefix: / }\n    respond: { body: hi }\n";
+    let sections = [
+        (
+            "server",
+            format!(
+                "server: {{ drain_timeout: 5s, worker_threads: 2, server_header: edge, watch_config: false }}\n{listener}{respond}"
+            ),
+        ),
+        (
+            "admin",
+            format!("admin: {{ bind: 127.0.0.1:0 }}\n{listener}{respond}"),
+        ),
+        (
+            "telemetry",
+            format!(
+                "telemetry:\n  service_name: edge\n  traces: {{ otlp_endpoint: \"http://{s}\", sample_ratio: 0.5 }}\n  metrics: {{ otlp_endpoint: \"http://{s}/v1/metrics\", interval: 1s }}\n  access_log: {{ path: access.log, format: combined }}\n{listener}{respond}"
+            ),
+        ),
+        (
+            "certificates",
+            format!(
+                "certificates:\n  site: {{ cert: site.pem, key: site.key }}\n  auto:\n    acme: {{ domains: [auto.test], email: ops@example.com, directory: \"https://{s}/directory\", storage: acme }}\n\
+                 listeners:\n  - name: tls\n    bind: 127.0.0.1:0\n    protocols: [http1, http2, http3]\n    tls: {{ certificates: [site, auto], hsts: {{ max_age: 1d }} }}\n{respond}"
+            ),
+        ),
+        (
+            "upstreams",
+            format!(
+                "{listener}upstreams:\n  app:\n    targets: [\"{s}\"]\n    health_check: {{ path: /healthz, interval: 100ms }}\n    pool: {{ idle_timeout: 1s }}\n\
+                 routes:\n  - match: {{ path_prefix: / }}\n    proxy: {{ upstream: app }}\n"
+            ),
+        ),
+        (
+            "plugins",
+            format!(
+                "plugins:\n  add-header:\n    wasm: add_header.wasm\n    config: {{ name: x-powered-by, value: gateway }}\n  tcp-audit:\n    wasm: tcp_audit.wasm\n\
+                 upstreams:\n  app: {{ targets: [\"{s}\"] }}\n{listener}\
+                 routes:\n  - match: {{ path_prefix: / }}\n    filters: [{{ plugin: add-header }}]\n    respond: {{ body: hi }}\n\
+                 streams:\n  - name: audited\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: app\n    filters: [{{ plugin: tcp-audit }}]\n"
+            ),
+        ),
+        (
+            "waf",
+            format!(
+                "waf:\n  strict:\n    mode: block\n    detect: [sqli, xss]\n    rules:\n      - {{ id: 1001, where: \"header:user-agent\", match: \"(?i)sqlmap\", action: block }}\n\
+                 {listener}routes:\n  - match: {{ path_prefix: / }}\n    filters: [{{ waf: strict }}]\n    respond: {{ body: hi }}\n"
+            ),
+        ),
+        (
+            "rate limits",
+            format!(
+                "{listener}routes:\n  - match: {{ path_prefix: / }}\n    filters:\n      - rate_limit: {{ requests: 10, per: 1s, key: \"header:x-api-key\" }}\n    respond: {{ body: hi }}\n"
+            ),
+        ),
+        (
+            "streams",
+            format!(
+                "upstreams:\n  app: {{ targets: [\"{s}\"], health_check: {{ path: /healthz, interval: 100ms }} }}\n\
+                 streams:\n  - name: tcp\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: app\n    filters: [{{ allow: [127.0.0.1/32] }}, {{ connection_rate: {{ connections: 5, per: 1s }} }}]\n\
+                 \x20 - name: by-sni\n    bind: 127.0.0.1:0\n    protocol: tcp\n    sni_routes: {{ api.example.com: app }}\n\
+                 \x20 - name: udp\n    bind: 127.0.0.1:0\n    protocol: udp\n    upstream: app\n"
+            ),
+        ),
+        (
+            "static files",
+            format!(
+                "{listener}routes:\n  - match: {{ path_prefix: / }}\n    static: {{ root: public }}\n"
+            ),
+        ),
+        (
+            "cluster",
+            format!(
+                "cluster: {{ redis: \"redis://{s}\", prefix: edge, timeout: 50ms, share_health: true }}\n\
+                 plugins:\n  shared:\n    wasm: add_header.wasm\n    config: {{ name: x-shared, value: \"1\" }}\n    shared_data: {{ scope: global }}\n\
+                 upstreams:\n  app: {{ targets: [\"{s}\"], health_check: {{ path: /healthz, interval: 100ms }} }}\n{listener}\
+                 routes:\n  - match: {{ path_prefix: /api }}\n    filters:\n      - rate_limit: {{ requests: 100, per: 1s, scope: global, fallback: deny }}\n      - plugin: shared\n    proxy: {{ upstream: app }}\n"
+            ),
+        ),
+    ];
+    for (name, yaml) in &sections {
+        let path = write_file(d, &format!("{}.yaml", name.replace(' ', "-")), yaml);
+        let (ok, printed) = validate(&path);
+        assert!(ok && printed == "ok", "{name}: {printed}\n{yaml}");
+    }
+    match sentinel.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("validation connected to {s}: {other:?}"),
+    }
+
+    // Still located: an error only building the generation finds, with `cluster:` present.
+    write_file(d, "broken.wasm", "not a wasm module");
+    let broken = write_file(
+        d,
+        "broken.yaml",
+        format!(
+            "cluster: {{ redis: \"redis://{s}\" }}\nplugins:\n  broken:\n    wasm: broken.wasm\n{listener}{respond}"
+        ),
+    );
+    let (ok, printed) = validate(&broken);
+    assert!(!ok, "{printed}");
+    assert!(
+        printed.starts_with(&format!(
+            "error: {}:4:11: plugins.broken.wasm: ",
+            broken.display()
+        )),
+        "{printed}"
+    );
+}
