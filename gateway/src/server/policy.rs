@@ -257,7 +257,10 @@ mod tests {
             .body(Body::empty())
             .unwrap();
         assert_eq!(p.admit(&mut long).err(), Some(StatusCode::URI_TOO_LONG));
-        let mut declared = Request::post("/").body(Body::full("hello")).unwrap();
+        let mut declared = Request::post("/")
+            .header("host", "a")
+            .body(Body::full("hello"))
+            .unwrap();
         assert_eq!(
             p.admit(&mut declared).err(),
             Some(StatusCode::PAYLOAD_TOO_LARGE)
@@ -267,13 +270,17 @@ mod tests {
                 .map(|s| Ok::<_, std::io::Error>(Frame::data(Bytes::from_static(s.as_bytes())))),
         );
         let mut streamed = Request::post("/")
+            .header("host", "a")
             .body(Body::new(http_body_util::StreamBody::new(chunks)))
             .unwrap();
         p.admit(&mut streamed).unwrap();
         let body = streamed.into_body();
         let err = body.collect().await.unwrap_err();
         assert!(is_body_limit(&*err), "{err}");
-        let mut fits = Request::post("/").body(Body::full("abcd")).unwrap();
+        let mut fits = Request::post("/")
+            .header("host", "a")
+            .body(Body::full("abcd"))
+            .unwrap();
         assert!(p.admit(&mut fits).is_ok());
     }
 
