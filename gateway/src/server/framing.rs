@@ -23,6 +23,11 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Chunk sizes of more than 16 hex digits overflow 64 bits.
 const MAX_SIZE_DIGITS: u8 = 16;
 
+/// Longest first chunk-size line (size, extensions and CRLF) held back with its head. It has a
+/// bound of its own: counted against the head's, a long one would turn checking off for a head
+/// the parser accepts.
+const MAX_FIRST_CHUNK_LINE: usize = 4096;
+
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Violation {
@@ -125,6 +130,8 @@ struct Head {
     expect_continue: bool,
     /// After the head of a chunked request: its first chunk-size line, being checked.
     first_chunk: Option<Chunk>,
+    /// Where that line starts (the head's length).
+    first_chunk_at: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,13 +294,12 @@ impl Framing {
 impl Head {
     fn scan(&mut self, data: &[u8], max_head: usize) -> HeadStep {
         loop {
-            if self.pos > max_head {
-                return HeadStep::Oversize;
-            }
             if let Some(chunk) = self.first_chunk {
                 return self.first_chunk_line(chunk, data);
             }
             let rest = &data[self.pos.min(data.len())..];
+            // A head is oversized when its bytes so far, or its next line, go past the limit:
+            // the same verdict whether the line arrives whole or in pieces.
             let Some(nl) = find_byte(rest, b'\n') else {
                 return if data.len() > max_head {
                     HeadStep::Oversize
@@ -301,6 +307,9 @@ impl Head {
                     HeadStep::Incomplete
                 };
             };
+            if self.pos + nl + 1 > max_head {
+                return HeadStep::Oversize;
+            }
             let Some(line) = rest[..nl].strip_suffix(b"\r") else {
                 return HeadStep::Bad(Violation::BareLf);
             };
@@ -372,6 +381,7 @@ impl Head {
                 value: 0,
                 digits: 0,
             });
+            self.first_chunk_at = self.pos;
             return None;
         }
         let next = match (self.chunked, self.length) {
@@ -403,6 +413,9 @@ impl Head {
                     len: i,
                     next: State::Chunked(chunk),
                 };
+            }
+            if i - self.first_chunk_at >= MAX_FIRST_CHUNK_LINE {
+                return HeadStep::Bad(Violation::InvalidChunk);
             }
         }
         self.pos = i;

@@ -264,3 +264,65 @@ fn the_word_at_a_time_search_finds_the_first_match_wherever_it_is() {
         }
     }
 }
+
+/// Feeds `input` whole, split everywhere, and byte by byte; asserts the same outcome and off
+/// state every way, and returns it.
+fn split_everywhere(max_head: usize, input: &[u8]) -> ((Vec<u8>, Option<Violation>), bool) {
+    let mut f = Framing::http1(max_head, false);
+    let whole = (run(&mut f, &[input]), f.is_off());
+    for split in 1..input.len() {
+        let mut f = Framing::http1(max_head, false);
+        let parts = run(&mut f, &[&input[..split], &input[split..]]);
+        assert_eq!((parts, f.is_off()), whole, "split at {split}");
+    }
+    let mut f = Framing::http1(max_head, false);
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    assert_eq!((run(&mut f, &bytes), f.is_off()), whole, "byte by byte");
+    whole
+}
+
+#[test]
+fn a_head_ending_past_the_limit_is_oversized_however_it_arrives() {
+    // Every line but the final empty one fits the 56-byte limit; the empty line ends past it.
+    let head = [
+        b"GET / HTTP/1.1\r\nX: ".as_slice(),
+        &[b'a'; 35],
+        b"\r\n\r\n",
+    ]
+    .concat();
+    assert_eq!(head.len(), 58);
+    let (verdict, off) = split_everywhere(56, &head);
+    assert_eq!(verdict, (head.clone(), None));
+    assert!(off, "an oversized head turns checking off");
+    // Two bytes shorter, it ends at the limit: it fits, and checking goes on.
+    let (verdict, off) = split_everywhere(56, &[&head[..19], &head[21..]].concat());
+    assert_eq!(verdict.1, None);
+    assert!(!off);
+}
+
+#[test]
+fn a_long_first_chunk_line_is_refused_however_it_arrives() {
+    // The head is far within its limit; the first chunk-size line (extensions) is not within
+    // its own. Counted against the head's, it turned checking off when it came in pieces.
+    let head: &[u8] = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let input = [
+        head,
+        b"5;",
+        &[b'e'; MAX_FIRST_CHUNK_LINE],
+        b"\r\nhello\r\n0\r\n\r\n",
+    ]
+    .concat();
+    let (verdict, off) = split_everywhere(1024, &input);
+    assert_eq!(verdict, (Vec::new(), Some(Violation::InvalidChunk)));
+    assert!(off);
+    // Up to the limit (CRLF included) it passes.
+    let fits = [
+        head,
+        b"5;",
+        &[b'e'; MAX_FIRST_CHUNK_LINE - 4],
+        b"\r\nhello\r\n0\r\n\r\n",
+    ]
+    .concat();
+    let mut f = Framing::http1(1024, false);
+    assert_eq!(run(&mut f, &[&fits]), (fits.clone(), None));
+}
