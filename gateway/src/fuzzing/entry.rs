@@ -195,10 +195,13 @@ fn fast_path_agrees(line: &HeaderValue, path: &[u8]) {
                 path: path_rules,
                 forward_original,
             };
-            let mut request = Request::get(target.as_str())
+            let Ok(mut request) = Request::get(target.as_str())
                 .header(header::HOST, line.clone())
                 .body(())
-                .expect("a request");
+            else {
+                // A path `http` takes only as part of a larger target.
+                return;
+            };
             let before = request.uri().clone();
             let host_ok = check_host(request.version(), request.uri(), request.headers()).is_ok();
             let unchanged = normalize_target(&mut request, &rules).is_ok()

@@ -85,13 +85,18 @@ pub enum Scan {
     Reject(usize, Violation),
     /// The first `n` bytes may go; the byte at `n`, inside a body, is not valid there.
     Cut(usize, Violation),
+    /// The first `n` bytes may go and the stream ends there: they end with the first
+    /// `max_head` bytes of a head longer than that. The parser, whose buffer has the same
+    /// limit, answers them with `431`; it never gets the whole head, so it cannot take one the
+    /// checks did not.
+    Truncate(usize),
 }
 
 /// The framing state of one HTTP/1 connection's request stream.
 #[derive(Debug)]
 pub struct Framing {
     state: State,
-    /// Longest head held back; a longer one goes to the parser, which answers 431.
+    /// Longest head held back; the parser gets this much of a longer one, and answers 431.
     max_head: usize,
     /// The connection speaks HTTP/2 (chosen by ALPN, or its preface came first).
     http2: bool,
@@ -231,7 +236,7 @@ impl Framing {
     }
 
     /// Scans bytes in arrival order. After [`Scan::Hold`], the next call starts with the held
-    /// bytes; after [`Scan::Reject`] or [`Scan::Cut`] checking stops.
+    /// bytes; after [`Scan::Reject`], [`Scan::Cut`] or [`Scan::Truncate`] checking stops.
     pub fn scan(&mut self, data: &[u8]) -> Scan {
         let mut at = 0;
         loop {
@@ -254,7 +259,7 @@ impl Framing {
                     HeadStep::Incomplete => return Scan::Hold(at),
                     HeadStep::Oversize => {
                         self.state = State::Off;
-                        return Scan::Pass;
+                        return Scan::Truncate(at + self.max_head);
                     }
                     HeadStep::Bad(v) => {
                         self.state = State::Off;

@@ -3,7 +3,8 @@
 use super::*;
 
 /// Feeds `pieces` the way the IO wrapper does (held bytes first again) and returns the bytes
-/// released to the parser and the refusal, if any.
+/// released to the parser (up to where the stream ends, for an oversized head) and the refusal,
+/// if any.
 fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) {
     let mut out = Vec::new();
     let mut held: Vec<u8> = Vec::new();
@@ -17,6 +18,10 @@ fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) 
             Scan::Reject(n, v) | Scan::Cut(n, v) => {
                 out.extend_from_slice(&held[..n]);
                 return (out, Some(v));
+            }
+            Scan::Truncate(n) => {
+                out.extend_from_slice(&held[..n]);
+                return (out, None);
             }
         }
     }
@@ -192,16 +197,19 @@ fn an_upgrade_request_keeps_checking_on_until_the_switch_happens() {
 }
 
 #[test]
-fn oversized_heads_go_to_the_parser_unchecked() {
-    let mut f = Framing::http1(64, false);
+fn oversized_heads_go_to_the_parser_cut_at_the_limit() {
+    // After a good request, so the cut is placed from the oversized head's start.
+    let good: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
     let big = [
-        b"GET / HTTP/1.1\r\nX-Big: ".as_slice(),
+        good,
+        b"GET / HTTP/1.1\r\nX-Big: ",
         &[b'a'; 100],
-        b"\r\n",
+        b"\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
     ]
     .concat();
+    let mut f = Framing::http1(64, false);
     let (released, got) = run(&mut f, &[&big]);
-    assert_eq!((released, got), (big, None));
+    assert_eq!((released, got), (big[..good.len() + 64].to_vec(), None));
     assert!(f.is_off());
 }
 
@@ -292,8 +300,8 @@ fn a_head_ending_past_the_limit_is_oversized_however_it_arrives() {
     .concat();
     assert_eq!(head.len(), 58);
     let (verdict, off) = split_everywhere(56, &head);
-    assert_eq!(verdict, (head.clone(), None));
-    assert!(off, "an oversized head turns checking off");
+    assert_eq!(verdict, (head[..56].to_vec(), None), "cut at the limit");
+    assert!(off, "an oversized head ends checking");
     // Two bytes shorter, it ends at the limit: it fits, and checking goes on.
     let (verdict, off) = split_everywhere(56, &[&head[..19], &head[21..]].concat());
     assert_eq!(verdict.1, None);
