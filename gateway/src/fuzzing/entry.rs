@@ -81,11 +81,17 @@ pub fn path_normalize(data: &[u8]) {
         "{path:?} -> {out:?} has a dot segment"
     );
     if rules.merge_slashes {
-        assert!(!out.contains("//"), "{path:?} -> {out:?}: slashes not merged");
+        assert!(
+            !out.contains("//"),
+            "{path:?} -> {out:?}: slashes not merged"
+        );
     }
     match rules.escaped_slashes {
         EscapedSlashes::Keep => assert!(!out.contains('\\'), "{out:?} has a raw `\\`"),
-        _ => assert!(!has_escaped_separator(&out), "{out:?} has a separator escaped"),
+        _ => assert!(
+            !has_escaped_separator(&out),
+            "{out:?} has a separator escaped"
+        ),
     }
     if path.is_ascii() {
         assert!(out.is_ascii(), "{path:?} -> {out:?} is not ASCII");
@@ -109,10 +115,7 @@ pub fn path_normalize(data: &[u8]) {
         EscapedSlashes::Keep => 2 * path.matches('\\').count(),
         _ => 0,
     };
-    assert!(
-        out.len() <= path.len() + gained,
-        "{path:?} -> {out:?} grew"
-    );
+    assert!(out.len() <= path.len() + gained, "{path:?} -> {out:?} grew");
     if let Ok(parsed) = PathAndQuery::try_from(path)
         && parsed.path() == path
     {

@@ -95,7 +95,10 @@ pub fn request_framing(data: &[u8]) {
         );
     }
     if whole.http2 {
-        assert!(sniff_h2 && whole.off, "HTTP/2 without sniffing, or still checking");
+        assert!(
+            sniff_h2 && whole.off,
+            "HTTP/2 without sniffing, or still checking"
+        );
     }
 
     let (a, b) = {

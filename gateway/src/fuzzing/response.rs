@@ -96,7 +96,7 @@ fn parse_text(wire: &[u8], method: &Method) -> Parsed {
 }
 
 /// The comma-separated items of every `name` field, trimmed.
-fn items<'a>(map: &'a HeaderMap, name: header::HeaderName) -> impl Iterator<Item = &'a [u8]> {
+fn items(map: &HeaderMap, name: header::HeaderName) -> impl Iterator<Item = &[u8]> {
     map.get_all(name)
         .into_iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
@@ -178,7 +178,11 @@ pub fn response_head(data: &[u8]) {
     };
     let method = method(*control);
     let (whole, map) = parse_map(wire, &method);
-    assert_eq!(parse_text(wire, &method), whole, "the two entry points differ");
+    assert_eq!(
+        parse_text(wire, &method),
+        whole,
+        "the two entry points differ"
+    );
     if let (Parsed::Head(head), Some(map)) = (&whole, &map) {
         for value in map.values() {
             assert!(
@@ -304,5 +308,10 @@ pub fn response_chunked(data: &[u8]) {
         assert!(wire.ends_with(rest));
     }
     let pieces = decode(wire, 1 + usize::from(*size));
-    assert_eq!(pieces, whole, "in reads of {} bytes", 1 + usize::from(*size));
+    assert_eq!(
+        pieces,
+        whole,
+        "in reads of {} bytes",
+        1 + usize::from(*size)
+    );
 }

@@ -91,10 +91,21 @@ mod tests {
     fn a_bracketed_host_is_an_ipv6_address() {
         // Hex digits and colons are not enough: none of these is an address, and `http` refuses
         // an authority with more colons than an address can have (`[:::::::::]`).
-        for bad in ["[:]", "[:::::::::]", "[1:2:3:4:5:6:7:8:9]", "[1:::2]", "[::1%25eth0]"] {
+        for bad in [
+            "[:]",
+            "[:::::::::]",
+            "[1:2:3:4:5:6:7:8:9]",
+            "[1:::2]",
+            "[::1%25eth0]",
+        ] {
             assert!(!is_valid(bad.as_bytes()), "{bad:?}");
         }
-        for ok in ["[1:2:3:4:5:6:7:8]", "[::]", "[1:2:3:4:5:6:7::]", "[::ffff:1.2.3.4]:1"] {
+        for ok in [
+            "[1:2:3:4:5:6:7:8]",
+            "[::]",
+            "[1:2:3:4:5:6:7::]",
+            "[::ffff:1.2.3.4]:1",
+        ] {
             assert!(is_valid(ok.as_bytes()), "{ok}");
             assert!(ok.parse::<http::uri::Authority>().is_ok(), "{ok}");
         }

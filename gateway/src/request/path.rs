@@ -171,10 +171,10 @@ fn remove_dot_segments(path: &[u8], merge_slashes: bool) -> Vec<u8> {
         let last = n + 1 == count;
         match segment {
             b"." | b".." => {
-                if segment == b".." {
-                    if let Some(start) = starts.pop() {
-                        out.truncate(start);
-                    }
+                if segment == b".."
+                    && let Some(start) = starts.pop()
+                {
+                    out.truncate(start);
                 }
                 if last {
                     out.push(b'/');

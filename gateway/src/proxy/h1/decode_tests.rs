@@ -249,7 +249,11 @@ fn a_long_chunk_size_line_is_refused_however_it_arrives() {
     wire.extend_from_slice(&[b'e'; MAX_CHUNK_LINE - 2]);
     wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
     for split in [MAX_CHUNK_LINE + 1, wire.len()] {
-        assert_eq!(decode_chunked(&wire, split).unwrap().0, b"x", "split {split}");
+        assert_eq!(
+            decode_chunked(&wire, split).unwrap().0,
+            b"x",
+            "split {split}"
+        );
     }
 }
 
@@ -257,7 +261,10 @@ fn a_long_chunk_size_line_is_refused_however_it_arrives() {
 fn a_trailer_section_over_the_limit_is_refused_however_it_arrives() {
     let wire = format!("0\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
     for split in [4096, wire.len()] {
-        assert!(decode_chunked(wire.as_bytes(), split).is_err(), "split {split}");
+        assert!(
+            decode_chunked(wire.as_bytes(), split).is_err(),
+            "split {split}"
+        );
     }
 }
 
