@@ -32,6 +32,12 @@ all=(
   gateway:router
   gateway:http1_head
   gateway:waf_decode
+  gateway:request_framing
+  gateway:h1_differential
+  gateway:response_head
+  gateway:response_chunked
+  gateway:path_normalize
+  gateway:host
   wasm-host:host_calls
   stream-proxy:client_hello
   stream-proxy:proxy_protocol

@@ -8,6 +8,11 @@
 //! * [`http1_head`]: fuzzed bytes as a client connection, over an in-memory pipe, through the
 //!   real connection serving, service, router, filter chain (`headers`, `waf`) and `respond`:
 //!   no panic, no hang, and only HTTP/1 responses come back.
+//! * [`request_framing`] and [`h1_differential`] ([`framing`]): the request-side framing checks
+//!   give the same verdicts however the bytes are split, and agree with `httparse`.
+//! * [`response_head`] and [`response_chunked`] ([`response`]): the proxy's reading of an
+//!   upstream's response head and chunked body, split anywhere.
+//! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -26,6 +31,14 @@ use crate::router::{Matcher, Router, request_host};
 use crate::server::conn::{ConnWatchdog, ListenerRuntime, serve_io, watch};
 use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
+
+mod entry;
+mod framing;
+mod response;
+
+pub use entry::{host, path_normalize};
+pub use framing::{h1_differential, request_framing};
+pub use response::{response_chunked, response_head};
 
 /// Routes for [`router`]: every kind of condition, on two listeners.
 const ROUTES: &str = r#"
@@ -326,5 +339,43 @@ mod tests {
         for (_, input) in corpus("http1_head") {
             super::http1_head(&input);
         }
+    }
+
+    /// Replays every seed of `target` through `check`, naming the seed that fails.
+    fn replay(target: &str, check: fn(&[u8])) {
+        for (path, input) in corpus(target) {
+            let outcome = std::panic::catch_unwind(|| check(&input));
+            assert!(outcome.is_ok(), "{target}: {} failed", path.display());
+        }
+    }
+
+    #[test]
+    fn request_framing_corpus_replays() {
+        replay("request_framing", super::request_framing);
+    }
+
+    #[test]
+    fn h1_differential_corpus_replays() {
+        replay("h1_differential", super::h1_differential);
+    }
+
+    #[test]
+    fn response_head_corpus_replays() {
+        replay("response_head", super::response_head);
+    }
+
+    #[test]
+    fn response_chunked_corpus_replays() {
+        replay("response_chunked", super::response_chunked);
+    }
+
+    #[test]
+    fn path_normalize_corpus_replays() {
+        replay("path_normalize", super::path_normalize);
+    }
+
+    #[test]
+    fn host_corpus_replays() {
+        replay("host", super::host);
     }
 }

@@ -1,5 +1,5 @@
 //! The `Host` a request may name (RFC 9112 §3.2, RFC 3986 §3.2.2): a registered name, an IPv4
-//! address or a bracketed IPv6 literal, with an optional port of digits. The value is copied
+//! address or a bracketed IPv6 address, with an optional port of digits. The value is copied
 //! into `Host`, `X-Forwarded-Host` and `Forwarded` towards the upstream and into logs, so
 //! anything that could end a field, start another list element or quote (quotes, commas,
 //! semicolons, spaces, controls) is refused, even where RFC 3986 lets a registered name carry
@@ -12,12 +12,10 @@ pub fn is_valid(value: &[u8]) -> bool {
         return false;
     }
     match host {
-        [b'[', literal @ .., b']'] => {
-            !literal.is_empty()
-                && literal
-                    .iter()
-                    .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
-        }
+        // An address, not just its characters: `[:::::::::]` is none, and `http` refuses an
+        // authority with more colons than an address can have.
+        [b'[', literal @ .., b']'] => std::str::from_utf8(literal)
+            .is_ok_and(|text| text.parse::<std::net::Ipv6Addr>().is_ok()),
         _ => host
             .iter()
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')),
@@ -86,6 +84,30 @@ mod tests {
             "é.example",
         ] {
             assert!(!is_valid(bad.as_bytes()), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bracketed_host_is_an_ipv6_address() {
+        // Hex digits and colons are not enough: none of these is an address, and `http` refuses
+        // an authority with more colons than an address can have (`[:::::::::]`).
+        for bad in [
+            "[:]",
+            "[:::::::::]",
+            "[1:2:3:4:5:6:7:8:9]",
+            "[1:::2]",
+            "[::1%25eth0]",
+        ] {
+            assert!(!is_valid(bad.as_bytes()), "{bad:?}");
+        }
+        for ok in [
+            "[1:2:3:4:5:6:7:8]",
+            "[::]",
+            "[1:2:3:4:5:6:7::]",
+            "[::ffff:1.2.3.4]:1",
+        ] {
+            assert!(is_valid(ok.as_bytes()), "{ok}");
+            assert!(ok.parse::<http::uri::Authority>().is_ok(), "{ok}");
         }
     }
 }

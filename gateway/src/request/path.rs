@@ -72,9 +72,10 @@ pub fn normalize<'a>(path: &'a str, rules: &PathRules) -> Result<Cow<'a, str>, P
     if out == bytes {
         return Ok(Cow::Borrowed(path));
     }
-    // Only ASCII goes in: escapes that are not of unreserved characters stay escaped.
+    // Only ASCII is rewritten (escapes that are not of unreserved characters stay escaped);
+    // the bytes of other characters, which `http` lets a path carry as UTF-8, pass as they are.
     Ok(Cow::Owned(
-        String::from_utf8(out).expect("a normalized path is ASCII"),
+        String::from_utf8(out).expect("rewriting ASCII keeps UTF-8 valid"),
     ))
 }
 

@@ -7,7 +7,8 @@
 //! replaced with a line hyper's own parser answers with `400 Bad Request` and
 //! `connection: close`; hyper sends that after the responses to any earlier pipelined requests,
 //! and the stream ends there. Inside a body, the stream simply ends at the malformed byte, which
-//! hyper reports as a body error (the gateway's `400`).
+//! hyper reports as a body error (the gateway's `400`). A head longer than the limit ends the
+//! stream once hyper has the limit's worth of it, which hyper answers with `431`.
 
 use std::io;
 use std::pin::Pin;
@@ -132,6 +133,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                         this.rescan = true;
                         n
                     }
+                    Scan::Truncate(n) => {
+                        this.closing = true;
+                        n
+                    }
                 };
                 buf.set_filled(before + keep);
                 if keep > 0 {
@@ -171,6 +176,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                     this.held.clear();
                     this.held.extend_from_slice(&escaped);
                     this.rescan = true;
+                }
+                Scan::Truncate(n) => {
+                    this.ready = this.held.split_to(n).freeze();
+                    this.held.clear();
+                    this.closing = true;
                 }
             }
         }
@@ -333,5 +343,20 @@ mod tests {
             b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nz\r\nGET /x HTTP/1.1\r\n\r\n";
         let cut = body.iter().position(|&b| b == b'z').unwrap();
         assert_eq!(through(&[body]).await, &body[..cut]);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_reaches_the_parser_cut_at_the_limit() {
+        // The limit is 8,192 bytes; this head is complete past it, with a request after it.
+        let good: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
+        let big = [
+            b"GET /big HTTP/1.1\r\nX-Pad: ".as_slice(),
+            &[b'a'; 8192],
+            b"\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ]
+        .concat();
+        let want = [good, &big[..8192]].concat();
+        assert_eq!(through(&[&[good, &big].concat()]).await, want);
+        assert_eq!(through(&[good, &big[..100], &big[100..]]).await, want);
     }
 }

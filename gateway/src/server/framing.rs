@@ -23,6 +23,11 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Chunk sizes of more than 16 hex digits overflow 64 bits.
 const MAX_SIZE_DIGITS: u8 = 16;
 
+/// Longest first chunk-size line (size, extensions and CRLF) held back with its head. It has a
+/// bound of its own: counted against the head's, a long one would turn checking off for a head
+/// the parser accepts.
+const MAX_FIRST_CHUNK_LINE: usize = 4096;
+
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Violation {
@@ -84,6 +89,11 @@ pub enum Scan {
     /// the URI parser refuses and other servers take ([`escape_target`]). The next call must
     /// pass those bytes again, escaped, followed by whatever arrived since.
     Escape(usize),
+    /// The first `n` bytes may go and the stream ends there: they end with the first
+    /// `max_head` bytes of a head longer than that. The parser, whose buffer has the same
+    /// limit, answers them with `431`; it never gets the whole head, so it cannot take one the
+    /// checks did not.
+    Truncate(usize),
 }
 
 /// Bytes of a request target that hyper's URI parser refuses (in the path, the query or both)
@@ -140,7 +150,7 @@ pub fn escape_target(head: &[u8]) -> Vec<u8> {
 #[derive(Debug)]
 pub struct Framing {
     state: State,
-    /// Longest head held back; a longer one goes to the parser, which answers 431.
+    /// Longest head held back; the parser gets this much of a longer one, and answers 431.
     max_head: usize,
     /// The connection speaks HTTP/2 (chosen by ALPN, or its preface came first).
     http2: bool,
@@ -182,6 +192,8 @@ struct Head {
     expect_continue: bool,
     /// After the head of a chunked request: its first chunk-size line, being checked.
     first_chunk: Option<Chunk>,
+    /// Where that line starts (the head's length).
+    first_chunk_at: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,7 +304,7 @@ impl Framing {
     }
 
     /// Scans bytes in arrival order. After [`Scan::Hold`], the next call starts with the held
-    /// bytes; after [`Scan::Reject`] or [`Scan::Cut`] checking stops.
+    /// bytes; after [`Scan::Reject`], [`Scan::Cut`] or [`Scan::Truncate`] checking stops.
     pub fn scan(&mut self, data: &[u8]) -> Scan {
         let mut at = 0;
         loop {
@@ -320,7 +332,7 @@ impl Framing {
                         HeadStep::Incomplete => return Scan::Hold(at),
                         HeadStep::Oversize => {
                             self.state = State::Off;
-                            return Scan::Pass;
+                            return Scan::Truncate(at + self.max_head);
                         }
                         HeadStep::Bad(v) => {
                             self.state = State::Off;
@@ -361,13 +373,12 @@ impl Framing {
 impl Head {
     fn scan(&mut self, data: &[u8], max_head: usize, escape_targets: bool) -> HeadStep {
         loop {
-            if self.pos > max_head {
-                return HeadStep::Oversize;
-            }
             if let Some(chunk) = self.first_chunk {
                 return self.first_chunk_line(chunk, data);
             }
             let rest = &data[self.pos.min(data.len())..];
+            // A head is oversized when its bytes so far, or its next line, go past the limit:
+            // the same verdict whether the line arrives whole or in pieces.
             let Some(nl) = find_byte(rest, b'\n') else {
                 return if data.len() > max_head {
                     HeadStep::Oversize
@@ -375,6 +386,9 @@ impl Head {
                     HeadStep::Incomplete
                 };
             };
+            if self.pos + nl + 1 > max_head {
+                return HeadStep::Oversize;
+            }
             let Some(line) = rest[..nl].strip_suffix(b"\r") else {
                 return HeadStep::Bad(Violation::BareLf);
             };
@@ -449,6 +463,7 @@ impl Head {
                 value: 0,
                 digits: 0,
             });
+            self.first_chunk_at = self.pos;
             return None;
         }
         let next = match (self.chunked, self.length) {
@@ -480,6 +495,9 @@ impl Head {
                     len: i,
                     next: State::Chunked(chunk),
                 };
+            }
+            if i - self.first_chunk_at >= MAX_FIRST_CHUNK_LINE {
+                return HeadStep::Bad(Violation::InvalidChunk);
             }
         }
         self.pos = i;

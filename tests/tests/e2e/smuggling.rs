@@ -196,3 +196,39 @@ async fn a_bad_later_chunk_cuts_the_request_off() {
         "the bytes after the bad chunk are never a request"
     );
 }
+
+#[tokio::test]
+async fn an_oversized_head_gets_431_and_nothing_after_it_is_read() {
+    let backend = Backend::start("origin").await;
+    let yaml = format!(
+        r#"
+listeners:
+  - {{ name: fast, bind: 127.0.0.1:0, max_header_size: 8KiB }}
+  - {{ name: general, bind: 127.0.0.1:0, max_header_size: 8KiB, http1_fast_path: false }}
+upstreams:
+  origin: {{ targets: ["{}"] }}
+routes:
+  - match: {{ path_prefix: / }}
+    proxy: {{ upstream: origin }}
+"#,
+        backend.addr()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    // Complete in one write, past the 8 KiB limit, with a smuggling shape after it: the parser
+    // gets the limit's worth of the head and answers 431; nothing after it is read as a request.
+    let big = [
+        b"GET /big HTTP/1.1\r\nHost: a\r\nX-Pad: ".as_slice(),
+        &[b'a'; 8 * 1024],
+        b"\r\n\r\n",
+        SHAPES[0].1,
+    ]
+    .concat();
+    let input = [GOOD, &big].concat();
+    for listener in ["fast", "general"] {
+        let before = backend.requests();
+        let out = raw_with_timeout(gw.addr(listener), &input, Duration::from_secs(5)).await;
+        assert_eq!(statuses(&out), [200, 431], "{listener}: {out}");
+        assert_eq!(backend.requests() - before, 1, "{listener}");
+        assert_eq!(backend.last().unwrap().uri.path(), "/first", "{listener}");
+    }
+}

@@ -91,16 +91,16 @@ impl ResponseBody {
                 }
                 Ok(Some(Some(Frame::data(data))))
             }
-            State::Chunked(chunked) => match chunked.step(buf)? {
+            State::Chunked(chunked) => match chunked.next(buf)? {
                 Step::NeedMore => Ok(None),
                 Step::End => {
                     self.finish();
                     Ok(Some(None))
                 }
                 Step::Frame(frame) => {
-                    // The body's end is often in the same read as its last data: noticing it
-                    // now lets the client's side finish the response without another poll.
-                    chunked.settle(buf)?;
+                    // The body's end is often in the same read as its last data: `next` has
+                    // noticed it, so the client's side finishes the response without another
+                    // poll.
                     if *chunked == Chunked::Done {
                         self.finish();
                     }

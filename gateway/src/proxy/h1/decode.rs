@@ -17,7 +17,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version, response};
 use http_body::Frame;
 
-/// Largest response head (and trailer section) accepted.
+/// Largest response head accepted, together with the interim responses before it; and the
+/// largest trailer section.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head, as the hyper client was configured before.
 const MAX_FIELDS: usize = 128;
@@ -165,6 +166,10 @@ struct Found<R> {
 /// hands its status, version and fields to `read` while they are slices of `buf`, with whether
 /// an interim response declared a body. `buf` is left as it was, so a head still incomplete is
 /// parsed again from the start next time.
+///
+/// The interim responses count towards [`MAX_HEAD`] with the head: they stay in `buf` until
+/// the final head is complete, so an upstream sending them without end is refused rather than
+/// buffered. The limit holds for the bytes as a whole, wherever the reads split them.
 fn final_head<R>(
     buf: &BytesMut,
     read: impl FnOnce(StatusCode, Version, &[httparse::Header<'_>], bool) -> io::Result<R>,
@@ -179,8 +184,11 @@ fn final_head<R>(
         let mut parsed = httparse::Response::new(&mut []);
         let config = httparse::ParserConfig::default();
         let len = match config.parse_response_with_uninit_headers(&mut parsed, rest, &mut fields) {
+            Ok(httparse::Status::Complete(len)) if skipped + len > MAX_HEAD => {
+                return Err(invalid("response head too large"));
+            }
             Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if rest.len() > MAX_HEAD => {
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
                 return Err(invalid("response head too large"));
             }
             Ok(httparse::Status::Partial) => return Ok(None),
@@ -408,7 +416,10 @@ impl Chunked {
             match *self {
                 Chunked::Size => {
                     let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
-                        if buf.len() > MAX_CHUNK_LINE {
+                        // The shortest the line can still turn out to be: a final CR may be
+                        // the start of its CRLF.
+                        let least = buf.len() - usize::from(buf.ends_with(b"\r"));
+                        if least > MAX_CHUNK_LINE {
                             return Err(invalid("chunk-size line too long"));
                         }
                         return Ok(Step::NeedMore);
@@ -453,6 +464,9 @@ impl Chunked {
                     }
                     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
                     let (len, trailers) = match httparse::parse_headers(buf, &mut fields) {
+                        Ok(httparse::Status::Complete((len, _))) if len > MAX_HEAD => {
+                            return Err(invalid("trailer section too large"));
+                        }
                         Ok(httparse::Status::Complete((len, parsed))) => {
                             let mut map = HeaderMap::with_capacity(parsed.len());
                             for f in parsed {
@@ -480,6 +494,19 @@ impl Chunked {
                 Chunked::Done => return Ok(Step::End),
             }
         }
+    }
+
+    /// The next step of a body being read: [`Chunked::step`], then, after a frame,
+    /// [`Chunked::settle`], so a body whose end is already buffered reports it with its last
+    /// frame. A fault `settle` finds is left where it is (it consumes nothing it cannot
+    /// decode): the next call meets it again and reports it, after this frame's data went out.
+    pub(crate) fn next(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+        let step = self.step(buf)?;
+        if matches!(step, Step::Frame(_)) {
+            // A fault here is reported by the next call.
+            let _ = self.settle(buf);
+        }
+        Ok(step)
     }
 
     /// Consumes what needs no frame to be produced (a chunk's CRLF, the last chunk, an empty
@@ -516,6 +543,9 @@ impl Chunked {
 
 /// The hex size of a chunk-size line, extensions (`;name=value`) ignored.
 fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    if line.len() > MAX_CHUNK_LINE {
+        return Err(invalid("chunk-size line too long"));
+    }
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())

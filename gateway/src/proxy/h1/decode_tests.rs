@@ -42,6 +42,26 @@ fn a_partial_head_asks_for_more_and_an_endless_one_is_refused() {
 }
 
 #[test]
+fn interim_responses_count_towards_the_head_limit() {
+    // An upstream that sends interim responses without end is refused, not buffered.
+    let mut endless = "HTTP/1.1 100 Continue\r\n\r\n".repeat(MAX_HEAD / 25 + 1);
+    endless.push_str("HTTP/1.1 200 OK\r\n");
+    assert!(endless.len() > MAX_HEAD);
+    assert!(parse(&endless, &Method::GET).is_err());
+    // The same when the final head completes in the same read.
+    endless.push_str("Content-Length: 0\r\n\r\n");
+    assert!(parse(&endless, &Method::GET).is_err());
+}
+
+#[test]
+fn a_head_over_the_limit_is_refused_however_it_arrives() {
+    let long = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+    // In pieces it was always refused; whole, it was taken.
+    assert!(parse(&long[..MAX_HEAD + 1], &Method::GET).is_err());
+    assert!(parse(&long, &Method::GET).is_err());
+}
+
+#[test]
 fn interim_responses_are_skipped() {
     let mut buf = BytesMut::from(
         "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
@@ -333,6 +353,56 @@ fn malformed_chunked_bodies_fail() {
         );
     }
     assert!(decode_chunked(&[b'1'; MAX_CHUNK_LINE + 10], 8192).is_err());
+}
+
+#[test]
+fn a_long_chunk_size_line_is_refused_however_it_arrives() {
+    let mut wire = b"1;".to_vec();
+    wire.extend_from_slice(&[b'e'; MAX_CHUNK_LINE]);
+    wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+    for split in [1, 7, 4096, wire.len()] {
+        assert!(decode_chunked(&wire, split).is_err(), "split {split}");
+    }
+    // A line of exactly the limit passes, even with its CR and LF in different reads.
+    let mut wire = b"1;".to_vec();
+    wire.extend_from_slice(&[b'e'; MAX_CHUNK_LINE - 2]);
+    wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+    for split in [MAX_CHUNK_LINE + 1, wire.len()] {
+        assert_eq!(
+            decode_chunked(&wire, split).unwrap().0,
+            b"x",
+            "split {split}"
+        );
+    }
+}
+
+#[test]
+fn a_trailer_section_over_the_limit_is_refused_however_it_arrives() {
+    let wire = format!("0\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+    for split in [4096, wire.len()] {
+        assert!(
+            decode_chunked(wire.as_bytes(), split).is_err(),
+            "split {split}"
+        );
+    }
+}
+
+#[test]
+fn a_fault_after_a_frame_is_reported_after_that_frame() {
+    // The fault is in the same read as the good chunk before it: the chunk's data comes out
+    // first, then the error.
+    let mut state = Chunked::Size;
+    let mut buf = BytesMut::from(&b"5\r\nhello\r\nZZ\r\n"[..]);
+    match state.next(&mut buf).unwrap() {
+        Step::Frame(frame) => assert_eq!(frame.into_data().unwrap(), "hello"),
+        other => panic!("{other:?}"),
+    }
+    assert!(state.next(&mut buf).is_err());
+    // A good end in the same read is noticed with the last frame.
+    let mut state = Chunked::Size;
+    let mut buf = BytesMut::from(&b"5\r\nhello\r\n0\r\n\r\n"[..]);
+    assert!(matches!(state.next(&mut buf).unwrap(), Step::Frame(_)));
+    assert_eq!(state, Chunked::Done);
 }
 
 #[test]

@@ -32,6 +32,9 @@ use tokio::io::AsyncWrite;
 
 pub(crate) use self::body::ResponseBody;
 pub(crate) use self::decode::{BodyFraming, TextHead};
+/// The response decoder, for the fuzz targets.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use self::decode::{Chunked, Step, response_head, response_head_text};
 use self::encode::Framing;
 pub(crate) use self::encode::Shared;
 pub(crate) use self::io::{Idle, Io};

@@ -3,7 +3,8 @@
 use super::*;
 
 /// Feeds `pieces` the way the IO wrapper does (held bytes first again) and returns the bytes
-/// released to the parser and the refusal, if any.
+/// released to the parser (up to where the stream ends, for an oversized head) and the refusal,
+/// if any.
 fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) {
     let mut out = Vec::new();
     let mut held: Vec<u8> = Vec::new();
@@ -23,6 +24,10 @@ fn run(framing: &mut Framing, pieces: &[&[u8]]) -> (Vec<u8>, Option<Violation>) 
                     out.extend(held.drain(..n));
                     held = escape_target(&held);
                     continue;
+                }
+                Scan::Truncate(n) => {
+                    out.extend_from_slice(&held[..n]);
+                    return (out, None);
                 }
             }
             break;
@@ -200,16 +205,19 @@ fn an_upgrade_request_keeps_checking_on_until_the_switch_happens() {
 }
 
 #[test]
-fn oversized_heads_go_to_the_parser_unchecked() {
-    let mut f = Framing::http1(64, false);
+fn oversized_heads_go_to_the_parser_cut_at_the_limit() {
+    // After a good request, so the cut is placed from the oversized head's start.
+    let good: &[u8] = b"GET / HTTP/1.1\r\n\r\n";
     let big = [
-        b"GET / HTTP/1.1\r\nX-Big: ".as_slice(),
+        good,
+        b"GET / HTTP/1.1\r\nX-Big: ",
         &[b'a'; 100],
-        b"\r\n",
+        b"\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
     ]
     .concat();
+    let mut f = Framing::http1(64, false);
     let (released, got) = run(&mut f, &[&big]);
-    assert_eq!((released, got), (big, None));
+    assert_eq!((released, got), (big[..good.len() + 64].to_vec(), None));
     assert!(f.is_off());
 }
 
@@ -290,4 +298,66 @@ fn targets_are_escaped_once_and_only_in_the_request_line() {
     // A strict listener leaves them to the parser.
     let mut f = Framing::http1(64 * 1024, true).strict_targets(true);
     assert_eq!(run(&mut f, &[input]), (input.to_vec(), None));
+}
+
+/// Feeds `input` whole, split everywhere, and byte by byte; asserts the same outcome and off
+/// state every way, and returns it.
+fn split_everywhere(max_head: usize, input: &[u8]) -> ((Vec<u8>, Option<Violation>), bool) {
+    let mut f = Framing::http1(max_head, false);
+    let whole = (run(&mut f, &[input]), f.is_off());
+    for split in 1..input.len() {
+        let mut f = Framing::http1(max_head, false);
+        let parts = run(&mut f, &[&input[..split], &input[split..]]);
+        assert_eq!((parts, f.is_off()), whole, "split at {split}");
+    }
+    let mut f = Framing::http1(max_head, false);
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    assert_eq!((run(&mut f, &bytes), f.is_off()), whole, "byte by byte");
+    whole
+}
+
+#[test]
+fn a_head_ending_past_the_limit_is_oversized_however_it_arrives() {
+    // Every line but the final empty one fits the 56-byte limit; the empty line ends past it.
+    let head = [
+        b"GET / HTTP/1.1\r\nX: ".as_slice(),
+        &[b'a'; 35],
+        b"\r\n\r\n",
+    ]
+    .concat();
+    assert_eq!(head.len(), 58);
+    let (verdict, off) = split_everywhere(56, &head);
+    assert_eq!(verdict, (head[..56].to_vec(), None), "cut at the limit");
+    assert!(off, "an oversized head ends checking");
+    // Two bytes shorter, it ends at the limit: it fits, and checking goes on.
+    let (verdict, off) = split_everywhere(56, &[&head[..19], &head[21..]].concat());
+    assert_eq!(verdict.1, None);
+    assert!(!off);
+}
+
+#[test]
+fn a_long_first_chunk_line_is_refused_however_it_arrives() {
+    // The head is far within its limit; the first chunk-size line (extensions) is not within
+    // its own. Counted against the head's, it turned checking off when it came in pieces.
+    let head: &[u8] = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let input = [
+        head,
+        b"5;",
+        &[b'e'; MAX_FIRST_CHUNK_LINE],
+        b"\r\nhello\r\n0\r\n\r\n",
+    ]
+    .concat();
+    let (verdict, off) = split_everywhere(1024, &input);
+    assert_eq!(verdict, (Vec::new(), Some(Violation::InvalidChunk)));
+    assert!(off);
+    // Up to the limit (CRLF included) it passes.
+    let fits = [
+        head,
+        b"5;",
+        &[b'e'; MAX_FIRST_CHUNK_LINE - 4],
+        b"\r\nhello\r\n0\r\n\r\n",
+    ]
+    .concat();
+    let mut f = Framing::http1(1024, false);
+    assert_eq!(run(&mut f, &[&fits]), (fits.clone(), None));
 }
