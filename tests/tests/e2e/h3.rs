@@ -173,6 +173,25 @@ async fn respond_static_proxy_and_404_over_h3() {
 }
 
 #[tokio::test]
+async fn the_entry_rules_hold_over_h3() {
+    let s = setup("").await;
+    let c = connect(s.gw.addr("web"), "site.test", &s.ca).await;
+    // Routed on the normalized path: `/x/../up/a/./b//c` is `/up/a/b/c`.
+    let res = c.get("/x/../up/a/./b//c?q=/../").await;
+    assert_eq!(res.status(), 200, "{}", res.text());
+    let seen = s.backend.last().expect("forwarded");
+    assert_eq!(seen.uri.to_string(), "/a/b/c?q=/../");
+    let before = s.backend.requests();
+    assert_eq!(c.get("/up/a%2Fb").await.status(), 400);
+    assert_eq!(c.get("/up/%zz").await.status(), 400);
+    assert_eq!(
+        s.backend.requests(),
+        before,
+        "refused requests reached the backend"
+    );
+}
+
+#[tokio::test]
 async fn ranges_etags_precompressed_and_head_over_h3() {
     let s = setup("").await;
     let c = connect(s.gw.addr("web"), "site.test", &s.ca).await;
