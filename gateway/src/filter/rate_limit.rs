@@ -497,10 +497,13 @@ impl FilterFactory for RateLimitFilterFactory {
     }
 
     fn fast_limit(&self) -> Option<FastLimit> {
-        self.shared
-            .global
-            .is_none()
-            .then(|| FastLimit(self.shared.clone()))
+        // A key on a hop-by-hop field is read after the entry rules removed it (general path);
+        // the fast path, which reads the raw head, would see the client's value.
+        let key_on_hop_by_hop = matches!(
+            &self.shared.key,
+            KeyBy::Header(name) if crate::proxy::headers::removed_on_entry(name)
+        );
+        (self.shared.global.is_none() && !key_on_hop_by_hop).then(|| FastLimit(self.shared.clone()))
     }
 }
 
@@ -1002,6 +1005,30 @@ mod tests {
             l.check_at(l.value_key(&i.to_le_bytes()), 0);
         }
         assert!(l.len() <= SHARDS * MAX_KEYS_PER_SHARD);
+    }
+
+    #[test]
+    fn a_limit_keyed_on_a_field_removed_on_entry_stays_off_the_fast_path() {
+        let settings: RateLimitConfig =
+            serde_yaml::from_str("{ requests: 10, per: 1s }").expect("settings");
+        let registry = Registry::new();
+        let fast = |key: RateLimitKey| {
+            let f = RateLimitFilterFactory::new("r", 0, &settings, &key, &registry, None)
+                .expect("factory");
+            f.fast_limit().is_some()
+        };
+        assert!(fast(RateLimitKey::ClientIp));
+        assert!(fast(RateLimitKey::Header("x-api-key".into())));
+        assert!(fast(RateLimitKey::Header("proxy-authorization".into())));
+        for hop in [
+            "keep-alive",
+            "te",
+            "connection",
+            "proxy-connection",
+            "upgrade",
+        ] {
+            assert!(!fast(RateLimitKey::Header(hop.into())), "{hop}");
+        }
     }
 
     #[test]
