@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "gateway",
+    version,
     about = "An HTTP, HTTP/3 and TCP/UDP gateway configured by one YAML file"
 )]
 struct Cli {

@@ -13,7 +13,17 @@ fn version_prints_the_version() {
         .output()
         .expect("run gateway");
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("gateway "));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(printed.starts_with("gateway "), "{printed}");
+    // The flags every server's users try first say the same.
+    for flag in ["--version", "-V"] {
+        let out = Command::new(gateway_binary())
+            .arg(flag)
+            .output()
+            .expect("run gateway");
+        assert!(out.status.success(), "{flag}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), printed, "{flag}");
+    }
 }
 
 #[test]
