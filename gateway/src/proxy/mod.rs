@@ -404,22 +404,28 @@ impl ProxyRoute {
         let Some(target) = target else {
             return PathAndQuery::from_static("/");
         };
-        let original = target.clone();
-        let Some(prefix) = &self.strip_prefix else {
-            return original;
-        };
-        match target.path().strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = target.query().map_or(0, |q| q.len() + 1);
-                let mut s = String::with_capacity(rest.len() + query + 1);
-                s.push_str(if rest.is_empty() { "/" } else { rest });
-                if let Some(q) = target.query() {
-                    s.push('?');
-                    s.push_str(q);
-                }
-                PathAndQuery::try_from(s).unwrap_or(original)
+        match self.upstream_target(target.as_str(), target.path()) {
+            std::borrow::Cow::Borrowed(_) => target.clone(),
+            std::borrow::Cow::Owned(s) => {
+                PathAndQuery::try_from(s).unwrap_or_else(|_| target.clone())
             }
-            _ => original,
+        }
+    }
+
+    /// The target (path and query) sent upstream, as text: `target` with `strip_prefix`
+    /// removed from its `path` at a segment boundary, borrowed when nothing is removed. The
+    /// fast path calls it on the raw target, [`Self::upstream_path`] on the parsed one.
+    fn upstream_target<'t>(&self, target: &'t str, path: &str) -> std::borrow::Cow<'t, str> {
+        let Some(prefix) = &self.strip_prefix else {
+            return target.into();
+        };
+        match path.strip_prefix(&**prefix) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                let query = &target[path.len()..];
+                let rest = if rest.is_empty() { "/" } else { rest };
+                format!("{rest}{query}").into()
+            }
+            _ => target.into(),
         }
     }
 

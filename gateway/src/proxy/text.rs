@@ -205,21 +205,6 @@ impl ProxyRoute {
         })
     }
 
-    /// The target sent upstream: [`Self::upstream_path`] on the raw target.
-    fn upstream_target<'t>(&self, target: &'t str, path: &str) -> std::borrow::Cow<'t, str> {
-        let Some(prefix) = &self.strip_prefix else {
-            return target.into();
-        };
-        match path.strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = &target[path.len()..];
-                let rest = if rest.is_empty() { "/" } else { rest };
-                format!("{rest}{query}").into()
-            }
-            _ => target.into(),
-        }
-    }
-
     /// Forwards `fwd` to the upstream's targets in the balancer's order until one answers or
     /// the retries run out, as [`Self::forward`] does. `out` gets the client's status line and
     /// the upstream's fields as the client is to see them (the caller adds its own and ends the

@@ -71,6 +71,19 @@ impl EntryRefusal {
     }
 }
 
+/// Makes `req`'s head what every route, filter and terminal may rely on, or says why it is
+/// refused: its authority checked, its target held to RFC 3986 on a strict listener, its path
+/// normalized. (The listener's policy then removes the client's hop-by-hop fields with the
+/// proxy's table of them.)
+pub fn enter<B>(req: &mut Request<B>, rules: &EntryRules) -> Result<(), EntryRefusal> {
+    check_host(req.version(), req.uri(), req.headers())?;
+    let target = req.uri().path_and_query().map_or("", |p| p.as_str());
+    if rules.strict_uri && !is_rfc3986_target(target) {
+        return Err(EntryRefusal::InvalidTarget);
+    }
+    normalize_target(req, rules)
+}
+
 /// Checks the authority a request names: its `Host` lines and the target's or `:authority`'s.
 pub fn check_host(version: Version, uri: &Uri, headers: &HeaderMap) -> Result<(), EntryRefusal> {
     let mut hosts = headers.get_all(header::HOST).iter();

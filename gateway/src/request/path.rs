@@ -116,9 +116,14 @@ fn hex_value(b: u8) -> Option<u8> {
     }
 }
 
+/// Appends `b` percent-encoded: `%` and two upper-case hex digits (RFC 3986 §6.2.2.1).
+pub fn push_escaped(out: &mut Vec<u8>, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+}
+
 /// Checks and rewrites the escapes (and raw backslashes) of `path`.
 fn decode(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, PathRefusal> {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = Vec::with_capacity(path.len());
     let mut i = 0;
     while i < path.len() {
@@ -126,7 +131,7 @@ fn decode(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, PathRefusal> 
         if b == b'\\' {
             match slashes {
                 EscapedSlashes::Reject => return Err(PathRefusal::EscapedSlash),
-                EscapedSlashes::Keep => out.extend_from_slice(b"%5C"),
+                EscapedSlashes::Keep => push_escaped(&mut out, b'\\'),
                 EscapedSlashes::Decode => out.push(b'/'),
             }
             i += 1;
@@ -152,7 +157,7 @@ fn decode(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, PathRefusal> 
             }
             out.push(b'/');
         } else {
-            out.extend_from_slice(&[b'%', HEX[hi as usize], HEX[lo as usize]]);
+            push_escaped(&mut out, value);
         }
         i += 3;
     }

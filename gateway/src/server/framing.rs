@@ -118,7 +118,6 @@ fn needs_escape(target: &[u8]) -> bool {
 /// `head` (a request head from its first byte, as [`Scan::Escape`] left it) with the bytes of
 /// its target in [`ESCAPED_IN_TARGET`] percent-encoded; the rest is copied as it is.
 pub fn escape_target(head: &[u8]) -> Vec<u8> {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     // Empty lines may come before the request line (RFC 9112 §2.2).
     let start = head
         .iter()
@@ -137,7 +136,7 @@ pub fn escape_target(head: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&head[..at]);
     for &b in target {
         if ESCAPED_IN_TARGET.contains(&b) {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            crate::request::path::push_escaped(&mut out, b);
         } else {
             out.push(b);
         }

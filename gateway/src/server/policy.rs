@@ -106,15 +106,7 @@ impl ListenerPolicy {
             self.rejected.count(URI_TOO_LONG);
             return Err(StatusCode::URI_TOO_LONG);
         }
-        let entered = request::check_host(req.version(), req.uri(), req.headers()).and_then(|()| {
-            let strict = self.entry.strict_uri;
-            let target = req.uri().path_and_query().map_or("", |p| p.as_str());
-            if strict && !request::is_rfc3986_target(target) {
-                return Err(EntryRefusal::InvalidTarget);
-            }
-            request::normalize_target(req, &self.entry)
-        });
-        if let Err(refusal) = entered {
+        if let Err(refusal) = request::enter(req, &self.entry) {
             tracing::debug!(reason = refusal.reason(), "request refused on entry");
             self.rejected.count(refusal.reason());
             return Err(StatusCode::BAD_REQUEST);
