@@ -28,8 +28,8 @@
 //! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open
 //! (or of a kept one over TLS, or unsatisfiable, or with a revalidation), a file not in the
 //! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
-//! other filters (or any on a static route), a proxy route that [`forward`] does not take, no
-//! matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
+//! other filters (or any on a static route), a proxy route that [`forward`] does not take, a
+//! request the entry rules (`crate::request`) would refuse or change, no matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
 //! than [`MAX_HEADERS`].
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
