@@ -141,7 +141,7 @@ impl Generation {
             let chain = Chain::new(factories);
             let terminal = match &route.action {
                 RouteAction::Respond(r) => Terminal::Respond(Arc::new(
-                    Respond::new(r, !chain.is_empty(), chain.fast().is_some())
+                    Respond::new(r, !chain.is_empty(), chain.is_empty())
                         .map_err(|m| config.error(format!("{key}.respond"), m))?,
                 )),
                 RouteAction::Static(s) => Terminal::Static(Arc::new(

@@ -363,6 +363,13 @@ pub async fn fast_path_count(gw: &TestGateway, listener: &str) -> u64 {
     counter_value(gw, &series).await
 }
 
+/// `gateway_http1_fast_path_chain_requests_total` of `listener`: the fast path's requests
+/// served through the route's filter chain and terminal rather than from prepared answers.
+pub async fn fast_path_chain_count(gw: &TestGateway, listener: &str) -> u64 {
+    let series = format!("gateway_http1_fast_path_chain_requests_total{{listener=\"{listener}\"}}");
+    counter_value(gw, &series).await
+}
+
 /// The value of one counter series (`name{labels}`, as `/metrics` writes it) from the admin
 /// endpoint; 0 when the series is not there yet.
 pub async fn counter_value(gw: &TestGateway, series: &str) -> u64 {

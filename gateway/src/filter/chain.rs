@@ -35,17 +35,6 @@ pub struct Chain {
     after_response: bool,
     /// Some filter reads the request head after its header hook ([`RequestCx::request_head`]).
     reads_request_later: bool,
-    /// The chain as the HTTP/1.1 fast path runs it, decided at config load.
-    fast: Option<FastFilters>,
-}
-
-/// A chain the HTTP/1.1 fast path runs itself.
-#[derive(Clone)]
-pub enum FastFilters {
-    /// No filters.
-    None,
-    /// One local `rate_limit` filter.
-    RateLimit(super::rate_limit::FastLimit),
 }
 
 /// Filter instances a request keeps without a separate allocation; routes rarely have more.
@@ -267,7 +256,7 @@ async fn run_trailer_hooks(
 }
 
 impl Default for Chain {
-    /// No filters (which the fast path runs, unlike a derived default's).
+    /// No filters.
     fn default() -> Self {
         Self::new(Vec::new())
     }
@@ -290,25 +279,13 @@ impl Chain {
         let response_body = factories.iter().any(|f| f.response_body());
         let after_response = response_body || factories.iter().any(|f| f.after_response());
         let reads_request_later = factories.iter().any(|f| f.reads_request_later());
-        let fast = match factories.as_slice() {
-            [] => Some(FastFilters::None),
-            [only] => only.fast_limit().map(FastFilters::RateLimit),
-            _ => None,
-        };
         Self {
             factories: factories.into(),
             request_body,
             response_body,
             after_response,
             reads_request_later,
-            fast,
         }
-    }
-
-    /// What of the chain the HTTP/1.1 fast path runs itself; `None` when a request of the
-    /// route has to take the general path.
-    pub fn fast(&self) -> Option<&FastFilters> {
-        self.fast.as_ref()
     }
 
     /// Keeps the request head for the filters that read it later, when nothing else needs it

@@ -14,7 +14,7 @@ pub mod waf;
 use bytes::Bytes;
 use http::{Response, request, response};
 
-pub use chain::{Chain, FastFilters, Pending, Started, Tail, with_server};
+pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
@@ -72,10 +72,6 @@ pub trait FilterFactory: Send + Sync + 'static {
     /// [`RequestCx::request_head`](crate::context::RequestCx::request_head).
     fn reads_request_later(&self) -> bool {
         false
-    }
-    /// The filter as the HTTP/1.1 fast path runs it, if it can: only a local `rate_limit`.
-    fn fast_limit(&self) -> Option<rate_limit::FastLimit> {
-        None
     }
 }
 

@@ -22,9 +22,6 @@
 //! GCRA in one script) and is shared by every instance of the cluster. When Redis cannot decide
 //! (down, or no answer within `cluster.timeout`), `fallback` picks the local bucket (default),
 //! no limit, or a 503, and `gateway_rate_limit_fallback_total` counts the decision.
-//!
-//! A local limit that is its route's only filter is also run by the HTTP/1.1 fast path, from
-//! the raw request head, through [`FastLimit`]: the same buckets, fields, 429 and counter.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
@@ -495,16 +492,6 @@ impl FilterFactory for RateLimitFilterFactory {
     fn after_response(&self) -> bool {
         false
     }
-
-    fn fast_limit(&self) -> Option<FastLimit> {
-        // A key on a hop-by-hop field is read after the entry rules removed it (general path);
-        // the fast path, which reads the raw head, would see the client's value.
-        let key_on_hop_by_hop = matches!(
-            &self.shared.key,
-            KeyBy::Header(name) if crate::proxy::headers::removed_on_entry(name)
-        );
-        (self.shared.global.is_none() && !key_on_hop_by_hop).then(|| FastLimit(self.shared.clone()))
-    }
 }
 
 struct RateLimitFilter {
@@ -713,91 +700,6 @@ impl HttpFilter for RateLimitFilter {
     }
 }
 
-/// A local `rate_limit` filter as the HTTP/1.1 fast path runs it: the same buckets, fields and
-/// counter as the filter's, decided from the raw request head (`server/express.rs`). A
-/// `scope: global` limit waits for Redis and stays on the general path.
-#[derive(Clone)]
-pub struct FastLimit(Arc<Shared>);
-
-impl FastLimit {
-    /// The header whose value keys the bucket, if the limit is keyed by one.
-    pub fn key_header(&self) -> Option<&HeaderName> {
-        match &self.0.key {
-            KeyBy::Header(name) => Some(name),
-            KeyBy::ClientIp => None,
-        }
-    }
-
-    /// Takes a token for a request that arrived `at`, keyed by the value of
-    /// [`Self::key_header`] (`header`), or by its client address (`client_key`) when it has
-    /// none, as the filter keys it.
-    pub fn decide(&self, header: Option<&[u8]>, client_key: u64, at: Instant) -> Decision {
-        let key = self.0.key_of(header, || client_key);
-        self.0.limiter.check_arrived(key, at)
-    }
-
-    /// The RateLimit fields of an answer as header lines (`name: value\r\n`), the same as
-    /// [`Shared::add_headers`] sets (a unit test holds them equal). The default form's
-    /// `RateLimit` value is written straight into `out`: made as a header value first, it was
-    /// an allocation and a copy on every request of a client whose bucket is not full.
-    pub fn push_fields(&self, d: &Decision, out: &mut Vec<u8>) {
-        let shared = &*self.0;
-        if let Fields::Draft10 {
-            policy,
-            prefix,
-            when_full,
-            full_reset,
-        } = &shared.fields
-        {
-            let full = d.remaining + 1 == shared.limiter.capacity();
-            let reset = ceil_secs(d.reset);
-            out.extend_from_slice(b"ratelimit: ");
-            if full && reset == *full_reset {
-                out.extend_from_slice(when_full.as_bytes());
-            } else {
-                out.extend_from_slice(prefix);
-                push_decimal(out, d.remaining);
-                out.extend_from_slice(b";t=");
-                push_decimal(out, reset);
-            }
-            out.extend_from_slice(b"\r\nratelimit-policy: ");
-            out.extend_from_slice(policy.as_bytes());
-            out.extend_from_slice(b"\r\n");
-            return;
-        }
-        shared.each_field(d, |name, value| {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        });
-    }
-
-    /// The names of the fields [`Self::push_fields`] writes, which replace an upstream's.
-    pub fn field_names(&self) -> &'static [&'static str] {
-        match self.0.fields {
-            Fields::Draft10 { .. } => &["ratelimit", "ratelimit-policy"],
-            Fields::Draft06 { .. } => &[
-                "ratelimit-limit",
-                "ratelimit-remaining",
-                "ratelimit-reset",
-                "ratelimit-policy",
-            ],
-            Fields::None => &[],
-        }
-    }
-
-    /// Sets the RateLimit fields of an answer the gateway made whole (a 502 from the proxy).
-    pub fn add_fields(&self, d: &Decision, headers: &mut HeaderMap) {
-        self.0.add_headers(headers, d);
-    }
-
-    /// The 429 refusing a request, counted as the filter counts it.
-    pub fn refusal(&self, d: &Decision) -> Response<Body> {
-        self.0.too_many(d)
-    }
-}
-
 /// The decision for a request of `client` (benchmarks and tests call it without a chain).
 pub fn decide(factory: &RateLimitFilterFactory, req: &request::Parts, client: IpAddr) -> Decision {
     let s = &factory.shared;
@@ -915,43 +817,6 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_paths_text_is_the_fields_of_the_map() {
-        for form in [
-            RateLimitHeaders::Draft10,
-            RateLimitHeaders::Draft06,
-            RateLimitHeaders::None,
-        ] {
-            let limit = FastLimit(Arc::new(Shared {
-                limiter: Arc::new(Limiter::new(3, Duration::from_secs(2), 1)),
-                key: KeyBy::ClientIp,
-                fields: Fields::new(form, "api", 4, 2, Duration::from_millis(666)).unwrap(),
-                limited: Registry::new().counter("t", "t", &[]),
-                global: None,
-            }));
-            let k = limit.0.limiter.value_key(b"k");
-            // A full bucket, then fewer tokens, none left, and refilled over time.
-            for now in [0, 0, 0, 0, 0, 500_000_000, 3_000_000_000] {
-                let d = limit.0.limiter.check_at(k, now);
-                let mut map = HeaderMap::new();
-                limit.add_fields(&d, &mut map);
-                let from_map: String = map
-                    .iter()
-                    .map(|(n, v)| format!("{n}: {}\r\n", v.to_str().unwrap()))
-                    .collect();
-                let mut text = Vec::new();
-                limit.push_fields(&d, &mut text);
-                assert_eq!(
-                    String::from_utf8(text).unwrap(),
-                    from_map,
-                    "{form:?} at {now}"
-                );
-                let names: Vec<&str> = map.keys().map(|n| n.as_str()).collect();
-                assert_eq!(names, limit.field_names(), "{form:?}");
-            }
-        }
-    }
-
-    #[test]
     fn remaining_counts_down() {
         let l = Limiter::new(3, Duration::from_secs(1), 0);
         let k = l.value_key(b"k");
@@ -1005,30 +870,6 @@ mod tests {
             l.check_at(l.value_key(&i.to_le_bytes()), 0);
         }
         assert!(l.len() <= SHARDS * MAX_KEYS_PER_SHARD);
-    }
-
-    #[test]
-    fn a_limit_keyed_on_a_field_removed_on_entry_stays_off_the_fast_path() {
-        let settings: RateLimitConfig =
-            serde_yaml::from_str("{ requests: 10, per: 1s }").expect("settings");
-        let registry = Registry::new();
-        let fast = |key: RateLimitKey| {
-            let f = RateLimitFilterFactory::new("r", 0, &settings, &key, &registry, None)
-                .expect("factory");
-            f.fast_limit().is_some()
-        };
-        assert!(fast(RateLimitKey::ClientIp));
-        assert!(fast(RateLimitKey::Header("x-api-key".into())));
-        assert!(fast(RateLimitKey::Header("proxy-authorization".into())));
-        for hop in [
-            "keep-alive",
-            "te",
-            "connection",
-            "proxy-connection",
-            "upgrade",
-        ] {
-            assert!(!fast(RateLimitKey::Header(hop.into())), "{hop}");
-        }
     }
 
     #[test]

@@ -97,13 +97,6 @@ pub(crate) fn strip_on_entry(headers: &mut HeaderMap) {
     remove_present(headers, present, upgrading);
 }
 
-/// Whether requests reach the filters without a field of this name, or with another value than
-/// the client sent ([`strip_on_entry`]): a filter keyed on it must never run where it is not
-/// removed first (the HTTP/1.1 fast path reads raw heads).
-pub(crate) fn removed_on_entry(name: &HeaderName) -> bool {
-    hop_by_hop_bit(name) & !PROXY_AUTH_BITS != 0
-}
-
 /// The [`HOP_BY_HOP`] entries present, as a mask. One pass over the names (no hashing): a
 /// removal hashes and probes whether or not the name is there, so only present ones are
 /// removed. Most requests carry none; most upstream responses only `Connection: keep-alive`.

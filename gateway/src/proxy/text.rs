@@ -63,14 +63,12 @@ pub struct Forwarding {
     head: bool,
 }
 
-/// Fields the gateway sets that replace an upstream's of the same name (the general path
-/// inserts them over the upstream's): the listener's, and the route's rate-limit fields.
+/// Fields the listener sets that replace an upstream's of the same name (the general path
+/// inserts them over the upstream's).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Replaced {
     pub hsts: bool,
     pub alt_svc: bool,
-    /// The names of the rate-limit fields the route's limit sets (lower case).
-    pub rate_limit: &'static [&'static str],
 }
 
 /// What the fast path writes to the client from an upstream's response.
@@ -434,7 +432,6 @@ fn client_fields(
                 }
                 declared.extend_from_slice(f.value);
             }
-            _ if replaced.rate_limit.iter().any(|n| is(n.as_bytes())) => continue,
             _ => {}
         }
         push_line(out, name, f.value);

@@ -291,35 +291,12 @@ fn the_answer_notes_server_and_date_and_gives_way_to_the_listener_s_fields() {
     let replaced = Replaced {
         hsts: true,
         alt_svc: true,
-        rate_limit: &[],
     };
     let (head, _) = answer(404, &fields, replaced);
     assert!(
         !head.contains("Strict-Transport-Security") && !head.contains("Alt-Svc"),
         "{head}"
     );
-}
-
-#[test]
-fn the_rate_limit_fields_of_the_route_replace_the_upstreams() {
-    let fields = [
-        ("RateLimit", "\"up\";r=1;t=1"),
-        ("RateLimit-Policy", "\"up\";q=2;w=1"),
-        ("RateLimit-Limit", "2"),
-    ];
-    let (kept, _) = answer(200, &fields, Replaced::default());
-    assert!(kept.contains("RateLimit: ") && kept.contains("RateLimit-Policy: "));
-    let replaced = Replaced {
-        rate_limit: &["ratelimit", "ratelimit-policy"],
-        ..Replaced::default()
-    };
-    let (head, _) = answer(200, &fields, replaced);
-    assert!(
-        !head.contains("RateLimit: ") && !head.contains("RateLimit-Policy: "),
-        "{head}"
-    );
-    // A field of the other draft, which this limit does not set, stays.
-    assert!(head.contains("RateLimit-Limit: 2\r\n"), "{head}");
 }
 
 #[test]

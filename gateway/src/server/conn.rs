@@ -93,24 +93,40 @@ pub struct ListenerRuntime {
     pub metrics: ListenerMetrics,
     /// ACME HTTP-01 answers, on plain listeners.
     pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
-    /// Plain HTTP/1.1 requests for fixed responses and cached files skip hyper
-    /// ([`express`]).
+    /// HTTP/1.1 requests without a body are served without hyper ([`express`]).
     pub http1_fast_path: bool,
     /// Requests answered on that fast path.
-    pub fast_path_requests: crate::telemetry::Counter,
+    pub fast_path_requests: FastPathCounters,
+}
+
+/// What a listener counts of its requests served on the HTTP/1.1 fast path.
+#[derive(Clone)]
+pub struct FastPathCounters {
+    /// Every request answered there.
+    pub answered: crate::telemetry::Counter,
+    /// Those of them served through the route's filter chain and terminal, rather than from
+    /// answers prepared ahead of time or the text forward.
+    pub through_chain: crate::telemetry::Counter,
 }
 
 impl ListenerRuntime {
-    /// The counter of requests the listener answered on the HTTP/1.1 fast path.
+    /// The counters of requests the listener answered on the HTTP/1.1 fast path.
     pub fn fast_path_counter(
         registry: &crate::telemetry::Registry,
         listener: &str,
-    ) -> crate::telemetry::Counter {
-        registry.counter(
-            "gateway_http1_fast_path_requests_total",
-            "HTTP/1.1 requests answered on the fast path (fixed responses and cached files, without hyper), per listener.",
-            &[("listener", listener)],
-        )
+    ) -> FastPathCounters {
+        FastPathCounters {
+            answered: registry.counter(
+                "gateway_http1_fast_path_requests_total",
+                "HTTP/1.1 requests answered on the fast path (every request without a body, without hyper), per listener.",
+                &[("listener", listener)],
+            ),
+            through_chain: registry.counter(
+                "gateway_http1_fast_path_chain_requests_total",
+                "Of the HTTP/1.1 fast path's requests, those served through the route's filter chain and terminal rather than from prepared answers, per listener.",
+                &[("listener", listener)],
+            ),
+        }
     }
 
     /// The largest HTTP/1 request head accepted (hyper needs at least 8 KiB of read buffer).

@@ -49,12 +49,10 @@ use http::{HeaderMap, Method, StatusCode, Version};
 use stream_proxy::watchdog::Signal;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::conn::{ConnWatch, ListenerRuntime};
+use super::conn::{ConnWatch, FastPathCounters, ListenerRuntime};
 use super::http_date;
 use super::idle::Verdict;
 use super::sendfile::SendFile;
-use crate::filter::FastFilters;
-use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::{CompiledRoute, Generation};
 use crate::request;
 use crate::router::strip_port;
@@ -68,9 +66,11 @@ use crate::telemetry::{Counter, RequestText, first_line};
 use crate::terminal::Terminal;
 use answers::{Answers, WriteAll};
 use forward::Forwarded;
+use general::General;
 
 mod answers;
 mod forward;
+mod general;
 
 /// Most header lines a request on the fast path may have; one with more is hyper's (which
 /// allows 128).
@@ -98,6 +98,10 @@ pub enum Ended {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Plain<'b> {
     head: bool,
+    /// Only the service can answer it ([`general`]): a method other than `GET` and `HEAD`, or a
+    /// field the prepared answers read once (`Host`, `Accept-Encoding`, `Range` and the
+    /// revalidation's) given twice.
+    general: bool,
     /// The request target (path and query).
     target: &'b str,
     /// The target's path, without the query.
@@ -161,16 +165,17 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
     if req.version != Some(1) {
         return None;
     }
-    let head = match req.method? {
-        "GET" => false,
-        "HEAD" => true,
-        _ => return None,
+    let (head, general) = match req.method? {
+        "GET" => (false, false),
+        "HEAD" => (true, false),
+        _ => (false, true),
     };
     let target = req.path?;
     // The path ends at an ASCII byte, so slicing there is on a character boundary.
     let path = &target[..plain_target(target)?];
     let mut plain = Plain {
         head,
+        general,
         target,
         path,
         headers: req.headers,
@@ -182,11 +187,11 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
         // By length first: one comparison for most headers a client sends.
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
         match name.len() {
-            // A second `Host` or `Accept-Encoding` is hyper's, as is any `Connection` but
-            // `keep-alive` or `close`.
-            4 if is(b"host") && plain.host.replace(h.value).is_some() => return None,
+            // A second `Host` or `Accept-Encoding` is the service's; any `Connection` but
+            // `keep-alive` or `close` is hyper's.
+            4 if is(b"host") && plain.host.replace(h.value).is_some() => plain.general = true,
             15 if is(b"accept-encoding") && plain.accept_encoding.replace(h.value).is_some() => {
-                return None;
+                plain.general = true;
             }
             10 if is(b"connection") => {
                 connection_lines += 1;
@@ -201,14 +206,14 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
             17 if is(b"transfer-encoding") => return None,
             6 if is(b"expect") => return None,
             7 if is(b"upgrade") => return None,
-            // A second `Range` is hyper's (the general path reads the first).
-            5 if is(b"range") && plain.range.replace(h.value).is_some() => return None,
+            // A second `Range` is the service's (which reads the first).
+            5 if is(b"range") && plain.range.replace(h.value).is_some() => plain.general = true,
             8 if is(b"if-match") || is(b"if-range") => plain.conditional = true,
-            // A second line of either is hyper's (the general path reads them all).
+            // A second line of either is the service's (which reads them all).
             13 if is(b"if-none-match")
                 && plain.revalidation.if_none_match.replace(h.value).is_some() =>
             {
-                return None;
+                plain.general = true;
             }
             17 if is(b"if-modified-since")
                 && plain
@@ -217,7 +222,7 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
                     .replace(h.value)
                     .is_some() =>
             {
-                return None;
+                plain.general = true;
             }
             19 if is(b"if-unmodified-since") => plain.conditional = true,
             _ => {}
@@ -252,9 +257,11 @@ pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
 
 /// The per-connection side of the fast path: what every answer on the connection shares.
 pub struct Lane<'a> {
-    svc: &'a ConnService,
+    svc: &'a Arc<ConnService>,
     /// The listener's count of requests answered here.
     answered: &'a Counter,
+    /// The listener's count of requests answered here through the service ([`general`]).
+    through_chain: &'a Counter,
     /// The listener's own header lines (HSTS, `Alt-Svc`), added to every response as the
     /// general path adds them.
     listener_lines: Vec<u8>,
@@ -268,7 +275,11 @@ pub struct Lane<'a> {
 impl<'a> Lane<'a> {
     /// The fast path of one connection served by `svc`; `sends_files` as
     /// [`SendFile::sends_files`] says of the connection.
-    pub fn new(svc: &'a ConnService, answered: &'a Counter, sends_files: bool) -> Self {
+    pub fn new(
+        svc: &'a Arc<ConnService>,
+        counters: &'a FastPathCounters,
+        sends_files: bool,
+    ) -> Self {
         let mut listener_lines = Vec::new();
         let lines = [
             ("strict-transport-security", svc.policy.hsts.as_ref()),
@@ -281,7 +292,8 @@ impl<'a> Lane<'a> {
         }
         Self {
             svc,
-            answered,
+            answered: &counters.answered,
+            through_chain: &counters.through_chain,
             listener_lines,
             no_headers: HeaderMap::new(),
             sends_files,
@@ -291,26 +303,28 @@ impl<'a> Lane<'a> {
     /// Appends the answer to `req` to `answers`, or says why not.
     fn answer(&self, req: &Plain<'_>, answers: &mut Answers) -> Outcome {
         let svc = self.svc;
-        // A request the entry rules would refuse or change is the general path's, which
-        // applies them (`crate::request`).
-        if req.target.len() > svc.policy.max_uri
-            || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
-        {
-            return Outcome::HandOff;
-        }
+        // An ACME challenge's answer is hyper's (the service checks for it on its calls).
         if let Some(c) = &svc.http01
             && c.http_answer(req.path).is_some()
         {
             return Outcome::HandOff;
         }
+        // A request the entry rules would refuse or change goes to the service, which applies
+        // them (`crate::request`).
+        if req.general
+            || req.target.len() > svc.policy.max_uri
+            || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
+        {
+            return Outcome::General;
+        }
         let start = Instant::now();
         let generation = svc.generation.load();
         let router = &generation.router;
         if router.matches_headers() {
-            return Outcome::HandOff;
+            return Outcome::General;
         }
         let Some(listener) = generation.listener_index(&svc.conn.listener) else {
-            return Outcome::HandOff;
+            return Outcome::General;
         };
         let host = if router.matches_hosts() {
             host_of(req.host)
@@ -320,41 +334,26 @@ impl<'a> Lane<'a> {
         let method = if req.head { Method::HEAD } else { Method::GET };
         let Some(index) = router.find_index(listener, &method, host, req.path, &self.no_headers)
         else {
-            return Outcome::HandOff;
+            return Outcome::General;
         };
         let route = router.route(index);
         let server = generation.server_header.as_ref();
-        // A route's filters run here only when they are one local rate limit, in front of a
-        // fixed response or the proxy; any other chain is the general path's.
-        let limit = match (route.chain.fast(), &route.terminal) {
-            (Some(FastFilters::None), _) => None,
-            (Some(FastFilters::RateLimit(limit)), Terminal::Respond(_) | Terminal::Proxy(_)) => {
-                Some(limit)
-            }
-            _ => return Outcome::HandOff,
-        };
+        // A route's filters run in the service, through the one filter chain.
+        if !route.chain.is_empty() {
+            return Outcome::General;
+        }
         match &route.terminal {
             Terminal::Respond(r) => {
                 let Some(canned) = r.canned() else {
-                    return Outcome::HandOff;
+                    return Outcome::General;
                 };
                 svc.activity.request_started(false);
-                let decision = match limit.map(|l| (l, self.decide(l, req, start))) {
-                    Some((l, d)) if !d.allowed => {
-                        self.refuse(l, &d, req, (route, server, start), answers);
-                        return Outcome::Answered;
-                    }
-                    allowed => allowed,
-                };
                 let out = &mut answers.text;
                 out.extend_from_slice(&canned.head);
                 if !canned.sets_server
                     && let Some(server) = server
                 {
                     push_line(out, b"server", server.as_bytes());
-                }
-                if let Some((limit, d)) = &decision {
-                    limit.push_fields(d, out);
                 }
                 out.extend_from_slice(&self.listener_lines);
                 out.extend_from_slice(&canned.length);
@@ -368,7 +367,7 @@ impl<'a> Lane<'a> {
             }
             Terminal::Static(files) => {
                 if req.conditional {
-                    return Outcome::HandOff;
+                    return Outcome::General;
                 }
                 svc.activity.request_started(false);
                 // `HEAD` ignores `Range` (RFC 9110 §14.2): its 200 head below.
@@ -376,7 +375,7 @@ impl<'a> Lane<'a> {
                     let Some((status, bytes)) = self.push_range(req, range, files, server, answers)
                     else {
                         svc.activity.request_done();
-                        return Outcome::HandOff;
+                        return Outcome::General;
                     };
                     let observe = || self.observe(req);
                     self.record(route, status, bytes, start, observe, answers);
@@ -394,7 +393,7 @@ impl<'a> Lane<'a> {
                 let job = match found {
                     None => {
                         svc.activity.request_done();
-                        return Outcome::HandOff;
+                        return Outcome::General;
                     }
                     Some(Express::NotModified(lines)) => {
                         self.push_not_modified(&lines, req.close, server, answers);
@@ -434,57 +433,15 @@ impl<'a> Lane<'a> {
                 }
             }
             Terminal::Proxy(proxy) => {
-                // Rewritten first: a request the general path forwards after all must not
-                // take a token here and another there.
-                let Some(mut job) = self.rewrite(req, proxy, &generation, index, start) else {
-                    return Outcome::HandOff;
+                return match self.rewrite(req, proxy, &generation, index, start) {
+                    Some(job) => Outcome::Forwards(job),
+                    None => Outcome::General,
                 };
-                if let Some(limit) = limit {
-                    let d = self.decide(limit, req, start);
-                    if !d.allowed {
-                        svc.activity.request_started(false);
-                        self.refuse(limit, &d, req, (route, server, start), answers);
-                        return Outcome::Answered;
-                    }
-                    job.limited = Some((limit.clone(), d));
-                }
-                return Outcome::Forwards(job);
             }
         }
         svc.activity.request_done();
         self.answered.inc();
         Outcome::Answered
-    }
-
-    /// Takes a token from `limit`'s bucket for `req`, keyed as the filter keys it: by the
-    /// first value of its key header, or by the client's address.
-    fn decide(&self, limit: &FastLimit, req: &Plain<'_>, start: Instant) -> Decision {
-        let header = limit.key_header().and_then(|name| {
-            req.headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case(name.as_str()))
-                .map(|h| h.value)
-        });
-        let client = self.svc.conn.client_hash();
-        limit.decide(header, client, tokio::time::Instant::from_std(start))
-    }
-
-    /// Appends the 429 refusing `req` over `limit` as the filter makes it, and records it as
-    /// the route's answer.
-    fn refuse(
-        &self,
-        limit: &FastLimit,
-        d: &Decision,
-        req: &Plain<'_>,
-        (route, server, start): (&CompiledRoute, Option<&http::HeaderValue>, Instant),
-        answers: &mut Answers,
-    ) {
-        let res = limit.refusal(d);
-        let bytes = self.push_response(&res, (req.head, req.close), server, answers);
-        let observe = || self.observe(req);
-        self.record(route, res.status(), bytes, start, observe, answers);
-        self.svc.activity.request_done();
-        self.answered.inc();
     }
 
     /// Appends a cached file's 200 to a `HEAD` (`head`) or a `GET`, and `Connection: close`
@@ -758,6 +715,8 @@ enum Outcome {
     Waits(Box<Pending>),
     /// A proxied request, rewritten: it is forwarded once the answers before it are written.
     Forwards(Box<Forwarded>),
+    /// A body-less request the service answers ([`general`]).
+    General,
 }
 
 /// What a request waits for.
@@ -837,6 +796,9 @@ enum Front {
     /// The request at the front (already removed from the buffer) is proxied: it is forwarded
     /// once the answers before it are written.
     Forwards(Box<Forwarded>),
+    /// The request at the front (already removed from the buffer) goes to the service once the
+    /// answers before it are written.
+    General(Box<General>),
 }
 
 /// Answers the complete requests at the front of `buf` into `out`, removing them from `buf`,
@@ -870,6 +832,13 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
                 buf.advance(len);
                 return Front::Forwards(job);
             }
+            Outcome::General => {
+                let Some(job) = General::read(&req, &buf[..len], plain.close) else {
+                    return Front::HandOff;
+                };
+                buf.advance(len);
+                return Front::General(job);
+            }
         }
         buf.advance(len);
     }
@@ -900,7 +869,12 @@ where
                 // connections rose by 5-11 MiB in two runs (the allocator's size classes, most
                 // likely; not verified further: docs/benchmarks.md says what was measured).
                 if !lane.finish_waiting(*pending, &mut out).await {
-                    Front::HandOff
+                    // The service answers it after all (a revalidation of a file just looked
+                    // up, say): the request is still at the front of the buffer.
+                    match General::at_front(buf, len, close) {
+                        Some(job) => Front::General(job),
+                        None => Front::HandOff,
+                    }
                 } else if close {
                     Front::Close
                 } else {
@@ -946,6 +920,15 @@ where
                     return close(lane, io, watch, rt).await;
                 }
                 continue;
+            }
+            Front::General(job) => {
+                // Boxed for the request's time, as the forwarded exchange above.
+                let served = Box::pin(lane.serve_general(*job, io, buf, &mut out, watch, rt));
+                match served.await {
+                    Ok(true) => return close(lane, io, watch, rt).await,
+                    Ok(false) => continue,
+                    Err(end) => return end,
+                }
             }
             Front::Full | Front::Waits(..) => continue,
             Front::NeedMore => {}
@@ -1140,8 +1123,7 @@ mod tests {
             |p| assert!(!p.expect("plain").close),
         );
         for head in [
-            &b"POST / HTTP/1.1\r\n\r\n"[..],
-            b"GET / HTTP/1.0\r\n\r\n",
+            &b"GET / HTTP/1.0\r\n\r\n"[..],
             b"GET http://a/ HTTP/1.1\r\n\r\n",
             b"GET * HTTP/1.1\r\n\r\n",
             b"GET /a{b} HTTP/1.1\r\n\r\n",
@@ -1153,6 +1135,15 @@ mod tests {
             b"GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
             b"GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
             b"GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n\r\n",
+        ] {
+            parse(head, |p| {
+                assert!(p.is_none(), "{:?}", String::from_utf8_lossy(head));
+            });
+        }
+        // Only the service answers these: another method, or a field read once given twice.
+        for head in [
+            &b"POST / HTTP/1.1\r\n\r\n"[..],
+            b"DELETE /a HTTP/1.1\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             b"GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nAccept-Encoding: br\r\n\r\n",
             b"GET / HTTP/1.1\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
@@ -1160,7 +1151,8 @@ mod tests {
             b"GET / HTTP/1.1\r\nIf-Modified-Since: x\r\nIf-Modified-Since: y\r\n\r\n",
         ] {
             parse(head, |p| {
-                assert!(p.is_none(), "{:?}", String::from_utf8_lossy(head));
+                let p = p.unwrap_or_else(|| panic!("{:?}", String::from_utf8_lossy(head)));
+                assert!(p.general, "{:?}", String::from_utf8_lossy(head));
             });
         }
         // A revalidation's two headers are read for a cached file's 304.

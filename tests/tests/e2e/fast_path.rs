@@ -1,15 +1,16 @@
 //! The HTTP/1.1 fast path end to end: a listener with it answers exactly what a listener
-//! without it answers (status, every header but `Date`, body) for fixed responses and cached
-//! files, over keep-alive and pipelined requests; a request it does not take hands the
-//! connection to hyper with every byte in order; its answers are counted, logged and traced
-//! as the general path's.
+//! without it answers (status, every header but `Date`, body), from prepared answers (fixed
+//! responses and cached files) or through the route's chain, over keep-alive and pipelined
+//! requests; a request it does not take (a body, `Expect`, `Upgrade`) hands the connection to
+//! hyper with every byte in order; its answers are counted, logged and traced as the general
+//! path's.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use gateway_tests::{
-    FAST_AND_GENERAL_LISTENERS, TestGateway, fast_path_count, raw_bytes_with_timeout,
-    raw_with_timeout, temp_dir, write_file,
+    FAST_AND_GENERAL_LISTENERS, TestGateway, fast_path_chain_count, fast_path_count,
+    raw_bytes_with_timeout, raw_with_timeout, temp_dir, write_file,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -74,18 +75,45 @@ fn try_answers(mut bytes: &[u8], heads: &[bool]) -> Option<Vec<Answer>> {
             .iter()
             .find(|(n, _)| n == "content-length")
             .map_or(0, |(_, v)| v.parse().expect("length"));
-        let body_len = if head { 0 } else { length };
-        let body = bytes.get(len..len + body_len)?.to_vec();
+        let chunked = headers.contains(&("transfer-encoding".into(), "chunked".into()));
+        let (body, used) = if chunked && !head {
+            dechunk(&bytes[len..])?
+        } else {
+            let body_len = if head { 0 } else { length };
+            (bytes.get(len..len + body_len)?.to_vec(), body_len)
+        };
         out.push(Answer {
             status: res.code.expect("status"),
             reason: res.reason.expect("reason").to_owned(),
             headers,
             body,
         });
-        bytes = &bytes[len + body_len..];
+        bytes = &bytes[len + used..];
     }
     assert!(bytes.is_empty(), "bytes after the last response: {bytes:?}");
     Some(out)
+}
+
+/// A chunked body at the start of `bytes` (without trailers), decoded, and the bytes it took;
+/// `None` while incomplete.
+fn dechunk(bytes: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let (mut body, mut at) = (Vec::new(), 0);
+    loop {
+        let (start, size) = match httparse::parse_chunk_size(&bytes[at..]) {
+            Ok(httparse::Status::Complete(found)) => found,
+            Ok(httparse::Status::Partial) => return None,
+            Err(e) => panic!("bad chunk size: {e:?}"),
+        };
+        let size = usize::try_from(size).expect("chunk size");
+        at += start;
+        if size == 0 {
+            assert_eq!(bytes.get(at..at + 2)?, b"\r\n", "no trailers expected");
+            return Some((body, at + 2));
+        }
+        body.extend_from_slice(bytes.get(at..at + size)?);
+        assert_eq!(bytes.get(at + size..at + size + 2)?, b"\r\n");
+        at += size + 2;
+    }
 }
 
 /// [`try_answers`] on a whole exchange.
@@ -267,41 +295,58 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
     let fast = gw.addr("fast");
     let before = fast_path_count(&gw, "fast").await;
     // Each on its own connection, after one request the fast path takes.
-    let cases: &[(&str, u16, bool)] = &[
+    // The third field: hyper closes; the fourth: the fast path serves it (through the service,
+    // as every body-less request it can read).
+    let cases: &[(&str, u16, bool, bool)] = &[
         // Two `Connection` lines: hyper decides what they come to.
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
             200,
             true,
+            false,
         ),
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close, te\r\n\r\n",
             200,
             true,
+            false,
         ),
-        ("GET /hello HTTP/1.0\r\nHost: a\r\n\r\n", 200, false),
+        ("GET /hello HTTP/1.0\r\nHost: a\r\n\r\n", 200, false, false),
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
             200,
+            false,
             false,
         ),
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
             200,
             false,
+            false,
         ),
-        // Two `Host` lines: refused on entry (RFC 9112 §3.2) by the general path.
+        // Two `Host` lines: refused on entry (RFC 9112 §3.2) by the service.
         (
             "GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             400,
             false,
+            true,
         ),
-        ("GET /hello\"x HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
-        ("GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n", 404, false),
-        ("DELETE /hello HTTP/1.1\r\nHost: a\r\n\r\n", 200, false),
-        ("GET /hello HTTP/1.1\r\nHost a\r\n\r\n", 400, true),
+        (
+            "GET /hello\"x HTTP/1.1\r\nHost: a\r\n\r\n",
+            404,
+            false,
+            true,
+        ),
+        ("GET /nowhere HTTP/1.1\r\nHost: a\r\n\r\n", 404, false, true),
+        (
+            "DELETE /hello HTTP/1.1\r\nHost: a\r\n\r\n",
+            200,
+            false,
+            true,
+        ),
+        ("GET /hello HTTP/1.1\r\nHost a\r\n\r\n", 400, true, false),
     ];
-    for (request, status, closes) in cases {
+    for (request, status, closes, _) in cases {
         let both = format!("GET /hello HTTP/1.1\r\nHost: a\r\n\r\n{request}");
         let out = exchange(fast, both.as_bytes()).await;
         let second = out
@@ -321,10 +366,11 @@ async fn requests_with_framing_or_connection_headers_go_to_hyper() {
             );
         }
     }
+    let here = cases.iter().filter(|c| c.3).count();
     assert_eq!(
         fast_path_count(&gw, "fast").await - before,
-        cases.len() as u64,
-        "only the first request of each connection"
+        (cases.len() + here) as u64,
+        "the first request of each connection and the body-less ones"
     );
 }
 
@@ -512,15 +558,15 @@ async fn over_tls_a_cached_files_range_is_answered_here_and_a_kept_ones_there() 
         format!("bytes 100-65635/{}", medium.len())
     )));
 
-    // A file on disk needs `sendfile`: over TLS its range is the general path's.
-    let before = fast_path_count(&gw, "secure").await;
+    // A file on disk needs `sendfile`: over TLS its range goes through the chain.
+    let before = fast_path_chain_count(&gw, "secure").await;
     let part = exchange(get("/large.bin", "Range: bytes=-100\r\n"), 1)
         .await
         .remove(0);
     assert_eq!(
-        fast_path_count(&gw, "secure").await,
-        before,
-        "answered there"
+        fast_path_chain_count(&gw, "secure").await,
+        before + 1,
+        "answered through the chain"
     );
     assert_eq!(part.status, 206);
     assert!(part.body == large[large.len() - 100..]);
@@ -579,11 +625,13 @@ async fn a_file_due_for_its_recheck_is_rechecked_on_the_fast_path() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 2, \"more\": true}");
     assert_eq!(one(&mut tcp, get).await.body, b"{\"k\": 2, \"more\": true}");
-    // Removed: the general path answers 404, on the same connection.
+    // Removed: the route's terminal answers 404 through the chain, on the same connection.
+    let chained = fast_path_chain_count(&gw, "fast").await;
     std::fs::remove_file(gw.dir().join("public/files/b.json")).expect("remove");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(one(&mut tcp, get).await.status, 404);
-    assert_eq!(fast_path_count(&gw, "fast").await - before, 3);
+    assert_eq!(fast_path_count(&gw, "fast").await - before, 4);
+    assert_eq!(fast_path_chain_count(&gw, "fast").await - chained, 1);
 }
 
 /// The access log's records, without what differs between two requests made one after the
@@ -893,8 +941,8 @@ async fn files_not_in_the_cache_are_looked_up_here_and_large_ones_sent_from_disk
     );
     assert!(from_fast[3].status == 404 && from_fast[3].body.is_empty());
     assert_eq!(from_fast[4].body, b"not cached until asked for\n");
-    // A large text file is compressed on the fly for a client that takes gzip: that answer is
-    // the general path's (its length is not known); the identity one is sent from here.
+    // A large text file is compressed on the fly for a client that takes gzip: that answer goes
+    // through the chain (its length is not known: chunked); the identity one is sent from here.
     let text: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
     write_file(gw.dir(), "public/files/large.txt", &text);
     let identity = b"GET /files/large.txt HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -913,7 +961,13 @@ async fn files_not_in_the_cache_are_looked_up_here_and_large_ones_sent_from_disk
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(head.contains("content-encoding: gzip"), "{head}");
     assert!(head.contains("transfer-encoding: chunked"), "{head}");
-    assert_eq!(fast_path_count(&gw, "fast").await, before + 1);
+    assert_eq!(fast_path_count(&gw, "fast").await, before + 2);
+    let general = answers(&exchange_bytes(gw.addr("general"), gzip).await, &[false]);
+    assert_eq!(
+        answers(&out, &[false]),
+        general,
+        "the general path's, chunk for chunk"
+    );
 }
 
 /// Descriptors of this process open on `path` (on a file deleted since, too: the kernel's link
@@ -1000,7 +1054,8 @@ fn header_of<'a>(answer: &'a Answer, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} in {:?}", answer.headers))
 }
 
-/// Whether the fast path answers a request itself or leaves it to the general path.
+/// How the fast path answers a request: from answers prepared ahead of time, or through the
+/// route's chain and terminal (as the general path does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answered {
     Here,
@@ -1008,19 +1063,28 @@ enum Answered {
 }
 
 /// Sends `request` (one, a `HEAD` when `head`) on a new connection to the fast listener and to
-/// the general one; checks that the answers are the same and that the fast path counted it
-/// (`Here`) or not (`There`), and returns the answer.
+/// the general one; checks that the answers are the same and that the fast path answered it
+/// from prepared answers (`Here`) or through the chain (`There`), and returns the answer.
 async fn on_both(gw: &TestGateway, request: &str, head: bool, expect: Answered) -> Answer {
     let before = fast_path_count(gw, "fast").await;
+    let before_chain = fast_path_chain_count(gw, "fast").await;
     let here = exchange_bytes(gw.addr("fast"), request.as_bytes()).await;
     let here = answers(&here, &[head]).remove(0);
     let counted = fast_path_count(gw, "fast").await - before;
-    let answered = if counted == 1 {
+    let chained = fast_path_chain_count(gw, "fast").await - before_chain;
+    assert_eq!(
+        counted, 1,
+        "{request:?}: every body-less request is the fast path's"
+    );
+    let answered = if chained == 0 {
         Answered::Here
     } else {
         Answered::There
     };
-    assert_eq!(answered, expect, "{request:?} (counted {counted})");
+    assert_eq!(
+        answered, expect,
+        "{request:?} (through the chain: {chained})"
+    );
     let there = exchange_bytes(gw.addr("general"), request.as_bytes()).await;
     let there = answers(&there, &[head]).remove(0);
     assert_eq!(here, there, "{request:?}: the general path's answer");

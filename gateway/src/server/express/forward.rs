@@ -29,7 +29,6 @@ use super::{
     Ended, Lane, OUT_LIMIT, Observed, Plain, ReadMore, facts, http_date, push_line, until_done,
 };
 use crate::body::Body;
-use crate::filter::rate_limit::{Decision, FastLimit};
 use crate::generation::Generation;
 use crate::proxy::{Answer, BodyFraming, Forwarding, ProxyRoute, Replaced, TextRequest, trailers};
 use crate::server::conn::{ConnWatch, ListenerRuntime};
@@ -44,8 +43,6 @@ pub(super) struct Forwarded {
     generation: Arc<Generation>,
     index: usize,
     start: Instant,
-    /// The route's rate limit and the request's decision, whose fields the answer carries.
-    pub(super) limited: Option<(FastLimit, Decision)>,
 }
 
 impl Forwarded {
@@ -90,7 +87,6 @@ impl Lane<'_> {
             generation: Arc::clone(generation),
             index,
             start,
-            limited: None,
         }))
     }
 
@@ -116,7 +112,6 @@ impl Lane<'_> {
         let replaced = Replaced {
             hsts: svc.policy.hsts.is_some(),
             alt_svc: svc.alt_svc.is_some(),
-            rate_limit: job.limited.as_ref().map_or(&[], |(l, _)| l.field_names()),
         };
         let mut client = Client { io, buf };
         let mut exchange = pin!(async {
@@ -136,20 +131,14 @@ impl Lane<'_> {
             };
             let answer = match answered {
                 Ok(answer) => answer,
-                Err(mut res) => {
+                Err(res) => {
                     out.clear();
-                    if let Some((limit, d)) = &job.limited {
-                        limit.add_fields(d, res.headers_mut());
-                    }
                     let status = res.status();
                     let bytes = self.push_response(&res, (head_only, job.close), server, out);
                     self.record(route, status, bytes, job.start, observe, out);
                     return write(client.io, out).await;
                 }
             };
-            if let Some((limit, d)) = &job.limited {
-                limit.push_fields(d, &mut out.text);
-            }
             let framing = self.end_answer_head(&answer, job.close, server, out);
             // As the general path counts it: the declared length, else the body's known size.
             let bytes = answer
@@ -213,7 +202,7 @@ impl Lane<'_> {
 
 /// How the body goes to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+pub(super) enum Framing {
     Empty,
     Length(u64),
     Chunked,
@@ -224,7 +213,7 @@ enum Framing {
 /// come yet (or they reach [`OUT_LIMIT`]). Of the trailers, only those the head `declared` in
 /// its `Trailer` field go out, as hyper sends them on the general path (the fields no trailer
 /// may carry were dropped as the upstream's were read).
-async fn relay<IO>(
+pub(super) async fn relay<IO>(
     client: &mut Client<'_, IO>,
     out: &mut Answers,
     mut body: Body,
@@ -290,15 +279,15 @@ where
 }
 
 /// The client's side while its request is forwarded.
-struct Client<'a, IO> {
-    io: &'a mut IO,
+pub(super) struct Client<'a, IO> {
+    pub(super) io: &'a mut IO,
     /// The connection's read buffer: what the client sends meanwhile is kept for later.
-    buf: &'a mut BytesMut,
+    pub(super) buf: &'a mut BytesMut,
 }
 
 impl<IO: AsyncRead + Unpin> Client<'_, IO> {
     /// `work`'s output, or `None` when the client closed the connection (or it failed) first.
-    async fn unless_gone<F: Future>(&mut self, work: F) -> Option<F::Output> {
+    pub(super) async fn unless_gone<F: Future>(&mut self, work: F) -> Option<F::Output> {
         let mut work = pin!(work);
         poll_fn(|cx| {
             if let Poll::Ready(out) = work.as_mut().poll(cx) {
@@ -330,7 +319,7 @@ impl<IO: AsyncRead + Unpin> Client<'_, IO> {
 }
 
 /// The error that ends a forwarded request whose client left.
-fn gone() -> std::io::Error {
+pub(super) fn gone() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::ConnectionAborted,
         "the client closed the connection before its answer",
