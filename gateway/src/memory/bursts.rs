@@ -18,7 +18,7 @@
 //! follows other traffic (an HTTP/3 download, 1,000 TLS connections) was measured 140 to
 //! 180 MiB at 10,000 connections depending on how much of that traffic's memory had decayed,
 //! against 141 MiB on fresh pages. Traffic that never has half a burst open triggers neither;
-//! the figures are in docs/benchmarks.md, "Then: memory after a burst" and "Then: a release as
+//! the figures are in docs/performance-log.md, "Then: memory after a burst" and "Then: a release as
 //! a burst begins".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};

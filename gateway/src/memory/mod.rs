@@ -47,7 +47,7 @@ pub fn release_freed() {
 /// compiler's: sharing an arena, its freed blocks would sit in pages that also hold the
 /// config's long-lived data, and `release_freed` can return only whole unused pages. Measured
 /// with the benchmark's config pinned to one core: 10.8 MB of anonymous memory idle against
-/// 6.0 MB with the arena (docs/benchmarks.md, "Then: the Wasm compiler's memory").
+/// 6.0 MB with the arena (docs/performance-log.md, "Then: the Wasm compiler's memory").
 pub fn use_private_arena() {
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
     {

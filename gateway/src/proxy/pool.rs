@@ -43,7 +43,7 @@ use crate::body::Body;
 /// flight the stack is deep, and a buffer freed on release was allocated again by the next
 /// exchange on that connection. The buffer's size class holds one object per slab, so beyond
 /// the allocator's thread cache each of those was a slab made and unmade: 2,900 of a proxied
-/// request's 37,500 instructions at 1,000 connections (docs/benchmarks.md).
+/// request's 37,500 instructions at 1,000 connections (docs/performance-log.md).
 const BUFFERED_IDLE: usize = 16;
 
 /// How often idle connections below the top [`BUFFERED_IDLE`] give up their read buffers.

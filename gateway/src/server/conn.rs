@@ -538,7 +538,7 @@ mod tests {
     /// it, in a debug build, over an in-memory pipe: 1,560 bytes now (2,040 in a release
     /// build). A proxied request's exchange with its upstream is boxed for the request's time:
     /// held inline it made this 2,448 bytes, and about 2.6 KB more a connection in a release
-    /// build, proxied or not (docs/benchmarks.md, "The fast path's future: the upstream
+    /// build, proxied or not (docs/performance-log.md, "The fast path's future: the upstream
     /// exchange boxed").
     const FAST_PATH_FUTURE_LIMIT: usize = 1600;
 

@@ -447,7 +447,8 @@ mod tests {
             assert!(
                 size <= TASK_FUTURE_LIMIT,
                 "a connection's task future is {size} bytes, over {TASK_FUTURE_LIMIT}: \
-                 docs/benchmarks.md, \"Then: smaller connection tasks\", says what kept it small"
+                 docs/performance-log.md, \"Then: smaller connection tasks\", says what kept it \
+                 small"
             );
         });
     }

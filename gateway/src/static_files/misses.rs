@@ -5,7 +5,7 @@
 //! the entry it left; requests for a file the lookup did not cache look again. Without this a
 //! cold start under load sent every waiting request to the blocking pool at once: 1,000
 //! connections asking for one 1 KiB file started 180 to 220 blocking threads, which held about
-//! 5 MB more until they exited 10 s later (docs/benchmarks.md, "Then: one lookup per cold
+//! 5 MB more until they exited 10 s later (docs/performance-log.md, "Then: one lookup per cold
 //! file").
 
 use std::collections::HashMap;
