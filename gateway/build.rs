@@ -1,14 +1,15 @@
 //! Link settings for the gateway binary.
 //!
 //! Packed relative relocations (DT_RELR): a position-independent executable otherwise carries
-//! ~750 KB of `R_X86_64_RELATIVE` entries that the dynamic loader reads at every start, which
-//! shows up as resident memory of an idle gateway. glibc 2.36+ and binutils 2.38+ (or lld)
+//! a large table of `R_X86_64_RELATIVE` entries that the dynamic loader reads at every start,
+//! which shows up as resident memory of an idle gateway. glibc 2.36+ and binutils 2.38+ (or lld)
 //! understand the packed form; `GATEWAY_NO_RELR=1` turns it off for older toolchains.
 //!
 //! Function order (release builds): the functions a gateway runs are laid out together, in the
 //! order of `link-order.txt` (written by `benches/harness/link_order.py`), so the pages of code
-//! an idle or busy gateway keeps resident are ~2.5 MB instead of ~6 MB spread over the whole
-//! `.text` (the kernel maps 64 KiB around every page of code it faults in). Only lld orders by
+//! an idle or busy gateway keeps resident hold code it runs, not its neighbours spread over the
+//! whole `.text` (the kernel maps 64 KiB around every page of code it faults in); the figures
+//! are in docs/performance-log.md. Only lld orders by
 //! symbol; the toolchain ships one (`rust-lld`, behind `gcc-ld/ld.lld`), which is used when it
 //! is there. `GATEWAY_LINK_ORDER=0` links without the order.
 

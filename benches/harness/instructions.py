@@ -5,7 +5,7 @@ The harness's CPU time per request moves by 10 to 30 % from round to round on a 
 two-core host, so a change worth a few per cent cannot be told from that noise there.
 callgrind counts the instructions the gateway executes in user space, which repeat from run
 to run within about 1 %: the before/after figure of most user-space changes in
-docs/benchmarks.md. It does not see the kernel, so a change to system calls, or to how many
+docs/performance-log.md. It does not see the kernel, so a change to system calls, or to how many
 cache lines a request touches, still needs the harness.
 
     python3 benches/harness/instructions.py --gateway NEW [--compare OLD] --scenario proxy-close

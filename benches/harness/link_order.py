@@ -6,7 +6,7 @@ the gateway runs (gateway/build.rs hands it to lld as `--symbol-ordering-file`).
 
 Why: the plain link spreads the ~2.6 MB of code a gateway runs over a 22 MB `.text`, and the
 kernel maps 64 KiB around every page it faults in, so an idle gateway had ~6 MB of its own code
-resident. Laid out together, the same code takes ~2.5 MB (docs/benchmarks.md, "Idle memory:
+resident. Laid out together, the same code takes ~2.5 MB (docs/performance-log.md, "Then:
 the code laid out by use").
 
 How: the gateway runs twice under callgrind (which records every function executed) with the

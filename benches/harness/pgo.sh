@@ -12,7 +12,7 @@
 #
 # Why: the plain release build spreads a request's code over so much of `.text` that callgrind
 # counts ~100 instruction-cache misses per `respond` request; with the profile, LLVM lays hot
-# code out together and inlines by measured frequency (docs/benchmarks.md, "Profile-guided
+# code out together and inlines by measured frequency (docs/performance-log.md, "Profile-guided
 # build"). The profile comes from the benchmark's own scenarios, so the gain it shows is an
 # upper bound for other traffic.
 #

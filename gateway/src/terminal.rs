@@ -147,8 +147,8 @@ const FILTER_HEADERS: usize = 5;
 /// load for the headers added after it. A map that has to grow rehashes and reallocates, which
 /// costs more than the rest of building the response; a map with room to spare costs memory
 /// for the connection's whole life, because hyper keeps the last response's (cleared) map of
-/// an HTTP/1 connection to parse the next request into. Reserving for filters on every route
-/// cost 10,000 keep-alive connections about 5 MB.
+/// an HTTP/1 connection to parse the next request into. So the room is reserved for what the
+/// route adds, not for filters on every route.
 ///
 /// The response takes over the request's map when it is no larger than a fresh one would be
 /// ([`Respond::response_in`]): hyper parsed the request into the map it kept from the

@@ -2,7 +2,7 @@
 //! watchdog and the HTTP connections' watchdog in the gateway.
 //!
 //! Why: a connection stamps every read and write with the time, and `Instant::now()` reads the
-//! TSC and converts it (with the subtraction from an epoch, ~150 instructions a stamp).
+//! TSC and converts it, then the stamp subtracts an epoch: work repeated on every chunk moved.
 //! `CLOCK_MONOTONIC_COARSE` is the time of the kernel's last timer tick, read from the vDSO with a
 //! few loads. Its resolution (one kernel tick, 1–10 ms) is far below any idle or header timeout;
 //! deadlines are measured against [`deadline_ms`], which takes it off, so that none fires early.
@@ -16,11 +16,11 @@ pub fn coarse_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// Whole seconds since the Unix epoch from `CLOCK_REALTIME_COARSE`: the wall clock at the
-/// kernel's last timer tick, for a `Date` field that shows whole seconds anyway. It reads the
-/// vDSO without a TSC read and needs no subtraction from an epoch (`SystemTime::now()` and
-/// `duration_since` cost about 90 instructions a response on the fast path). Were the read to
-/// fail, its zeroes name 1970, which the caller treats as "ask the precise clock".
+/// Whole seconds since the Unix epoch from `CLOCK_REALTIME_COARSE`: the wall clock at the kernel's
+/// last timer tick, for a `Date` field that shows whole seconds anyway. It reads the vDSO without a
+/// TSC read and needs no subtraction from an epoch, which `SystemTime::now()` and `duration_since`
+/// would cost every response on the fast path. Were the read to fail, its zeroes name 1970, which
+/// the caller treats as "ask the precise clock".
 #[cfg(target_os = "linux")]
 pub fn coarse_unix_secs() -> u64 {
     u64::try_from(read_clock(libc::CLOCK_REALTIME_COARSE).tv_sec).unwrap_or(0)

@@ -92,8 +92,8 @@ impl HostEngine {
 
     /// Compiles with a throwaway engine of the same settings, on a thread of its own, and
     /// loads the result into the shared engine. An engine keeps every Cranelift context it
-    /// compiled with (register allocator and code buffers: about 5 MiB for a 200 KB plugin)
-    /// for its next compile, and the allocator keeps a cache of freed blocks per thread; a
+    /// compiled with (register allocator and code buffers, megabytes for a small plugin) for
+    /// its next compile, and the allocator keeps a cache of freed blocks per thread; a
     /// gateway compiles only when it loads a config, so either would hold the compile's
     /// garbage resident for good. Dropping the engine frees the first, the thread's exit the
     /// second (hence one thread, not wasmtime's parallel compile on a pool that lives on).

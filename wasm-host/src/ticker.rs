@@ -2,7 +2,7 @@
 //! what stops a guest call at its deadline (`limits.time`). It only has to run while guest code
 //! may be running, so it parks once no call has been armed for longer than any deadline it could
 //! have to reach, and the next call wakes it. An idle gateway with plugins loaded would otherwise
-//! wake up 500 times a second, and on a server pinned to one core each tick preempts the worker.
+//! wake up at every tick, and on a server pinned to one core each tick preempts the worker.
 //!
 //! Every guest call first tells the ticker it runs ([`Ticker::arm`], which also sets the call's
 //! deadline, so no call site can do one without the other): one relaxed load on the hot path,

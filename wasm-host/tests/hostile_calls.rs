@@ -7,9 +7,9 @@ use std::sync::Arc;
 use wasm_host::{CompiledPlugin, HostEngine, HttpStream, PluginInfo, Shared, StreamInfo};
 
 /// `fd_write` with 1024 iovecs that all point at the same 64 KiB: 64 MiB of "output" from a
-/// 128 KiB guest. The host used to copy all of it into one buffer (with a 64 MiB memory cap, a
-/// single call could make it allocate 64 GiB). Now a call takes at most a bounded amount and
-/// reports a short write, as WASI allows; the guest traps if more was claimed.
+/// 128 KiB guest. Copied into one buffer, that output would let a guest under a 64 MiB memory
+/// cap make the host allocate 64 GiB in a single call, so a call takes at most a bounded amount
+/// and reports a short write, as WASI allows; the guest traps if more was claimed.
 const FD_WRITE_AMPLIFIER: &str = r#"(module
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 2)

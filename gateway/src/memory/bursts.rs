@@ -1,25 +1,22 @@
 //! Returning free memory to the kernel around a burst of connections: as it begins, and once
 //! it has closed.
 //!
-//! Every open connection holds buffers (hyper's read and write buffers, TLS state): about
-//! 12 KiB each with 10,000 idle keep-alive connections. When they close, jemalloc keeps the
-//! freed pages for its decay time and decays them only while it keeps allocating, so a gateway
-//! that goes quiet after a burst holds them for good. A shorter decay time would fix that but
-//! makes every request pay for purging (with 1 s, up to 1.5× the CPU per request at 10,000
-//! connections). Instead the gateway counts its open connections (HTTP, and the L4 proxy's
-//! through its hooks) and, once three quarters of a burst of at least
-//! `server.release_memory_after_burst` (1,024 by default) have closed, returns the free pages
-//! once, [`SETTLE`] later, on a blocking thread.
+//! Every open connection holds buffers (hyper's read and write buffers, TLS state). When they
+//! close, jemalloc keeps the freed pages for its decay time and decays them only while it keeps
+//! allocating, so a gateway that goes quiet after a burst holds them for good. A shorter decay time
+//! would fix that but makes every request pay for purging. Instead the gateway counts its open
+//! connections (HTTP, and the L4 proxy's through its hooks) and, once three quarters of a burst of
+//! at least `server.release_memory_after_burst` (1,024 by default) have closed, returns the free
+//! pages once, [`SETTLE`] later, on a blocking thread.
 //!
 //! The same purge also runs as a burst begins, when half a burst is open. hyper gives each
 //! connection an 8 KiB read buffer and an 8 KiB write buffer and an idle connection touches one
 //! page of each. On fresh pages only the touched ones become resident; on pages that earlier
-//! traffic freed and the allocator kept, the untouched half is resident too. So a burst that
-//! follows other traffic (an HTTP/3 download, 1,000 TLS connections) was measured 140 to
-//! 180 MiB at 10,000 connections depending on how much of that traffic's memory had decayed,
-//! against 141 MiB on fresh pages. Traffic that never has half a burst open triggers neither;
-//! the figures are in docs/benchmarks.md, "Then: memory after a burst" and "Then: a release as
-//! a burst begins".
+//! traffic freed and the allocator kept, the untouched half is resident too, so a burst that
+//! follows other traffic peaks higher than one on fresh pages, by as much as that traffic's
+//! memory had not yet decayed. Traffic that never has half a burst open triggers neither; the
+//! figures are in docs/performance-log.md, "Then: memory after a burst" and "Then: a release
+//! as a burst begins".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;

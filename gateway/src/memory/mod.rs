@@ -1,7 +1,7 @@
 //! Returning the memory a config load or a burst of connections freed to the kernel.
 //!
 //! Building a generation is a burst of allocation the request path never repeats: compiling
-//! Wasm plugins with Cranelift alone frees about 4 MiB. The allocator keeps freed pages resident
+//! Wasm plugins with Cranelift alone frees megabytes. The allocator keeps freed pages resident
 //! for reuse and only decays them while it keeps allocating, so an idle gateway would hold that
 //! burst's garbage for good. After each load the gateway asks the allocator to return every
 //! unused page once: a few milliseconds off the request path, instead of a shorter decay time
@@ -45,9 +45,9 @@ pub fn release_freed() {
 /// Points the calling thread's allocations at an arena that only such threads use (created on
 /// first use). For a thread whose allocations are nearly all garbage when it ends, the Wasm
 /// compiler's: sharing an arena, its freed blocks would sit in pages that also hold the
-/// config's long-lived data, and `release_freed` can return only whole unused pages. Measured
-/// with the benchmark's config pinned to one core: 10.8 MB of anonymous memory idle against
-/// 6.0 MB with the arena (docs/benchmarks.md, "Then: the Wasm compiler's memory").
+/// config's long-lived data, and `release_freed` can return only whole unused pages, so the
+/// compile's garbage would stay resident (docs/performance-log.md, "Then: the Wasm compiler's
+/// memory").
 pub fn use_private_arena() {
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
     {

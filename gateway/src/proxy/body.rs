@@ -57,9 +57,9 @@ impl Lease {
 /// passed on without a wrapper. `Err` when the body failed before anything was sent.
 ///
 /// The first look happens here, without waiting: most bodies are decided by it, and the
-/// request's future then holds no future for this at all (it used to keep one of 480 bytes,
-/// copied into its state on every proxied request). Only a body whose first frame is not there
-/// yet gets the boxed [`WrapLater`], which yields once and looks again.
+/// request's future then holds no future for this at all, rather than one copied into its
+/// state on every proxied request. Only a body whose first frame is not there yet gets the
+/// boxed [`WrapLater`], which yields once and looks again.
 pub(crate) fn wrap(mut inner: RawBody, lease: Lease) -> Result<Result<Body, BoxError>, WrapLater> {
     if inner.is_end_stream() {
         lease.finish();
@@ -81,9 +81,8 @@ pub(crate) fn wrap(mut inner: RawBody, lease: Lease) -> Result<Result<Body, BoxE
 }
 
 /// The rest of [`wrap`] for a body whose first frame was not there at once. Boxed here, though
-/// the caller boxes its own future around it on this rare path: unboxed, this future (216
-/// bytes) would make every `wrap` result that large, and the common answer would be copied at
-/// that size.
+/// the caller boxes its own future around it on this rare path: unboxed, this future would make
+/// every `wrap` result as large, and the common answer would be copied at that size.
 pub(crate) struct WrapLater(Pin<Box<dyn Future<Output = Result<Body, BoxError>> + Send>>);
 
 impl Future for WrapLater {

@@ -1,14 +1,15 @@
 //! An upstream attempt's deadline (the upstream's `timeout`), with its timer taken from a stock
 //! kept on the gateway's worker threads.
 //!
-//! Why: a new `Sleep` for every proxied request cost an allocation, its registration in the
+//! Why: a new `Sleep` for every proxied request costs an allocation, its registration in the
 //! runtime's timer wheel under the wheel's lock when first polled, and its removal under the
-//! lock when dropped — about 340 of a proxied request's 14,800 instructions on the HTTP/1.1
-//! fast path. A timer given back when its exchange completes is reset for the next attempt on
-//! the same thread: a deadline later than the one it is registered for only moves its expiry
-//! (one atomic update; the wheel finds the later time when it reaches the old slot), and it
-//! was never freed. Net of letting go of the last task's waker (below), about 190 instructions
-//! a request fewer, and two acquisitions of the wheel's lock.
+//! lock when dropped, a noticeable share of a proxied request on the HTTP/1.1 fast path. A
+//! timer given back when its exchange completes is reset for the next attempt on the same
+//! thread: a deadline later than the one it is registered for only moves its expiry (one
+//! atomic update; the wheel finds the later time when it reaches the old slot), and it is never
+//! freed. That spares each request the allocation and two acquisitions of the wheel's lock,
+//! less the cost of letting go of the last task's waker (below); the figures are in
+//! docs/performance-log.md, "The upstream timer kept for the next attempt".
 //!
 //! A `Sleep` belongs to the runtime that made it and is driven by that runtime's timer, so the
 //! stock is kept only where a thread has asked for it ([`keep_stock_on_this_thread`]): the

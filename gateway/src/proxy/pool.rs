@@ -35,15 +35,16 @@ use crate::body::Body;
 /// How many idle HTTP/1.1 connections per target keep their read buffer (8 KiB, one page of it
 /// touched) past a shedding pass ([`Pool::shed_buffers`], every [`SHED_EVERY`]). The stack is
 /// last in, first out, so steady traffic takes its connections from the top and finds their
-/// buffers there; the connections below are what a burst left, and with
-/// `max_idle_per_target: 1024` they would hold 4 to 8 MiB of buffers nobody reads (nginx's
-/// kept-alive upstream connections hold no buffer either).
+/// buffers there; the connections below are what a burst left, and with a large
+/// `max_idle_per_target` they would hold megabytes of buffers nobody reads (nginx's kept-alive
+/// upstream connections hold no buffer either).
 ///
 /// The buffers are shed by a pass rather than as connections come back: with 1,000 requests in
 /// flight the stack is deep, and a buffer freed on release was allocated again by the next
 /// exchange on that connection. The buffer's size class holds one object per slab, so beyond
-/// the allocator's thread cache each of those was a slab made and unmade: 2,900 of a proxied
-/// request's 37,500 instructions at 1,000 connections (docs/benchmarks.md).
+/// the allocator's thread cache each of those was a slab made and unmade, on every proxied
+/// request at 1,000 connections (docs/performance-log.md, "The request's future at 1,000
+/// connections").
 const BUFFERED_IDLE: usize = 16;
 
 /// How often idle connections below the top [`BUFFERED_IDLE`] give up their read buffers.

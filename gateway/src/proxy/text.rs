@@ -367,8 +367,7 @@ struct Answered {
 /// Room for the rewritten request: its request line, the client's fields, and the fields
 /// [`ProxyRoute::rewrite_text`] adds, in which the host appears up to three times
 /// (`Forwarded`, `X-Forwarded-Host`, a preserved `Host`) and the client's address twice. Short
-/// by any of them, the text grew once more on every request: a reallocation and a copy, about
-/// 500 instructions.
+/// by any of them, the text would grow once more on every request: a reallocation and a copy.
 fn text_room(req: &TextRequest<'_>, client: &ClientText) -> usize {
     let host = req.host.map_or(0, <[u8]>::len);
     let fields: usize = req

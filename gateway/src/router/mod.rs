@@ -5,10 +5,10 @@
 //! A listener's routes are indexed by the first path segment each one requires (`/static` and
 //! `/static/` both require `static`), so a lookup checks only the routes that could match the
 //! request's path: those of its first segment and those that match any path (no path
-//! condition, a regex), merged in file order when the config is loaded. A linear scan cost
-//! about 45 instructions for each route before the match; a lookup costs about 130 (as much as
-//! three routes' checks) however long the table, so the first routes of a table are found a
-//! little slower than by the scan and every later one faster. Routes that share their first
+//! condition, a regex), merged in file order when the config is loaded. A linear scan pays for
+//! every route before the match; a lookup costs about as much as checking a few routes however
+//! long the table, so the first routes of a table are found a little slower than by the scan
+//! and every later one faster. Routes that share their first
 //! segment are still checked one by one, and a table whose routes all share one is not indexed.
 
 mod segments;

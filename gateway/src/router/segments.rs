@@ -2,9 +2,8 @@
 //! looked up without hashing the segment's text. A lookup finds the segment's end and its first
 //! eight bytes in one load where the path is long enough, takes its length and its first and
 //! last eight bytes as a fingerprint (which tells apart any two segments of up to 16 bytes),
-//! probes a small open-addressed table from there, and compares text only for longer segments.
-//! A general-purpose hash map, fed the segment found by a byte loop, cost 150 instructions a
-//! lookup.
+//! probes a small open-addressed table from there, and compares text only for longer segments,
+//! which costs less than a general-purpose hash map fed the segment found by a byte loop.
 
 /// A segment's length and its first and last eight bytes, zero-padded when shorter (the two
 /// overlap for 9 to 15 bytes and are the same for up to 8). Two segments of at most 16 bytes

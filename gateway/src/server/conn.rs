@@ -7,11 +7,12 @@
 //! TLS path is a boxed future of its own, so a connection's task holds neither the TLS state nor
 //! the larger of the protocols' states. For the same reason the task keeps no state it no
 //! longer needs: hyper's connection is set up by a plain function (an `async fn` would keep its
-//! arguments for its whole life), the first-bytes peek polls the socket directly, and the rare
-//! PROXY header read is boxed. Together they took a connection's task from a 1,280-byte
-//! allocation to a 640-byte one. A cleartext port serving both protocols peeks at the first
-//! bytes to pick HTTP/1 or h2c instead of letting hyper-util's reader consume and replay them:
-//! the replay splits hyper's first read, which makes it double its 8 KiB read buffer.
+//! arguments for its whole life), the first read polls the socket directly, and the rare PROXY
+//! header read is boxed, which keeps the task in a small size class of the allocator. A
+//! cleartext port serving both protocols reads the first bytes to pick HTTP/1 or h2c and
+//! replays them to that protocol's server, instead of letting hyper-util's reader consume and
+//! replay them: that replay splits hyper's first read, which makes it double its 8 KiB read
+//! buffer.
 
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
@@ -351,7 +352,7 @@ where
 /// Not an `async fn`: an async fn's arguments (the stream, the connection's addresses) stay in
 /// its state for as long as it runs, even once moved into hyper's connection, and that state is
 /// part of every connection's task. Done here before the first poll, the setup leaves the task
-/// only what [`drive`] keeps: about 400 bytes less per connection.
+/// only what [`drive`] keeps.
 fn serve_http<IO>(
     rt: Arc<ListenerRuntime>,
     io: IO,
@@ -551,11 +552,10 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     /// Largest future the fast path may keep boxed for each HTTP/1.1 connection while it serves
-    /// it, in a debug build, over an in-memory pipe: 1,560 bytes now (2,040 in a release
-    /// build). A proxied request's exchange with its upstream is boxed for the request's time:
-    /// held inline it made this 2,448 bytes, and about 2.6 KB more a connection in a release
-    /// build, proxied or not (docs/benchmarks.md, "The fast path's future: the upstream
-    /// exchange boxed").
+    /// it, in a debug build, over an in-memory pipe: every connection keeps it for its whole
+    /// life, so state only some requests need (a proxied request's exchange with its upstream)
+    /// is boxed for the request's time rather than held inline (docs/performance-log.md, "The
+    /// fast path's future: the upstream exchange boxed").
     const FAST_PATH_FUTURE_LIMIT: usize = 1600;
 
     #[test]

@@ -588,8 +588,7 @@ impl Chunk {
 }
 
 /// Where `needle` first occurs in `hay`, eight bytes at a time. A head's lines are a few dozen
-/// bytes, too short for a vectorised search to pay for its call and set-up (that cost a request
-/// about 300 instructions, four or five searches).
+/// bytes, too short for a vectorised search to pay for its call and set-up.
 #[inline]
 fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;

@@ -426,11 +426,9 @@ async fn accept_loop(
 mod tests {
     use super::*;
 
-    /// Largest future a connection's task may carry, in a debug build: 544 bytes now (520
-    /// before the HTTP/1.1 fast path, 504 in a release build then; 1,096 before the task was
-    /// trimmed). tokio adds about 110 bytes of its own and rounds the task up to 128, and the
-    /// allocator rounds again to a size class: up to about 530 bytes the task is a 640-byte
-    /// allocation, a little more makes it 768, 1.25 MB more at 10,000 connections.
+    /// Largest future a connection's task may carry, in a debug build. tokio adds a header of
+    /// its own and rounds the task up, and the allocator rounds again to a size class, so a
+    /// little growth past this moves every connection's task into the next class.
     const TASK_FUTURE_LIMIT: usize = 560;
 
     #[test]
@@ -447,7 +445,8 @@ mod tests {
             assert!(
                 size <= TASK_FUTURE_LIMIT,
                 "a connection's task future is {size} bytes, over {TASK_FUTURE_LIMIT}: \
-                 docs/benchmarks.md, \"Then: smaller connection tasks\", says what kept it small"
+                 docs/performance-log.md, \"Then: smaller connection tasks\", says what kept it \
+                 small"
             );
         });
     }

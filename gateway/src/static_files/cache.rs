@@ -239,8 +239,8 @@ fn recheck_due(checked: u64, now: u64, ttl: u64) -> bool {
 }
 
 /// Paths are hashed with foldhash, seeded at random per map: a lookup hashes the request's path
-/// twice (shard, then slot), and SipHash, std's default, cost 390 of a cached file's 13,800
-/// instructions per request. Keys are paths of files that exist; the random seeds keep even
+/// twice (shard, then slot), and SipHash, std's default, is a noticeable share of a cached
+/// file's request. Keys are paths of files that exist; the random seeds keep even
 /// file names chosen to collide from being aimed at one slot.
 type Hasher = foldhash::fast::RandomState;
 

@@ -3,10 +3,9 @@
 //! lookup ended in an error status (a missing file: 404s are not cached), answer with that
 //! status. A request that missed the cache while the lookup ran but joins after it ended reads
 //! the entry it left; requests for a file the lookup did not cache look again. Without this a
-//! cold start under load sent every waiting request to the blocking pool at once: 1,000
-//! connections asking for one 1 KiB file started 180 to 220 blocking threads, which held about
-//! 5 MB more until they exited 10 s later (docs/benchmarks.md, "Then: one lookup per cold
-//! file").
+//! cold start under load sends every waiting request to the blocking pool at once, which
+//! starts a thread for each, and their stacks and allocator caches stay resident until the
+//! threads exit (docs/performance-log.md, "Then: one lookup per cold file").
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -805,7 +805,7 @@ fn admit<'u>(
 }
 
 /// The cache's clock: the coarse monotonic clock (the kernel's last tick), read without a
-/// TSC read; `Instant::now` cost a cached file's request about 200 instructions. Its tick
+/// TSC read and the conversion `Instant::now` does on every cached file's request. Its tick
 /// (1–10 ms) can make a re-check that much late, which no `revalidate_after` notices.
 fn now_ms() -> u64 {
     stream_proxy::clock::coarse_ms()

@@ -2,14 +2,14 @@
 //! path sends it as `Bytes` over the mapping, and the HTTP/1.1 fast path hands the file itself
 //! to `sendfile(2)` on plain TCP ([`crate::server::sendfile`]).
 //!
-//! Why: written from user memory, a cached 100 KiB body is copied by the kernel into socket
-//! buffers, and that copy was 40–53 % of the gateway's CPU per request (perf: `_copy_from_iter`);
-//! nginx sends such files with `sendfile` and makes no copy. `sendfile` needs a file, and the
-//! file on disk will not do: it may change between re-checks while the cache keeps answering with
-//! the bytes (and the `Content-Length`) it read. A memory file holds exactly the cached bytes,
-//! and its seals make the kernel refuse any change to them, so the pages a socket still
-//! references after `sendfile` returns never change under it. The mapping means the bytes are
-//! held once: the cache's budget charges them as before.
+//! Why: written from user memory, a large cached body is copied by the kernel into socket buffers,
+//! and that copy is the largest part of the CPU such a request costs, and varies from run to run;
+//! nginx sends such files with `sendfile` and makes no copy. `sendfile` needs a file, and the file
+//! on disk will not do: it may change between re-checks while the cache keeps answering with the
+//! bytes (and the `Content-Length`) it read. A memory file holds exactly the cached bytes, and its
+//! seals make the kernel refuse any change to them, so the pages a socket still references after
+//! `sendfile` returns never change under it. The mapping means the bytes are held once: the cache's
+//! budget charges them as before.
 //!
 //! Each memory file is a descriptor, and descriptors are what connections need: memory files
 //! take a place in the static files' share of them ([`super::descriptors`]); past that, bodies

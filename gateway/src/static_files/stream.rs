@@ -3,11 +3,10 @@
 //! next chunk is read while the current one is written, so a 1 GiB file needs two chunks of
 //! memory at most.
 //!
-//! A chunk the connection has written and dropped is read into again: a fresh 256 KiB buffer
-//! per chunk cost a quarter of a streamed 1 MiB file's CPU in page faults and the kernel's
-//! zeroing of the new pages (`perf`: `exc_page_fault`, `clear_page_erms`). Buffers are never
-//! zeroed: reads write into their uninitialised room, so the allocator reuses freed pages as
-//! they are instead of handing out cleared ones.
+//! A chunk the connection has written and dropped is read into again: a fresh buffer per chunk
+//! costs page faults and the kernel's zeroing of the new pages, a large share of a streamed file's
+//! CPU. Buffers are never zeroed: reads write into their uninitialised room, so the allocator
+//! reuses freed pages as they are instead of handing out cleared ones.
 //!
 //! A chunk whose pages are all in the page cache is read on the connection's own thread
 //! (`preadv2` with `RWF_NOWAIT`, which fails rather than wait for the disk): the trip to the
@@ -123,9 +122,9 @@ fn read_chunk(file: &File, at: u64, n: usize, mut buf: BytesMut) -> io::Result<B
 }
 
 /// An empty buffer with room for `n` bytes: `reused` when it is large enough, else a new one.
-/// Never zeroed: the reads write into its spare room. (A zeroed 64 KiB buffer is `calloc`'s
-/// large size, for which the allocator hands out pages the kernel must fault in and clear: 16
-/// page faults per 64 KiB range, most of the system time of serving one over TLS.)
+/// Never zeroed: the reads write into its spare room. (A zeroed buffer of a range's size is
+/// `calloc`'s large size, for which the allocator hands out pages the kernel must fault in and
+/// clear, a page fault per page of every range.)
 fn buffer(n: usize, reused: Option<BytesMut>) -> BytesMut {
     match reused {
         Some(mut buf) if buf.capacity() >= n => {

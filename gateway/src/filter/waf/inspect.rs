@@ -57,8 +57,8 @@ enum Part {
 /// head phase looks them up again.
 const SCANNED_COOKIES: usize = 4;
 
-/// What the head phase needs from the request headers, found in one pass over them: each
-/// `HeaderMap` lookup hashes the name, and the phase used to make about ten of them.
+/// What the head phase needs from the request headers, found in one pass over them rather than
+/// by a `HeaderMap` lookup for each, which hashes the name every time.
 #[derive(Default)]
 pub struct HeadScan<'r> {
     /// The first `Content-Length`.

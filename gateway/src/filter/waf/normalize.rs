@@ -161,8 +161,8 @@ fn is_sep_or_end(v: &[u8], i: usize) -> bool {
     i >= v.len() || v[i] == b'/' || v[i] == b'\\'
 }
 
-/// A `\`, `//`, `/./` or a trailing `/.`, found in one pass (paths are short; this was four
-/// searches).
+/// A `\`, `//`, `/./` or a trailing `/.`, found in one pass: paths are short, so one walk costs
+/// less than a search for each pattern.
 fn needs_path_cleanup(v: &[u8]) -> bool {
     let mut prev = 0u8;
     for (i, &b) in v.iter().enumerate() {

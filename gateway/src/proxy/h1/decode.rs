@@ -86,8 +86,8 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
     let mut headers =
         HeaderMap::with_capacity(spans.len() + crate::proxy::headers::FORWARDING_ROOM);
     let mut fields = FramingFields::default();
-    // Drained in place: iterating the `SmallVec` by value would first copy its inline
-    // array (1,152 bytes) into the iterator. Offsets are from where `buf` began, before the
+    // Drained in place: iterating the `SmallVec` by value would first copy its whole inline
+    // array into the iterator. Offsets are from where `buf` began, before the
     // interim responses were consumed.
     for (name, start, end) in spans.drain(..) {
         let value = bytes.slice(start - skipped..end - skipped);
@@ -178,8 +178,8 @@ fn final_head<R>(
     let mut interim_framed = false;
     loop {
         let rest = &buf[skipped..];
-        // Left uninitialised: filling 128 empty fields was 512 stores on every response, and
-        // the parser writes the ones it finds.
+        // Left uninitialised: the parser writes the fields it finds, so filling every slot
+        // with an empty field first would be stores wasted on every response.
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
         let mut parsed = httparse::Response::new(&mut []);
         let config = httparse::ParserConfig::default();

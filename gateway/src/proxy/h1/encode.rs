@@ -31,8 +31,8 @@ pub(crate) enum Framing {
 pub(crate) const INLINE_BODY_MAX: usize = 16 * 1024;
 
 /// The fields a request's attempts share, lent to each attempt's head rather than copied into
-/// its request: before this, a request that could be retried had its whole header map cloned
-/// for every attempt, in case the attempt failed and the next one needed it.
+/// its request, so a request that may be retried does not clone its whole header map for every
+/// attempt in case the attempt fails and the next one needs it.
 #[derive(Clone, Copy)]
 pub(crate) struct Shared<'a> {
     /// `Host` for the attempt's target.

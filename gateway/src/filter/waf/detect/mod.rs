@@ -3,7 +3,7 @@
 //!
 //! Cost model: most values in real traffic (`page=2`, `sort=name`, session tokens) are plain
 //! words. The classification (one table lookup per byte) proves that for them, and nothing else
-//! runs. The libinjection port costs 1–3 µs per call, so it only runs when a cheap, sound
+//! runs. The libinjection port is the costly step, so it only runs when a cheap, sound
 //! pre-check says the value could tokenize into a blacklisted fingerprint, and its benign verdicts
 //! for repeated values (user agents, referers, common arguments) are remembered.
 
