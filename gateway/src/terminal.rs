@@ -15,7 +15,7 @@ use http::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::RequestCx;
-use crate::server::express::push_line;
+use crate::server::fast_path::push_line;
 
 /// A terminal's answer: ready at once, or one boxed future.
 pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
@@ -170,7 +170,7 @@ pub struct Respond {
 }
 
 /// A synthetic response as wire text, made at config load for the HTTP/1.1 fast path
-/// (`server::express`), in the order hyper writes the same response: the status line and the
+/// (`server::fast_path`), in the order hyper writes the same response: the status line and the
 /// configured headers, then the server's own (`Server` unless configured, the listener's), then
 /// `Content-Length` and `Date`.
 pub struct Canned {

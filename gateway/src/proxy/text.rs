@@ -1,4 +1,4 @@
-//! The reverse proxy on the HTTP/1.1 fast path ([`crate::server::express`]): a `GET` or `HEAD`
+//! The reverse proxy on the HTTP/1.1 fast path ([`crate::server::fast_path`]): a `GET` or `HEAD`
 //! without a body, forwarded from the client's raw head to an HTTP/1.1 upstream and answered
 //! from the upstream's raw head, with no header map on either side.
 //!
@@ -30,7 +30,7 @@ use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
 use crate::error::GatewayError;
-use crate::server::express::push_line;
+use crate::server::fast_path::push_line;
 
 /// What the fast path read of a client's request head.
 pub struct TextRequest<'b> {
@@ -169,7 +169,7 @@ impl ProxyRoute {
         }
         text.extend_from_slice(client.ip.as_bytes());
         text.extend_from_slice(b"\r\n");
-        let host_text = req.host.and_then(crate::server::express::header_text);
+        let host_text = req.host.and_then(crate::server::fast_path::header_text);
         text.extend_from_slice(b"forwarded: ");
         if forwarded {
             append_prior(&mut text, req.fields, b"forwarded");
@@ -446,7 +446,7 @@ fn client_fields(
 fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8]) {
     for f in fields {
         if f.name.as_bytes().eq_ignore_ascii_case(name)
-            && crate::server::express::header_text(f.value).is_some()
+            && crate::server::fast_path::header_text(f.value).is_some()
         {
             out.extend_from_slice(f.value);
             out.extend_from_slice(b", ");

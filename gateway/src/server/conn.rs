@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use crate::context::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
-use crate::server::express;
+use crate::server::fast_path;
 use crate::server::framing::Framing;
 use crate::server::idle::{Activity, ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
@@ -94,7 +94,7 @@ pub struct ListenerRuntime {
     pub metrics: ListenerMetrics,
     /// ACME HTTP-01 answers, on plain listeners.
     pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
-    /// HTTP/1.1 requests without a body are served without hyper ([`express`]).
+    /// HTTP/1.1 requests without a body are served without hyper ([`fast_path`]).
     pub http1_fast_path: bool,
     /// Requests answered on that fast path.
     pub fast_path_requests: FastPathCounters,
@@ -466,7 +466,7 @@ struct HandedOff<IO> {
     watch: ConnWatch,
 }
 
-/// The HTTP/1.1 fast path ([`express`]) on a connection's first requests, when the listener
+/// The HTTP/1.1 fast path ([`fast_path`]) on a connection's first requests, when the listener
 /// has it on; then the connection for hyper, or `None` when it ended.
 async fn first_requests<IO>(
     rt: Arc<ListenerRuntime>,
@@ -480,10 +480,10 @@ where
 {
     let mut rest = bytes::BytesMut::new();
     if rt.http1_fast_path {
-        let lane = express::Lane::new(&service.0, &rt.fast_path_requests, io.sends_files());
-        match express::serve(&lane, &rt, &mut io, &mut rest, &watch).await {
-            express::Ended::Closed => return None,
-            express::Ended::HandOff => {}
+        let lane = fast_path::Lane::new(&service.0, &rt.fast_path_requests, io.sends_files());
+        match fast_path::serve(&lane, &rt, &mut io, &mut rest, &watch).await {
+            fast_path::Ended::Closed => return None,
+            fast_path::Ended::HandOff => {}
         }
     }
     Some(HandedOff {

@@ -7,7 +7,7 @@
 pub mod checked;
 pub mod coalesce;
 pub mod conn;
-pub mod express;
+pub mod fast_path;
 pub mod framing;
 pub mod h3;
 mod http_date;

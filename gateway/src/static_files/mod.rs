@@ -40,7 +40,7 @@ pub use self::sealed::SealedFile;
 use self::stream::FileBody;
 use crate::body::Body;
 use crate::error::error_response;
-use crate::server::express::push_line;
+use crate::server::fast_path::push_line;
 
 /// A compiled `static` terminal.
 pub struct StaticFiles {
@@ -61,10 +61,10 @@ pub struct StaticFiles {
     reusable_map: usize,
 }
 
-/// What the HTTP/1.1 fast path gets for a cached file ([`StaticFiles::express`]).
-pub enum Express {
+/// What the HTTP/1.1 fast path gets for a cached file ([`StaticFiles::prepared`]).
+pub enum Prepared {
     /// The answer.
-    Ready(ExpressFile),
+    Ready(PreparedFile),
     /// The file is due for its re-check and this request does it ([`StaticFiles::recheck`]).
     Recheck(Recheck),
     /// The file is not cached and this request looks it up ([`StaticFiles::look_up`]).
@@ -87,7 +87,7 @@ pub struct Missed {
 /// What the fast path's lookup of a file not in the cache found ([`StaticFiles::look_up`]).
 pub enum Looked {
     /// The file, now cached.
-    File(ExpressFile),
+    File(PreparedFile),
     /// A file too large for the cache, sent whole from disk.
     Large(LargeFile),
     /// The error the general path answers with (a missing or unreadable file), as
@@ -98,7 +98,7 @@ pub enum Looked {
     General,
 }
 
-/// A large file's 200 for the fast path: its header lines (as [`ExpressFile::lines`]) and the
+/// A large file's 200 for the fast path: its header lines (as [`PreparedFile::lines`]) and the
 /// open file, which a plain TCP connection sends with `sendfile`.
 #[derive(Clone)]
 pub struct LargeFile {
@@ -118,10 +118,10 @@ impl LargeFile {
     }
 }
 
-/// What the fast path sends a range of ([`StaticFiles::express_range`]).
+/// What the fast path sends a range of ([`StaticFiles::prepared_range`]).
 pub enum Ranged {
     /// A cached file's identity representation, from memory.
-    Cached(ExpressFile),
+    Cached(PreparedFile),
     /// A large file kept open, from disk.
     Large(LargeFile),
 }
@@ -160,7 +160,7 @@ pub struct Recheck {
 
 /// A cached file's 200 for the HTTP/1.1 fast path: its header lines after `Server`
 /// (`name: value` CRLF each, `Content-Length` included) and its body.
-pub struct ExpressFile {
+pub struct PreparedFile {
     /// Header lines, without `Server`, `Date` or the status line.
     pub lines: bytes::Bytes,
     /// Where `lines`' `Content-Length` line starts, the last (as [`LargeFile::length_at`]).
@@ -171,7 +171,7 @@ pub struct ExpressFile {
     pub sealed: Option<Arc<SealedFile>>,
 }
 
-impl ExpressFile {
+impl PreparedFile {
     fn of(entry: &Entry, accept: &Accept) -> Self {
         Self::of_variant(entry.choose(accept))
     }
@@ -290,24 +290,24 @@ impl StaticFiles {
         }
     }
 
-    /// The HTTP/1.1 fast path's answer (`server::express`) for a plain `GET` or `HEAD` of
+    /// The HTTP/1.1 fast path's answer (`server::fast_path`) for a plain `GET` or `HEAD` of
     /// `path` (the request target's path, without its query) on a route without filters: the
     /// 200 of a cached file, chosen by `accept_encoding` (the request's one `Accept-Encoding`
     /// value, if any), its 304 when the request's `revalidation` finds it unchanged, or the
     /// file's re-check when it is due and this request claimed it (as [`StaticFiles::serve`]
     /// does: other requests meanwhile get the entry as it is). `None` when the file is not
     /// cached or the path is refused: the general path answers it. The caller hands on
-    /// requests with other preconditions, and ranges ([`StaticFiles::express_range`]).
+    /// requests with other preconditions, and ranges ([`StaticFiles::prepared_range`]).
     ///
     /// With `look_up` (a connection that can send files from disk), a file not in the cache is
-    /// [`Express::Missed`]: the fast path looks it up itself ([`StaticFiles::look_up`]).
-    pub fn express(
+    /// [`Prepared::Missed`]: the fast path looks it up itself ([`StaticFiles::look_up`]).
+    pub fn prepared(
         &self,
         path: &str,
         accept_encoding: Option<&[u8]>,
         look_up: bool,
         revalidation: Revalidation<'_>,
-    ) -> Option<Express> {
+    ) -> Option<Prepared> {
         let key = path::normalize(path).ok()?.key;
         let accept = accept_encoding
             .map_or_else(Accept::default, |v| Accept::from_values(std::iter::once(v)));
@@ -320,11 +320,11 @@ impl StaticFiles {
                 && open.answers(now_ms(), self.revalidate)
             {
                 if let Some(lines) = open.not_modified(revalidation) {
-                    return Some(Express::NotModified(lines));
+                    return Some(Prepared::NotModified(lines));
                 }
-                return Some(Express::Large(open.large()));
+                return Some(Prepared::Large(open.large()));
             }
-            return Some(Express::Missed(Missed {
+            return Some(Prepared::Missed(Missed {
                 key: key.into_owned(),
                 accept,
                 due: open.is_some(),
@@ -332,7 +332,7 @@ impl StaticFiles {
         };
         let now = now_ms();
         if entry.claim_revalidation(now, self.revalidate) {
-            return Some(Express::Recheck(Recheck {
+            return Some(Prepared::Recheck(Recheck {
                 key: key.into_owned(),
                 prev: entry,
                 accept,
@@ -341,9 +341,9 @@ impl StaticFiles {
         }
         let v = entry.choose(&accept);
         if revalidation.not_modified(&v.etag, entry.modified) {
-            return Some(Express::NotModified(v.not_modified.clone()));
+            return Some(Prepared::NotModified(v.not_modified.clone()));
         }
-        Some(Express::Ready(ExpressFile::of_variant(v)))
+        Some(Prepared::Ready(PreparedFile::of_variant(v)))
     }
 
     /// The fast path's file for a plain `GET` of `path` with a `Range` (and no precondition): a
@@ -352,13 +352,13 @@ impl StaticFiles {
     /// (unchanged), each only when its re-check is not due. `None` (a file not cached nor kept
     /// open, or one due for its re-check) claims nothing: the general path answers the request
     /// as it would any range.
-    pub fn express_range(&self, path: &str) -> Option<Ranged> {
+    pub fn prepared_range(&self, path: &str) -> Option<Ranged> {
         let key = path::normalize(path).ok()?.key;
         let now = now_ms();
         if let Some(entry) = self.cache.get(&key) {
             return entry
                 .is_fresh(now, self.revalidate)
-                .then(|| Ranged::Cached(ExpressFile::of_variant(&entry.identity)));
+                .then(|| Ranged::Cached(PreparedFile::of_variant(&entry.identity)));
         }
         let open = self.open.get(&key)?;
         (open.is_fresh(now, self.revalidate) && open.unchanged())
@@ -368,7 +368,7 @@ impl StaticFiles {
     /// Re-checks a cached file for the fast path, on the blocking pool as the general path
     /// does: the answer from the entry as it is or as it is now, or `None` (the entry dropped)
     /// when the file is gone or no longer one the cache holds, for the general path to answer.
-    pub async fn recheck(&self, recheck: Recheck) -> Option<ExpressFile> {
+    pub async fn recheck(&self, recheck: Recheck) -> Option<PreparedFile> {
         #[cfg(test)]
         self.lookups
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -391,11 +391,11 @@ impl StaticFiles {
         });
         let (key, found) = job.await.ok()?;
         match found {
-            Ok(Found::Unchanged) => Some(ExpressFile::of(&prev, &accept)),
+            Ok(Found::Unchanged) => Some(PreparedFile::of(&prev, &accept)),
             Ok(Found::Cached(e)) => {
                 e.set_checked(now);
                 self.cache.insert(&key, e.clone());
-                Some(ExpressFile::of(&e, &accept))
+                Some(PreparedFile::of(&e, &accept))
             }
             _ => {
                 self.cache.remove(&key);
@@ -416,7 +416,7 @@ impl StaticFiles {
                 if let Some(e) = self.cache.get(&key)
                     && e.is_fresh(now, self.revalidate)
                 {
-                    return Looked::File(ExpressFile::of(&e, &accept));
+                    return Looked::File(PreparedFile::of(&e, &accept));
                 }
                 // (Fresh also when this request claimed its re-check: that set the time.)
                 if !due
@@ -432,7 +432,7 @@ impl StaticFiles {
                     return Looked::Error(status);
                 }
                 if let Some(e) = self.cache.get(&key) {
-                    return Looked::File(ExpressFile::of(&e, &accept));
+                    return Looked::File(PreparedFile::of(&e, &accept));
                 }
                 if let Some(open) = self.open.get(&key) {
                     return Looked::Large(open.large());
@@ -461,7 +461,7 @@ impl StaticFiles {
             Ok(Found::Cached(e)) => {
                 e.set_checked(now);
                 self.cache.insert(&key, e.clone());
-                Looked::File(ExpressFile::of(&e, &accept))
+                Looked::File(PreparedFile::of(&e, &accept))
             }
             Ok(Found::Stream(s)) if !s.compress => Looked::Large(self.large(&s)),
             Err(status) => {
@@ -574,7 +574,7 @@ impl StaticFiles {
         {
             return self.serve_cached(e, RequestHeaders::Read(headers), head, want);
         }
-        // A large file kept open: streamed from the kept descriptor (see `express`).
+        // A large file kept open: streamed from the kept descriptor (see `prepared`).
         if prev.is_none()
             && let Some(open) = self.open.get(&key)
             && open.answers(now, self.revalidate)
@@ -974,16 +974,16 @@ mod tests {
     }
 
     /// The fast path's view of `path` on `files` (a connection that sends files).
-    fn express(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Express {
+    fn prepared(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Prepared {
         files
-            .express(path, accept, true, Revalidation::default())
+            .prepared(path, accept, true, Revalidation::default())
             .expect("a plain GET is the fast path's")
     }
 
     /// Looks `path` up as the fast path does after a miss.
     async fn looked_up(files: &StaticFiles, path: &str, accept: Option<&[u8]>) -> Looked {
-        match express(files, path, accept) {
-            Express::Missed(missed) => files.look_up(missed).await,
+        match prepared(files, path, accept) {
+            Prepared::Missed(missed) => files.look_up(missed).await,
             _ => panic!("{path}: expected a miss"),
         }
     }
@@ -1015,7 +1015,7 @@ mod tests {
         assert_eq!(lookups(), 1);
         // Answered at once from the kept descriptor, the same headers and file.
         for _ in 0..3 {
-            let Express::Large(kept) = express(&files, "/big.bin", Some(b"gzip")) else {
+            let Prepared::Large(kept) = prepared(&files, "/big.bin", Some(b"gzip")) else {
                 panic!("kept open");
             };
             assert_eq!(kept.lines, first.lines);
@@ -1027,24 +1027,24 @@ mod tests {
         let tmp = dir.path().join("new.bin");
         std::fs::write(&tmp, big(b'b', 8192)).expect("write");
         std::fs::rename(&tmp, dir.path().join("big.bin")).expect("rename");
-        let Express::Large(old) = express(&files, "/big.bin", None) else {
+        let Prepared::Large(old) = prepared(&files, "/big.bin", None) else {
             panic!("kept open");
         };
         assert!(read_all(&old) == big(b'a', 4096), "the old file's bytes");
         // ...then one request looks it up again and the others keep the old one meanwhile.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-        let Express::Missed(missed) = express(&files, "/big.bin", None) else {
+        let Prepared::Missed(missed) = prepared(&files, "/big.bin", None) else {
             panic!("due: this request looks the file up");
         };
         assert!(
-            matches!(express(&files, "/big.bin", None), Express::Large(_)),
+            matches!(prepared(&files, "/big.bin", None), Prepared::Large(_)),
             "the re-check is claimed once"
         );
         let Looked::Large(new) = files.look_up(missed).await else {
             panic!("still large");
         };
         assert!(read_all(&new) == big(b'b', 8192), "the new file's bytes");
-        let Express::Large(kept) = express(&files, "/big.bin", None) else {
+        let Prepared::Large(kept) = prepared(&files, "/big.bin", None) else {
             panic!("kept open");
         };
         assert!(Arc::ptr_eq(&kept.file, &new.file), "the new file is kept");
@@ -1057,8 +1057,8 @@ mod tests {
         };
         assert_eq!(rewritten.len, 5000);
         assert!(matches!(
-            express(&files, "/big.bin", None),
-            Express::Large(l) if l.len == 5000
+            prepared(&files, "/big.bin", None),
+            Prepared::Large(l) if l.len == 5000
         ));
         assert_eq!(lookups(), 3);
 
@@ -1068,8 +1068,8 @@ mod tests {
         let looked = looked_up(&files, "/big.bin", None).await;
         assert!(matches!(looked, Looked::Error(StatusCode::NOT_FOUND)));
         assert!(matches!(
-            express(&files, "/big.bin", None),
-            Express::Missed(_)
+            prepared(&files, "/big.bin", None),
+            Prepared::Missed(_)
         ));
         drop((first, old, new, kept, rewritten));
         assert!(files.open.get("/big.bin").is_none());
@@ -1081,8 +1081,8 @@ mod tests {
             Looked::Large(_)
         ));
         assert!(matches!(
-            express(&files, "/big.txt", Some(b"gzip")),
-            Express::Missed(_)
+            prepared(&files, "/big.txt", Some(b"gzip")),
+            Prepared::Missed(_)
         ));
     }
 
@@ -1134,8 +1134,8 @@ mod tests {
         let (_, body) = send(get(None)).await;
         assert!(body == data);
         assert!(matches!(
-            express(&files, "/big.bin", None),
-            Express::Large(_)
+            prepared(&files, "/big.bin", None),
+            Prepared::Large(_)
         ));
         assert_eq!(lookups(), 1, "no lookup while the file is kept");
 

@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use super::encoding::Encoding;
 use crate::body::Body;
 use crate::error::error_response;
-use crate::server::express::push_line;
+use crate::server::fast_path::push_line;
 
 /// The header values of one chosen representation.
 #[derive(Clone, Copy)]

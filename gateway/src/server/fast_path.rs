@@ -58,7 +58,7 @@ use crate::request;
 use crate::router::strip_port;
 use crate::service::{ConnService, RequestFacts};
 use crate::static_files::{
-    Express, ExpressFile, LargeFile, Looked, Missed, RangeSpec, Ranged, Recheck, Revalidation,
+    LargeFile, Looked, Missed, Prepared, PreparedFile, RangeSpec, Ranged, Recheck, Revalidation,
     StaticFiles,
 };
 use crate::telemetry::trace::ServerSpan;
@@ -384,7 +384,7 @@ impl<'a> Lane<'a> {
                     return Outcome::Answered;
                 }
                 let revalidating = req.revalidation.is_asked();
-                let found = files.express(
+                let found = files.prepared(
                     req.path,
                     req.accept_encoding,
                     self.sends_files,
@@ -395,28 +395,28 @@ impl<'a> Lane<'a> {
                         svc.activity.request_done();
                         return Outcome::General;
                     }
-                    Some(Express::NotModified(lines)) => {
+                    Some(Prepared::NotModified(lines)) => {
                         self.push_not_modified(&lines, req.close, server, answers);
                         let observe = || self.observe(req);
                         self.record(route, StatusCode::NOT_MODIFIED, 0, start, observe, answers);
                         None
                     }
-                    Some(Express::Ready(file)) => {
+                    Some(Prepared::Ready(file)) => {
                         self.push_file(&file, (req.head, req.close), server, answers);
                         let bytes = file.body.len();
                         let observe = || self.observe(req);
                         self.record(route, StatusCode::OK, bytes, start, observe, answers);
                         None
                     }
-                    Some(Express::Large(file)) => {
+                    Some(Prepared::Large(file)) => {
                         self.push_large(&file, (req.head, req.close), server, answers);
                         let bytes = usize::try_from(file.len).unwrap_or(usize::MAX);
                         let observe = || self.observe(req);
                         self.record(route, StatusCode::OK, bytes, start, observe, answers);
                         None
                     }
-                    Some(Express::Recheck(recheck)) => Some(Job::Recheck(recheck)),
-                    Some(Express::Missed(missed)) => Some(Job::LookUp(missed)),
+                    Some(Prepared::Recheck(recheck)) => Some(Job::Recheck(recheck)),
+                    Some(Prepared::Missed(missed)) => Some(Job::LookUp(missed)),
                 };
                 if let Some(job) = job {
                     return Outcome::Waits(Box::new(Pending {
@@ -448,7 +448,7 @@ impl<'a> Lane<'a> {
     /// when it ends the connection (`close`).
     fn push_file(
         &self,
-        file: &ExpressFile,
+        file: &PreparedFile,
         (head, close): (bool, bool),
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
@@ -595,7 +595,7 @@ impl<'a> Lane<'a> {
         if req.revalidation.is_asked() {
             return None;
         }
-        let file = files.express_range(req.path)?;
+        let file = files.prepared_range(req.path)?;
         // A file on disk is sent only with `sendfile`, which a TLS connection cannot take.
         if matches!(file, Ranged::Large(_)) && !self.sends_files {
             return None;
