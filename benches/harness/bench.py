@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side load benchmark: the gateway against nginx, Caddy, HAProxy and a bare hyper server.
+"""Side-by-side load benchmark: the gateway against nginx, Caddy, HAProxy, h2o, Pingora and a bare
+hyper server.
 
 Normally started by `bash benches/harness/run.sh`, which installs the tools and builds the
 binaries first. This script:
@@ -31,6 +32,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import ssl
@@ -50,7 +52,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS = REPO / "benches" / "results"
 
-PEER_KINDS = ["hyper", "gateway", "nginx", "haproxy", "caddy"]
+PEER_KINDS = ["hyper", "gateway", "nginx", "haproxy", "caddy", "h2o", "pingora"]
+# The peers from Debian's packages: the kind and the command that has to be installed.
+PACKAGED = {"nginx": "nginx", "haproxy": "haproxy", "caddy": "caddy", "h2o": "h2o"}
 
 COLUMNS = [
     "run_id",
@@ -88,6 +92,7 @@ class Target:
     label: str
     server: Server
     url: str
+    variant: str | None = None  # the scenario's variant this target measures
 
 
 def log(msg: str) -> None:
@@ -107,7 +112,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--servers",
         default=None,
-        help="comma-separated kinds: hyper,gateway,nginx,haproxy,caddy (default: all;"
+        help="comma-separated kinds: " + ",".join(PEER_KINDS) + " (default: all;"
         " with --compare: the two gateways)",
     )
     p.add_argument("--conns", default=None, help="comma-separated concurrencies for every scenario")
@@ -134,13 +139,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hyper", type=Path, default=REPO / "target/release/hyper_hello")
     p.add_argument("--h3load", type=Path, default=REPO / "target/release/h3load")
     p.add_argument(
+        "--pingora",
+        type=Path,
+        default=REPO / "target/pingora/release/pingora-proxy-peer",
+        help="the Pingora peer (benches/pingora-proxy, built by run.sh)",
+    )
+    p.add_argument(
         "--plugin", type=Path, default=REPO / "plugins/target/wasm32-wasip1/release/add_header.wasm"
     )
     p.add_argument(
         "--port-base",
         type=int,
         default=21000,
-        help="ports used: base+80 (backend), base+100..base+703 (servers)",
+        help="ports used: base+80 (backend), base+100..base+804 (servers)",
     )
     p.add_argument("--label", default="", help="a note stored with the results (e.g. 'smoke run')")
     p.add_argument(
@@ -151,7 +162,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = p.parse_args(argv)
     # Servers start in a scratch directory: make every path absolute first.
-    for name in ("gateway", "compare", "hyper", "h3load", "plugin"):
+    for name in ("gateway", "compare", "hyper", "h3load", "pingora", "plugin"):
         if getattr(args, name) is not None:
             setattr(args, name, getattr(args, name).resolve())
     args.rounds = args.rounds or (2 if args.quick else 5)
@@ -217,6 +228,14 @@ def prepare_files(work: Path) -> Env:
     )
 
 
+def port_bases(port_base: int) -> dict[str, int]:
+    """The first port of each kind's instance, 100 apart (an instance uses five), and of the
+    second gateway of `--compare` after them all."""
+    bases = {kind: port_base + 100 * (i + 1) for i, kind in enumerate(PEER_KINDS)}
+    bases["gateway-other"] = port_base + 100 * (len(PEER_KINDS) + 1)
+    return bases
+
+
 def make_servers(args: argparse.Namespace, env: Env) -> list[Server]:
     if args.servers:
         kinds = [k.strip() for k in args.servers.split(",") if k.strip()]
@@ -225,10 +244,11 @@ def make_servers(args: argparse.Namespace, env: Env) -> list[Server]:
     else:
         kinds = list(PEER_KINDS)
     out: list[Server] = []
-    for i, kind in enumerate(PEER_KINDS):
+    bases = port_bases(args.port_base)
+    for kind in PEER_KINDS:
         if kind not in kinds:
             continue
-        base = args.port_base + 100 * (i + 1)
+        base = bases[kind]
         if kind == "gateway":
             if not args.gateway.is_file():
                 sys.exit(f"no gateway binary at {args.gateway}: build it (run.sh does)")
@@ -238,7 +258,11 @@ def make_servers(args: argparse.Namespace, env: Env) -> list[Server]:
                     sys.exit(f"no gateway binary at {args.compare}")
                 out.append(
                     Server(
-                        "gateway-other", "gateway", args.port_base + 600, env, binary=args.compare
+                        "gateway-other",
+                        "gateway",
+                        bases["gateway-other"],
+                        env,
+                        binary=args.compare,
                     )
                 )
         elif kind == "hyper":
@@ -246,8 +270,13 @@ def make_servers(args: argparse.Namespace, env: Env) -> list[Server]:
                 log(f"no hyper_hello at {args.hyper}: the hyper floor is skipped")
                 continue
             out.append(Server("hyper", "hyper", base, env, binary=args.hyper))
+        elif kind == "pingora":
+            if not args.pingora.is_file():
+                log(f"no Pingora peer at {args.pingora}: skipped (run.sh builds it)")
+                continue
+            out.append(Server("pingora", "pingora", base, env, binary=args.pingora))
         else:
-            tool = {"nginx": "nginx", "haproxy": "haproxy", "caddy": "caddy"}[kind]
+            tool = PACKAGED[kind]
             if not have(tool):
                 log(f"{tool} is not installed: skipped")
                 continue
@@ -345,7 +374,8 @@ def targets_for(
                     skipped.append(f"{sc.name}: {who}: {why}")
                 continue
             label = srv.name + (f" {v.label}" if v else "")
-            out.append(Target(label, srv, srv.url(sc.port, v.path if v else sc.path)))
+            url = srv.url(sc.port, v.path if v else sc.path)
+            out.append(Target(label, srv, url, v.label if v else None))
     return out
 
 
@@ -368,9 +398,23 @@ def sanity(
             continue
         ok.append(t)
         heads[t.label] = names
-    if not sc.variants:
-        answers.extend(head_differences(sc.name, heads))
+    answers.extend(variant_head_differences(sc.name, ok, heads))
     return ok
+
+
+def variant_head_differences(
+    scenario: str, targets: list[Target], heads: dict[str, set[str]]
+) -> list[str]:
+    """`head_differences` among the targets of each variant (the servers' answers to the same
+    route), or among all of them when the scenario has no variants."""
+    groups: dict[str | None, dict[str, set[str]]] = {}
+    for t in targets:
+        if t.label in heads:
+            groups.setdefault(t.variant, {})[t.label] = heads[t.label]
+    out = []
+    for variant, group in groups.items():
+        out += head_differences(f"{scenario} {variant}" if variant else scenario, group)
+    return out
 
 
 # === measuring ===
@@ -432,13 +476,27 @@ def versions(servers: list[Server], args: argparse.Namespace) -> dict[str, str]:
         "nginx": first_line(["nginx", "-v"]),
         "caddy": first_line(["caddy", "version"]),
         "haproxy": first_line(["haproxy", "-v"]),
+        "h2o": first_line(["h2o", "--version"]),
         "wrk": first_line(["wrk", "-v"]),
         "h2load": first_line(["h2load", "--version"]),
     }
     for s in servers:
         if s.kind == "gateway":
             v[s.name] = first_line([str(s.binary), "version"])
+        if s.kind == "pingora":
+            v["pingora"] = locked_version(PINGORA_LOCK, "pingora")
     return v
+
+
+PINGORA_LOCK = REPO / "benches" / "pingora-proxy" / "Cargo.lock"
+
+
+def locked_version(lock: Path, package: str) -> str:
+    """The version of `package` in a Cargo.lock (the peer program has no version of its own)."""
+    if not lock.is_file():
+        return ""
+    m = re.search(rf'^name = "{re.escape(package)}"\nversion = "([^"]+)"', lock.read_text(), re.M)
+    return f"{package} {m.group(1)}" if m else ""
 
 
 def machine() -> dict[str, str]:

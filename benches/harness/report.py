@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 from scenarios import BY_NAME, SCENARIOS  # noqa: E402
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PEERS = ("nginx", "haproxy", "caddy")  # the peers a "best peer" is chosen among
+PEERS = ("nginx", "haproxy", "caddy", "h2o", "pingora")  # a "best peer" is chosen among these
 COLORS = {
     "hyper": "#7f7f7f",
     "gateway": "#d62728",
@@ -36,6 +36,8 @@ COLORS = {
     "nginx": "#2ca02c",
     "haproxy": "#1f77b4",
     "caddy": "#9467bd",
+    "h2o": "#8c564b",
+    "pingora": "#ff7f0e",
 }
 MB = 1_000_000  # the issue's memory targets are in MB; RSS is measured in KiB
 # A server at or above this share of its core serves all it can: its requests/s then measure
@@ -360,6 +362,52 @@ def targets_section(res: Results) -> list[str]:
     return out + [""]
 
 
+def api_route_section(res: Results) -> list[str]:
+    """The `api-route` scenario, server by server: what the API route's filters cost over the
+    same server's bare proxy route, and how many requests a core serves against nginx's."""
+    sc = "api-route"
+    servers = [t.removesuffix(" api") for t in res.targets.get(sc, []) if t.endswith(" api")]
+    rows = []
+    for c in res.conns(sc):
+        for s in servers:
+            api, bare = f"{s} api", f"{s} bare"
+            if res.cell(sc, c, api) is None:
+                continue
+            filters = res.paired(sc, c, api, bare, "cpu_us_per_req")
+            # nginx's own row would say 1×: its figures are the reference.
+            vs = [
+                res.paired(sc, c, f"{s} {v}", f"nginx {v}", "req_per_core")
+                for v in ("api", "bare")
+                if s != "nginx"
+            ] or [None, None]
+            rows.append(
+                f"| {c} | {s} | {fmt_k(res.med(sc, c, api, 'rps'))} "
+                f"| {fmt_k(res.med(sc, c, api, 'req_per_core'))} "
+                f"({fmt_k(res.med(sc, c, bare, 'req_per_core'))}) "
+                f"| {fmt_ms(res.med(sc, c, api, 'cpu_us_per_req'))} "
+                f"({fmt_ms(res.med(sc, c, bare, 'cpu_us_per_req'))}) "
+                f"| {'—' if filters is None else f'{filters - 1:+.1%}'} "
+                f"| {fmt_ratio(vs[0])} ({fmt_ratio(vs[1])}) |"
+            )
+    if not rows:
+        return []
+    return [
+        "#### The API route",
+        "",
+        "`api-route`: each server's API route (a rate limit nothing reaches, header edits both "
+        "ways, the proxy) beside its bare proxy route, in the same rounds; the bare route's "
+        "figures in brackets. Filters' CPU: the API route's CPU per request over the bare "
+        "route's; vs nginx: requests per fully-used core over nginx's on the same route "
+        "(medians of the per-round ratios).",
+        "",
+        "| conns | server | req/s | req/s per core | CPU µs/req | filters' CPU per request "
+        "| req/s per core vs nginx |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def kernel_floor_section(res: Results) -> list[str]:
     """For each target that asks the gateway to beat a peer by a margin: the CPU per request
     the margin leaves it (the peer's CPU per request over the goal) against the gateway's
@@ -623,7 +671,8 @@ def plot(res: Results, plots: Path, doc_dir: Path) -> list[str]:
 
 
 def render(res: Results, plots: Path | None, doc_dir: Path) -> str:
-    out = header(res) + targets_section(res) + kernel_floor_section(res) + compare_section(res)
+    out = header(res) + targets_section(res) + api_route_section(res) + kernel_floor_section(res)
+    out += compare_section(res)
     out += memory_section(res)
     if plots is not None:
         out += ["#### Plots", ""] + plot(res, plots, doc_dir)

@@ -32,12 +32,14 @@ done
 
 if [ "$install" = 1 ]; then
   # Debian's packages of the peers and the load tools. The stream module of nginx is a separate
-  # package (the L4 scenario needs it); h2load comes with nghttp2-client.
+  # package (the L4 scenario needs it); h2load comes with nghttp2-client. (Pingora, the Rust
+  # peer, is built from benches/pingora-proxy below.)
   need=()
   command -v nginx >/dev/null 2>&1 || need+=(nginx)
   [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
   command -v caddy >/dev/null 2>&1 || need+=(caddy)
   command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+  command -v h2o >/dev/null 2>&1 || need+=(h2o)
   command -v wrk >/dev/null 2>&1 || need+=(wrk)
   command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)  # benches/harness/l4_bulk.py
   command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
@@ -66,6 +68,11 @@ if [ "$build" = 1 ]; then
   # the tree has it) live in the benches crate.
   log "building hyper_hello and h3load (release)"
   cargo build --release -p gateway-benches --bins
+  # The Pingora peer: its own Cargo project and target dir, so that its dependencies stay out
+  # of the workspace's lock file; bench.py skips Pingora without it.
+  log "building the Pingora peer (release)"
+  cargo build --release --manifest-path benches/pingora-proxy/Cargo.toml \
+    --target-dir "$target_dir/pingora" || log "Pingora build failed: that peer will be skipped"
   # The add-header plugin of the Wasm scenario; bench.py skips that scenario without it.
   if [ -f scripts/build-plugins.sh ]; then
     log "building the Wasm plugins"
@@ -88,4 +95,5 @@ exec python3 benches/harness/bench.py \
   --gateway "$gateway" \
   --hyper "$target_dir/release/hyper_hello" \
   --h3load "$target_dir/release/h3load" \
+  --pingora "$target_dir/pingora/release/pingora-proxy-peer" \
   "${args[@]}"

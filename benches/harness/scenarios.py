@@ -20,6 +20,13 @@ BROWSER_HEADERS = [
     "Cookie: session=3f2a9c0d7b1e4a6f; theme=dark",
 ]
 
+# The route an API gateway runs: a local rate limit keyed by client IP that refuses nothing, then
+# the proxy with header edits both ways (set `X-Api-Version` and remove the client's `X-Debug`
+# on the way up; add `X-Content-Type-Options` and hide the backend's `X-Powered-By` on the way
+# down). Measured beside the same proxy route bare, on every server that has both.
+API_PATH = "/api/hello"
+API_HEADERS = ["X-Debug: 1"]
+
 
 # The static files' modification time, set when they are written, so that a revalidation's date
 # is known in advance: nginx answers `If-Modified-Since` with a 304 only for the exact date (its
@@ -32,7 +39,8 @@ STATIC_FILES = {"1k.bin": 1024, "10k.bin": 10240, "100k.bin": 102400, "1m.bin": 
 
 @dataclass
 class Variant:
-    """A gateway-only comparison: the same server, another path (and capability)."""
+    """Another path (and capability) on each server of a scenario: a feature on vs off on the
+    gateway, or a route beside its bare baseline on every server that has both."""
 
     label: str
     path: str
@@ -72,7 +80,7 @@ SCENARIOS = [
     Scenario("static-304", "Revalidation of a 1 KiB file (If-Modified-Since its date: a 304), "
              "keep-alive", "wrk", "http", "/static/1k.bin", "static-small", [200], [200],
              headers=[f"If-Modified-Since: {formatdate(FILES_MTIME, usegmt=True)}"],
-             body_size=0, status=304, peers=["gateway", "nginx", "caddy"]),
+             body_size=0, status=304, peers=["gateway", "nginx", "caddy", "h2o"]),
     Scenario("static-10k", "Static file 10 KiB, keep-alive", "wrk", "http", "/static/10k.bin",
              "static-small", [200], [200], body_size=10240),
     Scenario("static-100k", "Static file 100 KiB, keep-alive", "wrk", "http",
@@ -92,6 +100,11 @@ SCENARIOS = [
              "/proxy/hello", "proxy", [10, 200, 1000], [200], body_size=14),
     Scenario("proxy-close", "Reverse proxy, new client connection per request", "wrk", "http",
              "/proxy/hello", "proxy", [200], [200], close=True, body_size=14),
+    Scenario("api-route", "API route (rate limit, header edits both ways, proxy) beside the bare "
+             "proxy route, keep-alive", "wrk", "http", "", "proxy", [50, 200], [200],
+             headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],
+             variants=[Variant("bare", "/proxy/hello", "proxy"),
+                       Variant("api", API_PATH, "api-route")]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",

@@ -1,5 +1,6 @@
-"""The servers the harness starts: the shared backend, the peers, the gateway (one or two
-builds) and the bare hyper floor. Each gets its config from benches/harness/configs/ with the
+"""The servers the harness starts: the shared backend, the peers (nginx, HAProxy, Caddy, h2o,
+and Pingora as a small program of benches/pingora-proxy), the gateway (one or two builds) and
+the bare hyper floor. Each gets its config from benches/harness/configs/ with the
 placeholders filled in, its own ports, and a CPU: the server under test on the server CPU, the
 backend on the load CPU.
 
@@ -31,10 +32,18 @@ CONFIGS = HERE / "configs"
 CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
-    "nginx": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4"},
+    "nginx": {"hello", "static", "static-small", "proxy", "api-route", "tls", "h2", "l4"},
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
+    # A file server with a strong TLS stack; `hello` from its mruby handler.
+    "h2o": {"hello", "static", "static-small", "tls", "h2"},
+    # A proxy framework: the peer program serves the proxy routes only, over plain HTTP/1.1.
+    "pingora": {"proxy", "api-route"},
 }
+
+# The signal that stops a kind at once (others: SIGTERM). Pingora takes SIGTERM for a graceful
+# shutdown that lasts minutes, its listener (SO_REUSEPORT) still answering beside the next one.
+STOP_SIGNALS = {"pingora": signal.SIGINT}
 
 # Optional sections of configs/gateway.yaml and the capability each one brings.
 GATEWAY_SECTIONS = {
@@ -42,6 +51,7 @@ GATEWAY_SECTIONS = {
     "wasm": "wasm",
     "waf": "waf",
     "rate-limit": "rate-limit",
+    "api-route": "api-route",
     "general": "general",
 }
 
@@ -185,6 +195,7 @@ class Server:
             "nginx": "nginx.conf",
             "haproxy": "haproxy.cfg",
             "caddy": "Caddyfile",
+            "h2o": "h2o.conf",
         }
         if self.kind == "gateway":
             return self._gateway_config()
@@ -259,6 +270,12 @@ class Server:
             }
             cmd = ["caddy", "run", "--config", str(config), "--adapter", "caddyfile"]
             return pin + cmd, env
+        if self.kind == "h2o":
+            return pin + ["h2o", "--conf", str(config)], env
+        if self.kind == "pingora":
+            listen = f"127.0.0.1:{self.ports['http']}"
+            backend = f"127.0.0.1:{self.env.backend_port}"
+            return pin + [str(self.binary), listen, backend], env
         if self.kind == "gateway":
             env["RUST_LOG"] = "warn"
             return pin + [str(self.binary), "run", "--config", str(config)], env
@@ -310,12 +327,12 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM to the process this harness started (nginx's master takes its workers
-        down), then SIGKILL to whatever of its tree is left after 5 s."""
+        """SIGTERM (or the kind's `STOP_SIGNALS`) to the process this harness started (nginx's
+        master takes its workers down), then SIGKILL to whatever of its tree is left after 5 s."""
         if self.proc is None or self.proc.poll() is not None:
             return
         tree = [(pid, procstat.start_time(pid)) for pid in self.pids()[1:]]
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(STOP_SIGNALS.get(self.kind, signal.SIGTERM))
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -170,5 +170,59 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(verdict, "not measured")
 
 
+class ApiRoute(unittest.TestCase):
+    """The `api-route` rows: each server's filters over its bare route, and per core vs nginx."""
+
+    def rows(self, rows: list[dict]) -> dict[tuple[str, str], list[str]]:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "run.csv"
+            with path.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=bench.COLUMNS)
+                w.writeheader()
+                w.writerows(rows)
+            lines = report.api_route_section(report.Results(path))
+        out = {}
+        for line in lines:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 7 and cells[0].isdigit():
+                out[(cells[0], cells[1])] = cells[2:]
+        return out
+
+    def test_filters_cost_and_per_core_ratios(self) -> None:
+        rows = []
+        # (server, route, rps, cpu %) of two rounds; nginx's filters cost 20 % more CPU per
+        # request, the gateway's 25 %, Pingora's 50 %.
+        for rnd in (1, 2):
+            for server, bare, api in (
+                ("gateway", 50_000, 40_000),
+                ("nginx", 60_000, 50_000),
+                ("pingora", 30_000, 20_000),
+            ):
+                rows.append(row("api-route", 200, f"{server} bare", bare, 100.0, rnd))
+                rows.append(row("api-route", 200, f"{server} api", api, 100.0, rnd))
+        # Cells of other scenarios do not make rows.
+        rows.append(row("proxy", 200, "gateway", 50_000, 100.0))
+        out = self.rows(rows)
+        self.assertEqual(set(out), {("200", "gateway"), ("200", "nginx"), ("200", "pingora")})
+        rps, per_core, cpu, filters, vs_nginx = out[("200", "gateway")]
+        self.assertEqual((rps, per_core, cpu), ("40.0k", "40.0k (50.0k)", "25.0 (20.0)"))
+        self.assertEqual(filters, "+25.0%")
+        self.assertEqual(vs_nginx, "0.800× (0.833×)")
+        self.assertEqual(out[("200", "nginx")][3:], ["+20.0%", "— (—)"])
+        self.assertEqual(out[("200", "pingora")][3:], ["+50.0%", "0.400× (0.500×)"])
+
+    def test_a_server_without_its_bare_route_has_no_cost(self) -> None:
+        out = self.rows(
+            [
+                row("api-route", 50, "gateway api", 40_000, 100.0),
+                row("api-route", 50, "nginx api", 50_000, 100.0),
+            ]
+        )
+        self.assertEqual(out[("50", "gateway")][3:], ["—", "0.800× (—)"])
+
+    def test_no_api_route_no_section(self) -> None:
+        self.assertEqual(self.rows([row("proxy", 200, "gateway", 50_000, 100.0)]), {})
+
+
 if __name__ == "__main__":
     unittest.main()

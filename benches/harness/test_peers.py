@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Checks the `api-route` scenario and the h2o and Pingora peers: the configs filled in (and
+accepted by the servers installed here), which targets a scenario expands into, the ports and
+the commands of the new kinds.
+
+    python3 -m unittest discover -s benches/harness -p 'test_*.py'
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+from scenarios import BY_NAME  # noqa: E402
+from servers import (  # noqa: E402
+    CAPABILITIES,
+    CONFIGS,
+    GATEWAY_SECTIONS,
+    Env,
+    Server,
+    drop_sections,
+)
+
+STREAM_MODULE = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
+
+
+def env_in(work: Path) -> Env:
+    return Env(work, work / "root", work / "cert.pem", work / "key.pem", work / "pem", None,
+               21080, "1", "0")  # fmt: skip
+
+
+def self_signed(work: Path) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-subj", "/CN=t", "-keyout", str(work / "key.pem"), "-out",
+         str(work / "cert.pem"), "-days", "1"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+
+
+def server(kind: str, work: Path, base: int = 28000) -> Server:
+    binary = work / kind if kind in ("gateway", "pingora") else None
+    return Server(kind, kind, base, env_in(work), binary=binary)
+
+
+class Configs(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.work = Path(self.tmp.name)
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def nginx_accepts(self, config: Path) -> None:
+        """`nginx -t` on a filled config, as the harness starts it (skipped without nginx)."""
+        if not shutil.which("nginx") or not STREAM_MODULE.is_file():
+            return
+        prefix = self.work / "prefix"
+        prefix.mkdir(exist_ok=True)
+        check = subprocess.run(
+            ["nginx", "-t", "-p", str(prefix), "-e", str(self.work / "err.log"), "-c", str(config)],
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(check.returncode, 0, check.stderr)
+
+    def test_nginx_api_route_does_the_same_work(self) -> None:
+        self_signed(self.work)
+        config = server("nginx", self.work).write_config()
+        assert config is not None
+        text = config.read_text()
+        api = text[text.index("location /api {") :]
+        api = api[: api.index("}")]
+        self.assertIn("limit_req_zone $binary_remote_addr zone=api", text)
+        for line in (
+            "limit_req zone=api burst=100000 nodelay;",
+            'proxy_set_header X-Api-Version "1";',
+            'proxy_set_header X-Debug "";',
+            "add_header X-Content-Type-Options nosniff always;",
+            "proxy_hide_header X-Powered-By;",
+            # The forwarding fields of the bare /proxy route.
+            "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+            'add_header Via "1.1 nginx" always;',
+        ):
+            self.assertIn(line, api)
+        self.assertIn(f"server 127.0.0.1:{env_in(self.work).backend_port};", text)
+        self.nginx_accepts(config)
+
+    def test_the_backend_sends_the_hidden_field_under_api_only(self) -> None:
+        config = server("backend", self.work).write_config()
+        assert config is not None
+        text = config.read_text()
+        root = text[text.index("location / {") : text.index("location /api {")]
+        api = text[text.index("location /api {") :]
+        self.assertNotIn("X-Powered-By", root)
+        self.assertIn("add_header X-Powered-By backend;", api)
+        self.assertEqual(text.count('return 200 "Hello, world!\\n";'), 2)
+        self.nginx_accepts(config)
+
+    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
+        self.assertEqual(GATEWAY_SECTIONS["api-route"], "api-route")
+        text = (CONFIGS / "gateway.yaml").read_text()
+        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {"api-route"})
+        dropped = drop_sections(text, set(GATEWAY_SECTIONS))
+        self.assertIn("name: api\n", kept)
+        self.assertNotIn("name: api\n", dropped)
+        try:
+            import yaml
+        except ImportError:
+            return
+        routes = {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
+                  ["routes"]}  # fmt: skip
+        api, bare = routes["api"], routes["proxy"]
+        self.assertEqual(api["proxy"], bare["proxy"])
+        self.assertNotIn("filters", bare)
+        limit, headers = api["filters"][0]["rate_limit"], api["filters"][1]["headers"]
+        self.assertEqual(
+            (limit["key"], limit["requests"], limit["per"]), ("client_ip", 1000000, "1s")
+        )
+        self.assertEqual(headers["request_set"], {"x-api-version": "1"})
+        self.assertEqual(headers["request_remove"], ["x-debug"])
+        self.assertEqual(headers["response_add"], {"x-content-type-options": "nosniff"})
+        self.assertEqual(headers["response_remove"], ["x-powered-by"])
+
+    def test_h2o_config_is_filled_and_accepted(self) -> None:
+        self_signed(self.work)
+        s = server("h2o", self.work)
+        config = s.write_config()
+        assert config is not None
+        text = config.read_text()
+        self.assertNotIn("{{", text)
+        self.assertIn(f"port: {s.ports['http']}", text)
+        self.assertIn(f"port: {s.ports['tls']}", text)
+        self.assertIn(f"file.dir: {self.work / 'root'}/static", text)
+        if shutil.which("h2o"):
+            check = subprocess.run(["h2o", "-t", "-c", str(config)], capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
+class Commands(unittest.TestCase):
+    def test_pingora_listens_on_its_http_port_and_proxies_to_the_backend(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            s = server("pingora", Path(d), base=28700)
+            self.assertIsNone(s.write_config())
+            cmd, _ = s.command(None)
+        binary = str(Path(d) / "pingora")
+        self.assertEqual(
+            cmd, ["taskset", "-c", "1", binary, "127.0.0.1:28700", "127.0.0.1:21080"]
+        )
+
+    def test_pingora_is_stopped_without_its_graceful_shutdown(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            s = server("pingora", Path(d))
+            # Like Pingora: SIGTERM starts a drain that outlasts the harness's wait, SIGINT ends it.
+            s.proc = subprocess.Popen(
+                [sys.executable, "-c",
+                 "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                 "signal.signal(signal.SIGINT, lambda *_: sys.exit(3)); "
+                 "print(flush=True); time.sleep(30)"],
+                stdout=subprocess.PIPE,
+            )  # fmt: skip
+            assert s.proc.stdout is not None
+            s.proc.stdout.readline()  # the handlers are set
+            s.stop()
+            s.proc.stdout.close()
+            self.assertEqual(s.proc.returncode, 3)
+
+    def test_h2o_runs_its_config(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            cmd, _ = server("h2o", Path(d)).command(Path(d) / "h2o.conf")
+        self.assertEqual(cmd[3:], ["h2o", "--conf", str(Path(d) / "h2o.conf")])
+
+
+class Expansion(unittest.TestCase):
+    """Which targets a scenario becomes on a full set of servers (none started)."""
+
+    def targets(self, name: str, gateway_sections: set[str]) -> tuple[list[str], list[str]]:
+        with tempfile.TemporaryDirectory() as d:
+            servers = [server(k, Path(d)) for k in bench.PEER_KINDS if k != "hyper"]
+        gateway = servers[0]
+        gateway.capabilities |= {GATEWAY_SECTIONS[s] for s in gateway_sections}
+        for s in set(GATEWAY_SECTIONS) - gateway_sections:
+            gateway.skipped_sections[s] = "unknown field `api`"
+        args = argparse.Namespace(h3load=Path("/nonexistent/h3load"))
+        skipped: list[str] = []
+        out = bench.targets_for(BY_NAME[name], servers, args, skipped)
+        return [f"{t.label} {t.url.split('/', 3)[3]}" for t in out], skipped
+
+    def test_api_route_is_each_servers_route_beside_its_bare_route(self) -> None:
+        labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS))
+        self.assertEqual(
+            labels,
+            [
+                "gateway bare proxy/hello",
+                "gateway api api/hello",
+                "nginx bare proxy/hello",
+                "nginx api api/hello",
+                "pingora bare proxy/hello",
+                "pingora api api/hello",
+            ],
+        )
+        self.assertEqual(skipped, [])
+
+    def test_api_route_runs_on_the_main_port_with_the_header_to_remove(self) -> None:
+        sc = BY_NAME["api-route"]
+        self.assertEqual((sc.port, sc.tool, sc.close), ("http", "wrk", False))
+        self.assertIn("X-Debug: 1", sc.headers)
+
+    def test_a_gateway_without_the_section_says_why(self) -> None:
+        labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS) - {"api-route"})
+        self.assertIn("gateway bare proxy/hello", labels)
+        self.assertNotIn("gateway api api/hello", labels)
+        self.assertEqual(skipped, ["api-route: gateway api: unknown field `api`"])
+
+    def test_the_new_peers_take_the_scenarios_they_can_serve(self) -> None:
+        servers_of = {
+            name: {label.split(" ")[0] for label in self.targets(name, set())[0]}
+            for name in ("static-1k", "static-304", "tls-h1-1k", "hello", "proxy", "proxy-close")
+        }
+        for name in ("static-1k", "static-304", "tls-h1-1k", "hello"):
+            self.assertIn("h2o", servers_of[name], name)
+            self.assertNotIn("pingora", servers_of[name], name)
+        for name in ("proxy", "proxy-close"):
+            self.assertIn("pingora", servers_of[name], name)
+            self.assertNotIn("h2o", servers_of[name], name)
+        self.assertEqual(CAPABILITIES["pingora"], {"proxy", "api-route"})
+
+    def test_heads_are_compared_within_a_variant(self) -> None:
+        def target(label: str) -> bench.Target:
+            return bench.Target(label, None, "", label.split(" ")[1])  # type: ignore[arg-type]
+
+        heads = {
+            "gateway bare": {"server", "date", "via"},
+            "nginx bare": {"server", "date", "via"},
+            "gateway api": {"server", "date", "via", "ratelimit", "x-content-type-options"},
+            "nginx api": {"server", "date", "via", "x-content-type-options"},
+        }
+        targets = [target(label) for label in heads]
+        self.assertEqual(
+            bench.variant_head_differences("api-route", targets, heads),
+            ["api-route api: nginx api's answer lacks ratelimit (against gateway api's)"],
+        )
+
+
+class Ports(unittest.TestCase):
+    def test_every_instance_has_its_own_ports(self) -> None:
+        bases = bench.port_bases(21000)
+        self.assertEqual(set(bases), set(bench.PEER_KINDS) | {"gateway-other"})
+        taken = sorted(b + i for b in bases.values() for i in range(5))
+        self.assertEqual(len(taken), len(set(taken)))
+        self.assertTrue(all(21100 <= p <= 21804 for p in taken))
+
+    def test_the_pingora_version_comes_from_its_lock_file(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            lock = Path(d) / "Cargo.lock"
+            lock.write_text(
+                'version = 4\n\n[[package]]\nname = "pingora-core"\nversion = "0.9.0"\n\n'
+                '[[package]]\nname = "pingora"\nversion = "0.9.1"\nsource = "registry"\n'
+            )
+            self.assertEqual(bench.locked_version(lock, "pingora"), "pingora 0.9.1")
+            self.assertEqual(bench.locked_version(lock, "h2"), "")
+            self.assertEqual(bench.locked_version(Path(d) / "none.lock", "pingora"), "")
+
+
+if __name__ == "__main__":
+    unittest.main()
