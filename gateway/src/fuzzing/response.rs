@@ -7,7 +7,9 @@ use bytes::BytesMut;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use http_body::Frame;
 
-use crate::proxy::{BodyFraming, Chunked, Step, response_head as head_map, response_head_text};
+use gateway_http1::decode::{
+    BodyFraming, Chunked, Step, response_head as head_map, response_head_text,
+};
 
 /// A response head as the decoder gave it, in a form both of its entry points can be compared in.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,7 +39,7 @@ fn sorted(mut fields: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
 /// `wire` through [`head_map`], with the header map it built.
 fn parse_map(wire: &[u8], method: &Method) -> (Parsed, Option<HeaderMap>) {
     let mut buf = BytesMut::from(wire);
-    match head_map(&mut buf, method) {
+    match head_map(&mut buf, method, 0) {
         Err(_) => (Parsed::Failed, None),
         Ok(None) => {
             assert_eq!(buf.len(), wire.len(), "an incomplete head consumed bytes");
