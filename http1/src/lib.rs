@@ -15,6 +15,9 @@ pub mod decode;
 pub mod escape;
 pub mod fields;
 pub mod framing;
+/// The fuzz targets' entry points (`http1/fuzz/`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod hop_by_hop;
 pub mod request;
 pub mod response;

@@ -1,5 +1,5 @@
 //! Fuzz checks of the proxy's HTTP/1.1 client reading an upstream's answer: the response head
-//! (`httparse` underneath, the gateway's framing rules on top) and the chunked body decoder.
+//! (`httparse` underneath, the framing rules of [`crate::decode`] on top) and the chunked body decoder.
 //! Both read from a buffer that grows with each read, so their verdicts must not depend on
 //! where the reads split the bytes.
 
@@ -7,9 +7,7 @@ use bytes::BytesMut;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use http_body::Frame;
 
-use gateway_http1::decode::{
-    BodyFraming, Chunked, Step, response_head as head_map, response_head_text,
-};
+use crate::decode::{BodyFraming, Chunked, Step, response_head as head_map, response_head_text};
 
 /// A response head as the decoder gave it, in a form both of its entry points can be compared in.
 #[derive(Debug, PartialEq, Eq)]

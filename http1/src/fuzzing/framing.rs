@@ -2,7 +2,7 @@
 //! depend on how the bytes are split, and they agree with `httparse`, the parser hyper runs
 //! behind them, on where a head ends, where the next request starts and which heads are refused.
 
-use gateway_http1::framing::{Framing, Scan, Violation, escape_target};
+use crate::framing::{Framing, Scan, Violation, escape_target};
 
 /// What the checks made of a connection's bytes, fed the way the IO wrapper feeds them.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,7 +20,7 @@ struct Outcome {
     switch_asked: bool,
 }
 
-/// Feeds `pieces` in order as [`crate::server::checked::CheckedIo`] does: after a `Hold`, the
+/// Feeds `pieces` in order as the server's IO wrapper (`CheckedIo`) does: after a `Hold`, the
 /// held bytes come again in front of the next piece.
 fn feed<'a>(framing: &mut Framing, pieces: impl IntoIterator<Item = &'a [u8]>) -> Outcome {
     let mut released = Vec::new();
