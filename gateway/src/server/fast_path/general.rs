@@ -7,12 +7,9 @@
 //! entry rules refuse or change) but that carries no body and asks for nothing hyper alone
 //! does (`Expect`, `Upgrade`) is not handed to hyper: its head becomes an `http::Request` (the
 //! header values sharing one copy of the head's bytes), the service answers it exactly as it
-//! answers an HTTP/2 or HTTP/3 request, and the response is encoded here as hyper encodes it:
-//! the status line, the fields of the response in order, `Content-Length` when the body's
-//! length is known (declared, or the body's exact size) and the chunked coding otherwise
-//! (trailers only those the response's `Trailer` field declares), no body for `HEAD`, 204 and
-//! 304, `Date` when the response has none, and `Connection: close` when the client asked for
-//! it. A response whose own `Connection` says `close` ends the connection too.
+//! answers an HTTP/2 or HTTP/3 request, and the response is encoded as hyper encodes it
+//! ([`gateway_http1::response`]), its body relayed here. A response whose own `Connection` says
+//! `close` ends the connection too.
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
