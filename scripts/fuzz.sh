@@ -29,13 +29,13 @@ only=("$@")
 # crate directory : target
 all=(
   config:load
+  http1:request_framing
+  http1:h1_differential
+  http1:response_head
+  http1:response_chunked
   gateway:router
   gateway:http1_head
   gateway:waf_decode
-  gateway:request_framing
-  gateway:h1_differential
-  gateway:response_head
-  gateway:response_chunked
   gateway:path_normalize
   gateway:host
   wasm-host:host_calls

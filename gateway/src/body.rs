@@ -50,6 +50,19 @@ impl Body {
         }
     }
 
+    /// What the body says of its length, as hyper's HTTP/1.1 encoders read it: ended already,
+    /// of an exact size, or unknown until it ends.
+    pub(crate) fn length(&self) -> gateway_http1::BodyLength {
+        use gateway_http1::BodyLength;
+        if self.is_end_stream() {
+            BodyLength::Empty
+        } else {
+            self.size_hint()
+                .exact()
+                .map_or(BodyLength::Unknown, BodyLength::Known)
+        }
+    }
+
     /// Wraps any body stream.
     pub fn new<B>(body: B) -> Self
     where

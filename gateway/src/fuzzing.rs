@@ -8,11 +8,10 @@
 //! * [`http1_head`]: fuzzed bytes as a client connection, over an in-memory pipe, through the
 //!   real connection serving, service, router, filter chain (`headers`, `waf`) and `respond`:
 //!   no panic, no hang, and only HTTP/1 responses come back.
-//! * [`request_framing`] and [`h1_differential`] ([`framing`]): the request-side framing checks
-//!   give the same verdicts however the bytes are split, and agree with `httparse`.
-//! * [`response_head`] and [`response_chunked`] ([`response`]): the proxy's reading of an
-//!   upstream's response head and chunked body, split anywhere.
 //! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
+//!
+//! The HTTP/1.1 codec's own targets (request framing, response heads, chunked bodies) live
+//! beside it, in `http1/fuzz/`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -33,12 +32,8 @@ use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 mod entry;
-mod framing;
-mod response;
 
 pub use entry::{host, path_normalize};
-pub use framing::{h1_differential, request_framing};
-pub use response::{response_chunked, response_head};
 
 /// Routes for [`router`]: every kind of condition, on two listeners.
 const ROUTES: &str = r#"
@@ -347,26 +342,6 @@ mod tests {
             let outcome = std::panic::catch_unwind(|| check(&input));
             assert!(outcome.is_ok(), "{target}: {} failed", path.display());
         }
-    }
-
-    #[test]
-    fn request_framing_corpus_replays() {
-        replay("request_framing", super::request_framing);
-    }
-
-    #[test]
-    fn h1_differential_corpus_replays() {
-        replay("h1_differential", super::h1_differential);
-    }
-
-    #[test]
-    fn response_head_corpus_replays() {
-        replay("response_head", super::response_head);
-    }
-
-    #[test]
-    fn response_chunked_corpus_replays() {
-        replay("response_chunked", super::response_chunked);
     }
 
     #[test]

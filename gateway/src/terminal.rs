@@ -15,7 +15,7 @@ use http::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::RequestCx;
-use crate::server::fast_path::push_line;
+use gateway_http1::fields::push_field;
 
 /// A terminal's answer: ready at once, or one boxed future.
 pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
@@ -208,7 +208,7 @@ impl Canned {
         head.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
         head.extend_from_slice(b"\r\n");
         for (name, value) in headers {
-            push_line(&mut head, name.as_str().as_bytes(), value.as_bytes());
+            push_field(&mut head, name.as_str().as_bytes(), value.as_bytes());
         }
         Some(Self {
             head: head.into(),

@@ -152,7 +152,7 @@ impl HttpBody for RawBody {
                 if let Some(Ok(f)) = &mut frame
                     && let Some(trailers) = f.trailers_mut()
                 {
-                    super::trailers::strip(trailers);
+                    gateway_http1::trailers::strip(trailers);
                 }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }

@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use gateway_http1::hop_by_hop::{self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT};
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Uri, Version};
@@ -20,66 +21,11 @@ const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
-/// The hop-by-hop headers removed whatever `Connection` says (RFC 9110 §7.6.1, plus the
-/// pre-standard `Keep-Alive` and `Proxy-Connection`, and HTTP/2's `HTTP2-Settings`). A message's
-/// set of them is a mask with bit `i` for entry `i`.
-static HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    header::TE,
-    header::UPGRADE,
-    header::TRANSFER_ENCODING,
-    header::PROXY_AUTHORIZATION,
-    header::PROXY_AUTHENTICATE,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    HeaderName::from_static("http2-settings"),
-];
-// The entries handled on their own; the rest are simply removed.
-const CONNECTION_BIT: u16 = 1;
-const TE_BIT: u16 = 1 << 1;
-const UPGRADE_BIT: u16 = 1 << 2;
-
-/// `name`'s bit when it is one of [`HOP_BY_HOP`], else 0. Every field of every proxied message goes
-/// through this, twice per request: the name's length picks the one or two entries worth comparing,
-/// rather than comparing it with each `HeaderName` in turn. Names in a `HeaderMap` are lower case
-/// and compared as they are; `Connection` tokens come in any case.
-#[inline]
-fn hop_by_hop_bit_by(name: &[u8], same: impl Fn(&[u8], &[u8]) -> bool) -> u16 {
-    let is = |known: &str| same(name, known.as_bytes());
-    let index = match name.len() {
-        2 if is("te") => 1,
-        7 if is("upgrade") => 2,
-        10 if is("connection") => 0,
-        10 if is("keep-alive") => 6,
-        14 if is("http2-settings") => 8,
-        16 if is("proxy-connection") => 7,
-        17 if is("transfer-encoding") => 3,
-        18 if is("proxy-authenticate") => 5,
-        19 if is("proxy-authorization") => 4,
-        _ => return 0,
-    };
-    1 << index
-}
-
-/// [`hop_by_hop_bit_by`] for a name in a `HeaderMap`.
-fn hop_by_hop_bit(name: &HeaderName) -> u16 {
-    hop_by_hop_bit_by(name.as_str().as_bytes(), |a, b| a == b)
-}
-
-/// [`hop_by_hop_bit_by`] for a `Connection` token.
-pub(super) fn hop_by_hop_token_bit(token: &[u8]) -> u16 {
-    hop_by_hop_bit_by(token, <[u8]>::eq_ignore_ascii_case)
-}
-
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
 /// put back, since the next hop must see both to switch protocols.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
     remove_present(headers, present_hop_by_hop(headers), upgrading);
 }
-
-/// `Proxy-Authorization` and `Proxy-Authenticate`: hop-by-hop, but addressed to this hop, so
-/// filters and plugins (a proxy-authentication check) see them; the proxy removes them.
-const PROXY_AUTH_BITS: u16 = 1 << 4 | 1 << 5;
 
 /// Removes the client's hop-by-hop fields as a request enters, before any filter: the fields
 /// its `Connection` names, `Connection` itself (put back as `upgrade` when the request asks to
@@ -88,6 +34,8 @@ const PROXY_AUTH_BITS: u16 = 1 << 4 | 1 << 5;
 /// `HTTP2-Settings`. So a field a filter sets reaches the upstream whatever the client's
 /// `Connection` lists.
 pub(crate) fn strip_on_entry(headers: &mut HeaderMap) {
+    // `Proxy-Authorization` and `Proxy-Authenticate` are addressed to this hop: filters and
+    // plugins (a proxy-authentication check) see them, and the proxy removes them.
     let present = present_hop_by_hop(headers) & !PROXY_AUTH_BITS;
     if present == 0 {
         return;
@@ -96,13 +44,13 @@ pub(crate) fn strip_on_entry(headers: &mut HeaderMap) {
     remove_present(headers, present, upgrading);
 }
 
-/// The [`HOP_BY_HOP`] entries present, as a mask. One pass over the names (no hashing): a
+/// The [`hop_by_hop::NAMES`] entries present, as a mask. One pass over the names (no hashing): a
 /// removal hashes and probes whether or not the name is there, so only present ones are
 /// removed. Most requests carry none; most upstream responses only `Connection: keep-alive`.
 fn present_hop_by_hop(headers: &HeaderMap) -> u16 {
     headers
         .keys()
-        .fold(0, |mask, name| mask | hop_by_hop_bit(name))
+        .fold(0, |mask, name| mask | hop_by_hop::bit(name))
 }
 
 /// Removes the hop-by-hop fields of `present` (see [`remove_hop_by_hop`]).
@@ -120,7 +68,7 @@ fn remove_present(headers: &mut HeaderMap, present: u16, upgrading: bool) {
         headers.remove(header::CONNECTION);
     }
     let handled_apart = CONNECTION_BIT | TE_BIT | UPGRADE_BIT;
-    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+    for (i, name) in hop_by_hop::NAMES.iter().enumerate() {
         if present & !handled_apart & (1 << i) != 0 {
             headers.remove(name);
         }
@@ -153,7 +101,7 @@ pub(super) fn wants_trailers(te: &[u8]) -> bool {
     })
 }
 
-/// The fields present that `Connection` names as this hop's only. Names in [`HOP_BY_HOP`] are
+/// The fields present that `Connection` names as this hop's only. Names in [`hop_by_hop::NAMES`] are
 /// left out: `remove_hop_by_hop` handles those itself (each removed once, `TE` judged on its
 /// value, `Upgrade` kept when switching protocols). The present names are matched against the
 /// tokens rather than each token made a `HeaderName` and looked up: `keep-alive`, the token most
@@ -164,7 +112,7 @@ fn named_by_connection(headers: &HeaderMap) -> SmallVec<[HeaderName; 2]> {
     for value in headers.get_all(header::CONNECTION) {
         for token in value.as_bytes().split(|&b| b == b',') {
             let token = token.trim_ascii();
-            if !token.is_empty() && hop_by_hop_token_bit(token) == 0 {
+            if !token.is_empty() && hop_by_hop::token_bit(token) == 0 {
                 tokens.push(token);
             }
         }
@@ -175,7 +123,7 @@ fn named_by_connection(headers: &HeaderMap) -> SmallVec<[HeaderName; 2]> {
     headers
         .keys()
         .filter(|name| {
-            hop_by_hop_bit(name) == 0
+            hop_by_hop::bit(name) == 0
                 && tokens
                     .iter()
                     .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes()))
@@ -387,42 +335,6 @@ fn copy_of_value(bytes: Bytes) -> HeaderValue {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn only_hop_by_hop_names_are_recognised() {
-        // Each name has its own bit, and bit `i` is entry `i`'s: removal goes by the entry, so
-        // a wrong bit would remove a header that is not there and leave one that is.
-        for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_bit(name), 1 << i, "{name}");
-            // `Connection` tokens come in any case.
-            let upper = name.as_str().to_ascii_uppercase();
-            assert_eq!(hop_by_hop_token_bit(upper.as_bytes()), 1 << i, "{upper}");
-        }
-        // The bits handled apart are those of their names.
-        assert_eq!(hop_by_hop_bit(&header::CONNECTION), CONNECTION_BIT);
-        assert_eq!(hop_by_hop_bit(&header::TE), TE_BIT);
-        assert_eq!(hop_by_hop_bit(&header::UPGRADE), UPGRADE_BIT);
-        for name in [
-            "host",
-            "x-forwarded-for",
-            "trailer",
-            "keep",
-            "content-length",
-            // The lengths of hop-by-hop names, with other names.
-            "tk",
-            "upgrada",
-            "connectiom",
-            "keep-alivf",
-            "http2-settingz",
-            "proxy-connectioo",
-            "transfer-encodinh",
-            "proxy-authenticatf",
-            "proxy-authorizatioo",
-        ] {
-            assert_eq!(hop_by_hop_bit(&HeaderName::from_static(name)), 0, "{name}");
-            assert_eq!(hop_by_hop_token_bit(name.as_bytes()), 0, "{name}");
-        }
-    }
-
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {

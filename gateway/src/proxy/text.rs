@@ -24,13 +24,13 @@ use super::deadline::Deadline;
 use http::{StatusCode, Version};
 
 use super::body::{Lease, RawBody};
-use super::h1::TextHead;
 use super::headers::{self, ClientText};
 use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
 use crate::error::GatewayError;
-use crate::server::fast_path::push_line;
+use gateway_http1::decode::TextHead;
+use gateway_http1::fields::push_field;
 
 /// What the fast path read of a client's request head.
 pub struct TextRequest<'b> {
@@ -80,7 +80,7 @@ pub struct Answer {
     pub(crate) has_server: bool,
     pub(crate) has_date: bool,
     /// The upstream's `Trailer` values, comma-joined, when it sent any: an HTTP/1.1 client gets
-    /// only the trailers named there ([`super::trailers::is_declared`]), as hyper's encoder
+    /// only the trailers named there ([`gateway_http1::trailers::is_declared`]), as hyper's encoder
     /// sends them on the general path.
     pub(crate) declared_trailers: Option<Box<[u8]>>,
     /// The body, with the attempt's bookkeeping (pool, health, `timeout`) around it.
@@ -114,7 +114,7 @@ impl Forwarding {
     /// The request's head as one attempt writes it, with `host` after the request line.
     fn write_head(&self, w: &mut Vec<u8>, host: &[u8]) {
         w.extend_from_slice(&self.text[..self.line]);
-        push_line(w, b"host", host);
+        push_field(w, b"host", host);
         w.extend_from_slice(&self.text[self.line..self.fields]);
         w.extend_from_slice(b"\r\n");
     }
@@ -161,7 +161,7 @@ impl ProxyRoute {
                 16 if is(b"x-forwarded-host") => continue,
                 _ => {}
             }
-            push_line(&mut text, name, f.value);
+            push_field(&mut text, name, f.value);
         }
         text.extend_from_slice(b"x-forwarded-for: ");
         if xff {
@@ -169,7 +169,7 @@ impl ProxyRoute {
         }
         text.extend_from_slice(client.ip.as_bytes());
         text.extend_from_slice(b"\r\n");
-        let host_text = req.host.and_then(crate::server::fast_path::header_text);
+        let host_text = req.host.and_then(gateway_http1::fields::field_text);
         text.extend_from_slice(b"forwarded: ");
         if forwarded {
             append_prior(&mut text, req.fields, b"forwarded");
@@ -180,9 +180,9 @@ impl ProxyRoute {
             crate::ip_text::push_quoted_bytes(&mut text, host);
         }
         text.extend_from_slice(b"\r\n");
-        push_line(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
+        push_field(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
         if let Some(host) = req.host {
-            push_line(&mut text, b"x-forwarded-host", host);
+            push_field(&mut text, b"x-forwarded-host", host);
         }
         text.extend_from_slice(b"via: 1.1 gateway\r\n");
         let fields = text.len();
@@ -400,7 +400,7 @@ fn client_fields(
         if f.name.eq_ignore_ascii_case("connection") {
             for token in f.value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
-                if !token.is_empty() && headers::hop_by_hop_token_bit(token) == 0 {
+                if !token.is_empty() && gateway_http1::hop_by_hop::token_bit(token) == 0 {
                     named.push(token);
                 }
             }
@@ -433,7 +433,7 @@ fn client_fields(
             }
             _ => {}
         }
-        push_line(out, name, f.value);
+        push_field(out, name, f.value);
     }
     if !declared.is_empty() {
         written.declared_trailers = Some(declared.into_boxed_slice());
@@ -446,7 +446,7 @@ fn client_fields(
 fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8]) {
     for f in fields {
         if f.name.as_bytes().eq_ignore_ascii_case(name)
-            && crate::server::fast_path::header_text(f.value).is_some()
+            && gateway_http1::fields::field_text(f.value).is_some()
         {
             out.extend_from_slice(f.value);
             out.extend_from_slice(b", ");
@@ -459,7 +459,7 @@ fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8])
 /// names `trailers`.
 fn stays_on_this_hop(f: &httparse::Header<'_>, te_seen: &mut bool, out: &mut Vec<u8>) -> bool {
     let name = f.name.as_bytes();
-    if headers::hop_by_hop_token_bit(name) == 0 {
+    if gateway_http1::hop_by_hop::token_bit(name) == 0 {
         return false;
     }
     if name.len() == 2 && !*te_seen {

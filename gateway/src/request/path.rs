@@ -11,6 +11,8 @@
 
 use std::borrow::Cow;
 
+use gateway_http1::escape::push_escaped;
+
 /// What a listener does with `%2F`, `%5C` and `\` in a path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum EscapedSlashes {
@@ -114,12 +116,6 @@ fn hex_value(b: u8) -> Option<u8> {
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
     }
-}
-
-/// Appends `b` percent-encoded: `%` and two upper-case hex digits (RFC 3986 §6.2.2.1).
-pub fn push_escaped(out: &mut Vec<u8>, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
 }
 
 /// Checks and rewrites the escapes (and raw backslashes) of `path`.

@@ -19,9 +19,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::coalesce::WriteGather;
-use super::framing::{Framing, Scan, Violation};
 use super::idle::Activity;
 use super::policy::Rejections;
+use gateway_http1::framing::{Framing, Scan, Violation, escape_target};
 
 /// What hyper is handed instead of a refused request: a method that is not a token, which its
 /// parser answers with 400.
@@ -128,8 +128,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                         n
                     }
                     Scan::Escape(n) => {
-                        this.held
-                            .extend_from_slice(&super::framing::escape_target(&fresh[n..]));
+                        this.held.extend_from_slice(&escape_target(&fresh[n..]));
                         this.rescan = true;
                         n
                     }
@@ -172,7 +171,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for CheckedIo<T> {
                 }
                 Scan::Escape(n) => {
                     this.ready = this.held.split_to(n).freeze();
-                    let escaped = super::framing::escape_target(&this.held);
+                    let escaped = escape_target(&this.held);
                     this.held.clear();
                     this.held.extend_from_slice(&escaped);
                     this.rescan = true;

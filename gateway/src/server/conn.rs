@@ -31,7 +31,6 @@ use crate::context::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
 use crate::server::fast_path;
-use crate::server::framing::Framing;
 use crate::server::idle::{Activity, ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
@@ -39,6 +38,7 @@ use crate::server::sendfile::SendFile;
 use crate::server::streams::{BatchedStreams, StreamBatch};
 use crate::service::{ConnService, HyperService};
 use crate::telemetry::{ListenerMetrics, Telemetry};
+use gateway_http1::framing::Framing;
 
 /// The watchdog table of one listener's HTTP connections.
 pub type ConnWatchdog = Watchdog<ConnDeadlines>;

@@ -45,12 +45,14 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
+use gateway_http1::date;
+use gateway_http1::fields::{field_text, push_field};
 use http::{HeaderMap, Method, StatusCode, Version};
+use stream_proxy::clock::coarse_unix_secs;
 use stream_proxy::watchdog::Signal;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::{ConnWatch, FastPathCounters, ListenerRuntime};
-use super::http_date;
 use super::idle::Verdict;
 use super::sendfile::SendFile;
 use crate::generation::{CompiledRoute, Generation};
@@ -239,20 +241,7 @@ fn classify<'a, 'b: 'a>(req: &'a httparse::Request<'_, 'b>) -> Option<Plain<'a>>
 /// The host a route's `host` condition sees: the `Host` header without its port, `""` when
 /// absent or not visible ASCII (as `router::request_host` reads it from a header map).
 fn host_of(value: Option<&[u8]>) -> &str {
-    value.and_then(header_text).map_or("", strip_port)
-}
-
-/// A raw header value as text when `http::HeaderValue::to_str` would take it (visible ASCII and
-/// tab), without making a `HeaderValue`: the one place the fast path's readers of raw values
-/// (the host here, `Accept-Encoding` in the static files) apply that rule.
-pub(crate) fn header_text(value: &[u8]) -> Option<&str> {
-    if !value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-    {
-        return None;
-    }
-    std::str::from_utf8(value).ok()
+    value.and_then(field_text).map_or("", strip_port)
 }
 
 /// The per-connection side of the fast path: what every answer on the connection shares.
@@ -287,7 +276,7 @@ impl<'a> Lane<'a> {
         ];
         for (name, value) in lines {
             if let Some(value) = value {
-                push_line(&mut listener_lines, name.as_bytes(), value.as_bytes());
+                push_field(&mut listener_lines, name.as_bytes(), value.as_bytes());
             }
         }
         Self {
@@ -353,7 +342,7 @@ impl<'a> Lane<'a> {
                 if !canned.sets_server
                     && let Some(server) = server
                 {
-                    push_line(out, b"server", server.as_bytes());
+                    push_field(out, b"server", server.as_bytes());
                 }
                 out.extend_from_slice(&self.listener_lines);
                 out.extend_from_slice(&canned.length);
@@ -456,7 +445,7 @@ impl<'a> Lane<'a> {
         let out = &mut answers.text;
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         if let Some(server) = server {
-            push_line(out, b"server", server.as_bytes());
+            push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&file.lines);
         out.extend_from_slice(&self.listener_lines);
@@ -567,7 +556,7 @@ impl<'a> Lane<'a> {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         out.extend_from_slice(&file.lines);
         if let Some(server) = server {
-            push_line(out, b"server", server.as_bytes());
+            push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
         end_head(out, close);
@@ -621,11 +610,11 @@ impl<'a> Lane<'a> {
         // As the general path's 206 (`static_files::response::partial`), `Server` last.
         out.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
         out.extend_from_slice(file.representation_lines());
-        push_line(out, b"content-length", len.to_string().as_bytes());
+        push_field(out, b"content-length", len.to_string().as_bytes());
         let content_range = format!("bytes {first}-{last}/{}", file.total());
-        push_line(out, b"content-range", content_range.as_bytes());
+        push_field(out, b"content-range", content_range.as_bytes());
         if let Some(server) = server {
-            push_line(out, b"server", server.as_bytes());
+            push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
         end_head(out, req.close);
@@ -650,7 +639,7 @@ impl<'a> Lane<'a> {
         out.extend_from_slice(b"HTTP/1.1 304 Not Modified\r\n");
         out.extend_from_slice(lines);
         if let Some(server) = server {
-            push_line(out, b"server", server.as_bytes());
+            push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
         end_head(out, close);
@@ -687,15 +676,15 @@ impl<'a> Lane<'a> {
         out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
         out.extend_from_slice(b"\r\n");
         for (name, value) in res.headers() {
-            push_line(out, name.as_str().as_bytes(), value.as_bytes());
+            push_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
         if let Some(server) = server
             && !res.headers().contains_key(http::header::SERVER)
         {
-            push_line(out, b"server", server.as_bytes());
+            push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&self.listener_lines);
-        push_line(out, b"content-length", body.len().to_string().as_bytes());
+        push_field(out, b"content-length", body.len().to_string().as_bytes());
         end_head(out, close);
         if !head {
             answers.push_body(&body, None);
@@ -769,15 +758,7 @@ fn end_head(out: &mut Vec<u8>, close: bool) {
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
-    http_date::push_line(out);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Appends one header line as hyper writes it: `name: value` and CRLF.
-pub(crate) fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
+    date::push_field(out, coarse_unix_secs());
     out.extend_from_slice(b"\r\n");
 }
 

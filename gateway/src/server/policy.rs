@@ -13,8 +13,8 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::body::{Body, BoxError};
 use crate::request::{self, EntryRefusal, EntryRules, EscapedSlashes, PathRules};
-use crate::server::framing::Violation;
 use crate::telemetry::{Counter, Registry};
+use gateway_http1::framing::Violation;
 
 /// Reasons counted besides the framing violations.
 const URI_TOO_LONG: &str = "uri_too_long";

@@ -149,7 +149,7 @@ fn date(headers: &HeaderMap, name: header::HeaderName) -> Option<u64> {
 
 /// An HTTP date's raw value as seconds since the epoch (text as `HeaderValue::to_str` takes it).
 fn http_secs(value: &[u8]) -> Option<u64> {
-    let t = httpdate::parse_http_date(crate::server::fast_path::header_text(value)?).ok()?;
+    let t = httpdate::parse_http_date(gateway_http1::fields::field_text(value)?).ok()?;
     t.duration_since(SystemTime::UNIX_EPOCH)
         .ok()
         .map(|d| d.as_secs())

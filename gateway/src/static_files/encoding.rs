@@ -91,7 +91,7 @@ impl Accept {
         let mut star = None;
         for value in values {
             // Only visible ASCII can name a coding we know; any other header is skipped whole.
-            let Some(value) = crate::server::fast_path::header_text(value) else {
+            let Some(value) = gateway_http1::fields::field_text(value) else {
                 continue;
             };
             for item in value.split(',') {

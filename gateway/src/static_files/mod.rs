@@ -40,7 +40,7 @@ pub use self::sealed::SealedFile;
 use self::stream::FileBody;
 use crate::body::Body;
 use crate::error::error_response;
-use crate::server::fast_path::push_line;
+use gateway_http1::fields::push_field;
 
 /// A compiled `static` terminal.
 pub struct StaticFiles {
@@ -516,7 +516,7 @@ impl StaticFiles {
         // As `response::ok` orders them: the representation's headers, then the length.
         let mut lines = response::representation_lines(&self.head(s, &last_modified));
         let length_at = lines.len();
-        push_line(&mut lines, b"content-length", s.len.to_string().as_bytes());
+        push_field(&mut lines, b"content-length", s.len.to_string().as_bytes());
         LargeFile {
             lines: lines.into(),
             length_at,

@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use super::encoding::Encoding;
 use crate::body::Body;
 use crate::error::error_response;
-use crate::server::fast_path::push_line;
+use gateway_http1::fields::push_field;
 
 /// The header values of one chosen representation.
 #[derive(Clone, Copy)]
@@ -89,7 +89,7 @@ pub(super) fn wire_lines(ok_headers: &HeaderMap) -> bytes::Bytes {
     let mut out = Vec::with_capacity(ok_headers.len() * 40);
     for (name, value) in ok_headers {
         if name != header::SERVER {
-            push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+            push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     out.into()
@@ -103,7 +103,7 @@ pub(super) fn representation_lines(head: &Head<'_>) -> Vec<u8> {
     // Room for the length and range lines the answers add.
     let mut out = Vec::with_capacity(h.len() * 40 + 64);
     for (name, value) in &h {
-        push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
     out
 }
@@ -161,7 +161,7 @@ pub(super) fn not_modified_lines(head: &Head<'_>) -> bytes::Bytes {
     head.validators(&mut h);
     let mut out = Vec::with_capacity(h.len() * 40);
     for (name, value) in &h {
-        push_line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+        push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.into()
 }

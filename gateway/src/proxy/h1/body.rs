@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use super::H1Conn;
-use super::decode::{BodyFraming, Chunked, Step};
 use crate::proxy::pool::Pool;
+use gateway_http1::decode::{BodyFraming, Chunked, Step};
 
 /// Reads for bodies of unknown or large remaining size ask for this much room: large enough
 /// that a bulk transfer costs few system calls, and each read's bytes go out as one frame.

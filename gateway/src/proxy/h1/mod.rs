@@ -15,7 +15,6 @@
 //! upload is then abandoned and the connection not reused.
 
 mod body;
-mod decode;
 mod encode;
 mod io;
 
@@ -26,18 +25,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
+use gateway_http1::decode::{self, TextHead};
+use gateway_http1::request;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use tokio::io::AsyncWrite;
 
 pub(crate) use self::body::ResponseBody;
-pub(crate) use self::decode::{BodyFraming, TextHead};
-/// The response decoder, for the fuzz targets.
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use self::decode::{Chunked, Step, response_head, response_head_text};
 use self::encode::Framing;
 pub(crate) use self::encode::Shared;
 pub(crate) use self::io::{Idle, Io};
+use super::headers::FORWARDING_ROOM;
 use super::pool::{Discard, OpenConn, Pool};
 use crate::body::{Body, BoxError};
 
@@ -341,7 +339,12 @@ impl H1Conn {
         loop {
             if !self.rbuf.is_empty()
                 && let Some(head) =
-                    decode::response_head(&mut self.rbuf, method).map_err(UploadError::Io)?
+                    // Room beyond the upstream's fields: the proxy adds its own to the response,
+                    // and hyper keeps the sent response's map (emptied) for the client's next
+                    // request, to which the proxy adds the forwarding fields. Without it that
+                    // map grows, a rehash, per request.
+                    decode::response_head(&mut self.rbuf, method, FORWARDING_ROOM)
+                            .map_err(UploadError::Io)?
             {
                 return Poll::Ready(Ok(head));
             }
@@ -423,7 +426,7 @@ impl Upload {
             Ok(data) if data.is_empty() => {}
             Ok(data) if self.chunked => {
                 self.out = [
-                    encode::chunk_size(data.len()),
+                    request::chunk_size(data.len()),
                     data,
                     Bytes::from_static(b"\r\n"),
                 ];
@@ -438,7 +441,7 @@ impl Upload {
     fn end(&mut self, trailers: Option<&http::HeaderMap>) {
         self.ended = true;
         if self.chunked {
-            self.out[0] = encode::last_chunk(trailers);
+            self.out[0] = request::last_chunk(trailers);
         }
     }
 

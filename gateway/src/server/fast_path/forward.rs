@@ -20,17 +20,21 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use gateway_http1::Framing;
+use gateway_http1::date;
+use gateway_http1::decode::BodyFraming;
+use gateway_http1::fields::push_field;
+use gateway_http1::trailers;
 use http::StatusCode;
 use http_body::Body as _;
+use stream_proxy::clock::coarse_unix_secs;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answers::{Answers, WriteAll};
-use super::{
-    Ended, Lane, OUT_LIMIT, Observed, Plain, ReadMore, facts, http_date, push_line, until_done,
-};
+use super::{Ended, Lane, OUT_LIMIT, Observed, Plain, ReadMore, facts, until_done};
 use crate::body::Body;
 use crate::generation::Generation;
-use crate::proxy::{Answer, BodyFraming, Forwarding, ProxyRoute, Replaced, TextRequest, trailers};
+use crate::proxy::{Answer, Forwarding, ProxyRoute, Replaced, TextRequest};
 use crate::server::conn::{ConnWatch, ListenerRuntime};
 use crate::server::sendfile::SendFile;
 
@@ -170,7 +174,7 @@ impl Lane<'_> {
         if !answer.has_server
             && let Some(server) = server
         {
-            push_line(text, b"server", server.as_bytes());
+            push_field(text, b"server", server.as_bytes());
         }
         text.extend_from_slice(&self.listener_lines);
         let head = &answer.head;
@@ -185,7 +189,7 @@ impl Lane<'_> {
             (Framing::Length(n), _) | (Framing::Empty, Some(n))
                 if answer.status != StatusCode::NO_CONTENT =>
             {
-                push_line(text, b"content-length", n.to_string().as_bytes());
+                push_field(text, b"content-length", n.to_string().as_bytes());
             }
             _ => {}
         }
@@ -193,19 +197,11 @@ impl Lane<'_> {
             text.extend_from_slice(b"connection: close\r\n");
         }
         if !answer.has_date {
-            http_date::push_line(text);
+            date::push_field(text, coarse_unix_secs());
         }
         text.extend_from_slice(b"\r\n");
         framing
     }
-}
-
-/// How the body goes to the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
-    Empty,
-    Length(u64),
-    Chunked,
 }
 
 /// Writes the head in `out` and then the body, frame by frame: a frame already there joins the
@@ -263,7 +259,7 @@ where
                         for (name, value) in trailers {
                             let name = name.as_str().as_bytes();
                             if trailers::is_declared(declared, name) {
-                                push_line(&mut out.text, name, value.as_bytes());
+                                push_field(&mut out.text, name, value.as_bytes());
                             }
                         }
                     }

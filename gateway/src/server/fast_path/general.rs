@@ -7,25 +7,23 @@
 //! entry rules refuse or change) but that carries no body and asks for nothing hyper alone
 //! does (`Expect`, `Upgrade`) is not handed to hyper: its head becomes an `http::Request` (the
 //! header values sharing one copy of the head's bytes), the service answers it exactly as it
-//! answers an HTTP/2 or HTTP/3 request, and the response is encoded here as hyper encodes it:
-//! the status line, the fields of the response in order, `Content-Length` when the body's
-//! length is known (declared, or the body's exact size) and the chunked coding otherwise
-//! (trailers only those the response's `Trailer` field declares), no body for `HEAD`, 204 and
-//! 304, `Date` when the response has none, and `Connection: close` when the client asked for
-//! it. A response whose own `Connection` says `close` ends the connection too.
+//! answers an HTTP/2 or HTTP/3 request, and the response is encoded as hyper encodes it
+//! ([`gateway_http1::response`]), its body relayed here. A response whose own `Connection` says
+//! `close` ends the connection too.
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRAILER, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
-use http_body::Body as _;
+use gateway_http1::Framing;
+use gateway_http1::response::{self, Answering};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
+use stream_proxy::clock::coarse_unix_secs;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answers::Answers;
-use super::forward::{Client, Framing, gone, relay};
-use super::{Ended, Lane, MAX_HEADERS, http_date, push_line, until_done};
+use super::forward::{Client, gone, relay};
+use super::{Ended, Lane, MAX_HEADERS, until_done};
 use crate::body::Body;
 use crate::server::conn::{ConnWatch, ListenerRuntime};
 use crate::server::sendfile::SendFile;
@@ -120,138 +118,25 @@ impl Lane<'_> {
     }
 }
 
-/// Appends `res`'s head to `out` as hyper's HTTP/1.1 server encodes it, to a `HEAD`
-/// (`head_only`) or another method; `close` is whether the connection ends with it, set when
-/// the response says so. Returns the body's framing and the trailers the response declares.
-///
-/// hyper's rules, kept here so that both paths answer alike: `Connection` and `Trailer` values
-/// are joined into one line each (`Trailer` only where a chunked body may follow); the body's
-/// length decides the framing over a `Content-Length` field (a field beside an empty body is
-/// dropped, except for `HEAD`); with no length written, a body of unknown length goes chunked,
-/// an empty one gets `Content-Length: 0` (not for `HEAD`, 1xx, 204 and 304), a known one its
-/// length (also for `HEAD`); `HEAD`, 1xx, 204 and 304 never carry a body.
+/// Appends `res`'s head to `out` as hyper's HTTP/1.1 server encodes it
+/// ([`response::push_head`]), to a `HEAD` (`head_only`) or another method; `close` is whether
+/// the connection ends with it, set when the response says so. Returns the body's framing and
+/// the trailers the response declares.
 fn push_head(
     res: &Response<Body>,
     head_only: bool,
     close: &AtomicBool,
     out: &mut Answers,
 ) -> (Framing, Option<Vec<u8>>) {
-    let status = res.status();
-    let no_body = head_only
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    let may_have_length = !(status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED);
-    let body = res.body();
-    let body_length = if body.is_end_stream() {
-        BodyLength::Empty
-    } else {
-        body.size_hint()
-            .exact()
-            .map_or(BodyLength::Unknown, BodyLength::Known)
+    let to = Answering {
+        head_only,
+        close: close.load(Ordering::Relaxed),
     };
-    let text = &mut out.text;
-    text.extend_from_slice(b"HTTP/1.1 ");
-    text.extend_from_slice(status.as_str().as_bytes());
-    text.push(b' ');
-    text.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-    text.extend_from_slice(b"\r\n");
-    let headers = res.headers();
-    let mut framing = None;
-    // The fields that frame the body or end the connection are written after the others.
-    for (name, value) in headers {
-        let framing_field = [CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION, TRAILER].contains(name);
-        if !framing_field {
-            push_line(text, name.as_str().as_bytes(), value.as_bytes());
-        }
-    }
-    if let Some(value) = headers.get(CONTENT_LENGTH) {
-        let declared = value.to_str().ok().and_then(|v| v.parse::<u64>().ok());
-        match (body_length, declared) {
-            (BodyLength::Known(n), _) => framing = Some(Framing::Length(n)),
-            (BodyLength::Unknown, Some(n)) => framing = Some(Framing::Length(n)),
-            (BodyLength::Empty, _) if head_only => framing = Some(Framing::Empty),
-            _ => {}
-        }
-        if framing.is_some() {
-            push_line(text, b"content-length", value.as_bytes());
-        }
-    }
-    let joined = |name| {
-        let mut all = headers.get_all(name).iter();
-        let first = all.next()?;
-        let mut line = first.as_bytes().to_vec();
-        for more in all {
-            line.extend_from_slice(b", ");
-            line.extend_from_slice(more.as_bytes());
-        }
-        Some(line)
-    };
-    if framing.is_none()
-        && !no_body
-        && let Some(mut codings) = joined(TRANSFER_ENCODING)
-    {
-        let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
-        if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-            codings.extend_from_slice(b", chunked");
-        }
-        push_line(text, b"transfer-encoding", &codings);
-        framing = Some(Framing::Chunked);
-    }
-    let mut says_close = false;
-    if let Some(connection) = joined(CONNECTION) {
-        says_close = connection
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
-        push_line(text, b"connection", &connection);
-    }
-    let declared = if no_body { None } else { joined(TRAILER) };
-    if let Some(declared) = &declared {
-        push_line(text, b"trailer", declared);
-    }
-    let framing = match framing {
-        Some(framing) => framing,
-        None => match body_length {
-            BodyLength::Unknown if no_body => Framing::Empty,
-            BodyLength::Unknown => {
-                text.extend_from_slice(b"transfer-encoding: chunked\r\n");
-                Framing::Chunked
-            }
-            BodyLength::Empty | BodyLength::Known(0) => {
-                if !head_only && may_have_length {
-                    text.extend_from_slice(b"content-length: 0\r\n");
-                }
-                Framing::Empty
-            }
-            BodyLength::Known(n) => {
-                if may_have_length {
-                    push_line(text, b"content-length", n.to_string().as_bytes());
-                }
-                Framing::Length(n)
-            }
-        },
-    };
-    let framing = if no_body { Framing::Empty } else { framing };
-    if close.load(Ordering::Relaxed) && !says_close {
-        text.extend_from_slice(b"connection: close\r\n");
-    }
-    if says_close {
+    let length = res.body().length();
+    let now = coarse_unix_secs();
+    let written = response::push_head(&mut out.text, res.status(), res.headers(), length, to, now);
+    if written.closes {
         close.store(true, Ordering::Relaxed);
     }
-    if !headers.contains_key(DATE) {
-        http_date::push_line(text);
-    }
-    text.extend_from_slice(b"\r\n");
-    (framing, declared)
-}
-
-/// What the response body says of its length, as hyper's encoder reads it.
-#[derive(Clone, Copy)]
-enum BodyLength {
-    /// The body has ended already.
-    Empty,
-    Known(u64),
-    Unknown,
+    (written.framing, written.trailers)
 }

@@ -10,7 +10,7 @@
 //! The checks here cover those and the ones hyper refuses (so every refusal is counted by
 //! reason). [`Framing`] follows the framing of
 //! every request on an HTTP/1 connection (heads, fixed-length and chunked bodies) over the raw
-//! bytes and reports where such a request starts, so [`super::checked::CheckedIo`] can keep it
+//! bytes and reports where such a request starts, so the server's IO wrapper can keep it
 //! from the parser. It is a pure state machine over `&[u8]`: bytes may arrive split anywhere.
 //!
 //! A chunked request head is judged together with its first chunk-size line (unless the client
@@ -136,7 +136,7 @@ pub fn escape_target(head: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&head[..at]);
     for &b in target {
         if ESCAPED_IN_TARGET.contains(&b) {
-            crate::request::path::push_escaped(&mut out, b);
+            crate::escape::push_escaped(&mut out, b);
         } else {
             out.push(b);
         }

@@ -1,5 +1,5 @@
 //! Fuzz checks of the proxy's HTTP/1.1 client reading an upstream's answer: the response head
-//! (`httparse` underneath, the gateway's framing rules on top) and the chunked body decoder.
+//! (`httparse` underneath, the framing rules of [`crate::decode`] on top) and the chunked body decoder.
 //! Both read from a buffer that grows with each read, so their verdicts must not depend on
 //! where the reads split the bytes.
 
@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use http_body::Frame;
 
-use crate::proxy::{BodyFraming, Chunked, Step, response_head as head_map, response_head_text};
+use crate::decode::{BodyFraming, Chunked, Step, response_head as head_map, response_head_text};
 
 /// A response head as the decoder gave it, in a form both of its entry points can be compared in.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ fn sorted(mut fields: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
 /// `wire` through [`head_map`], with the header map it built.
 fn parse_map(wire: &[u8], method: &Method) -> (Parsed, Option<HeaderMap>) {
     let mut buf = BytesMut::from(wire);
-    match head_map(&mut buf, method) {
+    match head_map(&mut buf, method, 0) {
         Err(_) => (Parsed::Failed, None),
         Ok(None) => {
             assert_eq!(buf.len(), wire.len(), "an incomplete head consumed bytes");

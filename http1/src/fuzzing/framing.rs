@@ -2,7 +2,7 @@
 //! depend on how the bytes are split, and they agree with `httparse`, the parser hyper runs
 //! behind them, on where a head ends, where the next request starts and which heads are refused.
 
-use crate::server::framing::{Framing, Scan, Violation};
+use crate::framing::{Framing, Scan, Violation, escape_target};
 
 /// What the checks made of a connection's bytes, fed the way the IO wrapper feeds them.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,7 +20,7 @@ struct Outcome {
     switch_asked: bool,
 }
 
-/// Feeds `pieces` in order as [`crate::server::checked::CheckedIo`] does: after a `Hold`, the
+/// Feeds `pieces` in order as the server's IO wrapper (`CheckedIo`) does: after a `Hold`, the
 /// held bytes come again in front of the next piece.
 fn feed<'a>(framing: &mut Framing, pieces: impl IntoIterator<Item = &'a [u8]>) -> Outcome {
     let mut released = Vec::new();
@@ -41,7 +41,7 @@ fn feed<'a>(framing: &mut Framing, pieces: impl IntoIterator<Item = &'a [u8]>) -
                 Scan::Escape(n) => {
                     // As the IO wrapper does: the head again, its target escaped, at once.
                     released.extend(held.drain(..n));
-                    let escaped = crate::server::framing::escape_target(&held);
+                    let escaped = escape_target(&held);
                     assert!(escaped != held, "an escape that changes nothing would loop");
                     held = escaped;
                     continue;

@@ -1,7 +1,8 @@
-//! An upstream's HTTP/1.1 response: the head parsed from the connection's buffer (interim 1xx
-//! responses skipped), the body's framing decided by RFC 9112 §6.3, and the chunked coding
-//! decoded with its trailers (less the fields no trailer may carry, [`crate::proxy::trailers`]).
-//! Header values are slices of the received bytes, not copies.
+//! A response as the client reads it (the proxy's upstream HTTP/1.1 responses): the head
+//! parsed from the connection's buffer (interim 1xx responses skipped), the body's framing
+//! decided by RFC 9112 §6.3, and the chunked coding decoded with its trailers (less the fields
+//! no trailer may carry, [`crate::trailers`]). Header values are slices of the received bytes,
+//! not copies.
 //!
 //! Anything ambiguous fails the response rather than guessing: conflicting `Content-Length`
 //! values, a malformed chunk, a head larger than [`MAX_HEAD`]. The caller answers 502 and the
@@ -19,7 +20,7 @@ use http_body::Frame;
 
 /// Largest response head accepted, together with the interim responses before it; and the
 /// largest trailer section.
-pub(crate) const MAX_HEAD: usize = 64 * 1024;
+pub const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields in a response head, as the hyper client was configured before.
 const MAX_FIELDS: usize = 128;
 /// Longest chunk-size line (the size and any extensions).
@@ -27,7 +28,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 
 /// How the response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BodyFraming {
+pub enum BodyFraming {
     /// No body (HEAD, 204, 304, or `Content-Length: 0`).
     Empty,
     /// This many bytes.
@@ -39,14 +40,16 @@ pub(crate) enum BodyFraming {
 }
 
 /// A final response head.
-pub(crate) struct Head {
-    pub(crate) parts: response::Parts,
-    pub(crate) framing: BodyFraming,
+pub struct Head {
+    /// Status, version and fields.
+    pub parts: response::Parts,
+    /// How the body follows.
+    pub framing: BodyFraming,
     /// The upstream lets the connection carry another request after this response, and the
     /// head gives no reason to distrust it.
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
     /// The connection would have been kept but for a 1xx or 204 that declared a body.
-    pub(crate) bodiless_framed: bool,
+    pub bodiless_framed: bool,
 }
 
 fn invalid(what: &'static str) -> io::Error {
@@ -54,8 +57,9 @@ fn invalid(what: &'static str) -> io::Error {
 }
 
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
-/// responses before it). `Ok(None)`: more bytes are needed.
-pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<Option<Head>> {
+/// responses before it), for a request with `method`. `Ok(None)`: more bytes are needed. The
+/// header map has `room` slots beyond the response's fields, for those the caller adds.
+pub fn response_head(buf: &mut BytesMut, method: &Method, room: usize) -> io::Result<Option<Head>> {
     let base = buf.as_ptr() as usize;
     let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         // Names are made now (standard ones are static, others allocate); values become
@@ -80,11 +84,7 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
     };
     buf.advance(skipped);
     let bytes = buf.split_to(len).freeze();
-    // Room beyond the upstream's fields: the proxy adds its own to the response, and hyper
-    // keeps the sent response's map (emptied) for the client's next request, to which the
-    // proxy adds the forwarding fields. Without it that map grows, a rehash, per request.
-    let mut headers =
-        HeaderMap::with_capacity(spans.len() + crate::proxy::headers::FORWARDING_ROOM);
+    let mut headers = HeaderMap::with_capacity(spans.len() + room);
     let mut fields = FramingFields::default();
     // Drained in place: iterating the `SmallVec` by value would first copy its whole inline
     // array into the iterator. Offsets are from where `buf` began, before the
@@ -109,23 +109,26 @@ pub(crate) fn response_head(buf: &mut BytesMut, method: &Method) -> io::Result<O
 
 /// A final response head read as text ([`response_head_text`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TextHead {
-    pub(crate) status: StatusCode,
-    pub(crate) version: Version,
-    pub(crate) framing: BodyFraming,
+pub struct TextHead {
+    /// The final response's status.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// How the body follows.
+    pub framing: BodyFraming,
     /// As [`Head::keep_alive`].
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
     /// As [`Head::bodiless_framed`].
-    pub(crate) bodiless_framed: bool,
+    pub bodiless_framed: bool,
     /// The length `Content-Length` declared when it frames the body (or would have: a `HEAD`
     /// response's, a 304's).
-    pub(crate) length: Option<u64>,
+    pub length: Option<u64>,
 }
 
 /// Parses a final response head from the front of `buf` as [`response_head`] does, without
 /// making a header map: `read` gets the status and the fields while they are slices of `buf`
 /// (the proxy's fast path writes the client's head from them), and the head is consumed after.
-pub(crate) fn response_head_text<R>(
+pub fn response_head_text<R>(
     buf: &mut BytesMut,
     method: &Method,
     read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R,
@@ -386,7 +389,7 @@ fn parse_decimal(s: &[u8]) -> Option<u64> {
 
 /// Where a chunked body's decoding stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Chunked {
+pub enum Chunked {
     /// Expecting a chunk-size line.
     Size,
     /// Inside a chunk's data, with this many bytes left.
@@ -401,7 +404,8 @@ pub(crate) enum Chunked {
 
 /// One step of chunked decoding.
 #[derive(Debug)]
-pub(crate) enum Step {
+pub enum Step {
+    /// Data, or the trailers (less the fields no trailer carries), which end the body.
     Frame(Frame<Bytes>),
     /// The buffer holds no complete next element.
     NeedMore,
@@ -411,7 +415,7 @@ pub(crate) enum Step {
 
 impl Chunked {
     /// Decodes the next frame from `buf`.
-    pub(crate) fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+    pub fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
         loop {
             match *self {
                 Chunked::Size => {
@@ -470,7 +474,7 @@ impl Chunked {
                         Ok(httparse::Status::Complete((len, parsed))) => {
                             let mut map = HeaderMap::with_capacity(parsed.len());
                             for f in parsed {
-                                if crate::proxy::trailers::is_forbidden(f.name.as_bytes()) {
+                                if crate::trailers::is_forbidden(f.name.as_bytes()) {
                                     continue;
                                 }
                                 let name = HeaderName::from_bytes(f.name.as_bytes())
@@ -500,7 +504,7 @@ impl Chunked {
     /// [`Chunked::settle`], so a body whose end is already buffered reports it with its last
     /// frame. A fault `settle` finds is left where it is (it consumes nothing it cannot
     /// decode): the next call meets it again and reports it, after this frame's data went out.
-    pub(crate) fn next(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+    pub fn next(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
         let step = self.step(buf)?;
         if matches!(step, Step::Frame(_)) {
             // A fault here is reported by the next call.
@@ -511,7 +515,7 @@ impl Chunked {
 
     /// Consumes what needs no frame to be produced (a chunk's CRLF, the last chunk, an empty
     /// trailer section), so that a body whose end is already buffered reports it at once.
-    pub(crate) fn settle(&mut self, buf: &mut BytesMut) -> io::Result<()> {
+    pub fn settle(&mut self, buf: &mut BytesMut) -> io::Result<()> {
         if *self == Chunked::DataEnd {
             if buf.len() < 2 {
                 return Ok(());
@@ -568,5 +572,4 @@ fn chunk_size(line: &[u8]) -> io::Result<u64> {
 }
 
 #[cfg(test)]
-#[path = "decode_tests.rs"]
 mod tests;

@@ -6,7 +6,7 @@ use http::{Method, StatusCode, Version};
 use super::*;
 
 fn parse(text: &str, method: &Method) -> io::Result<Option<Head>> {
-    response_head(&mut BytesMut::from(text), method)
+    response_head(&mut BytesMut::from(text), method, 0)
 }
 
 fn framing_of(text: &str) -> (BodyFraming, bool) {
@@ -19,7 +19,7 @@ fn a_head_is_parsed_with_its_fields_and_the_body_left_in_the_buffer() {
     let mut buf = BytesMut::from(
         "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello",
     );
-    let head = response_head(&mut buf, &Method::POST).unwrap().unwrap();
+    let head = response_head(&mut buf, &Method::POST, 0).unwrap().unwrap();
     assert_eq!(head.parts.status, StatusCode::CREATED);
     assert_eq!(head.parts.version, Version::HTTP_11);
     let xa: Vec<_> = head.parts.headers.get_all("x-a").iter().collect();
@@ -66,7 +66,7 @@ fn interim_responses_are_skipped() {
     let mut buf = BytesMut::from(
         "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
     );
-    let head = response_head(&mut buf, &Method::GET).unwrap().unwrap();
+    let head = response_head(&mut buf, &Method::GET, 0).unwrap().unwrap();
     assert_eq!(head.parts.status, StatusCode::OK);
     assert!(head.parts.headers.get("link").is_none());
     assert!(buf.is_empty());
@@ -271,7 +271,7 @@ fn values_hold_only_the_bytes_a_field_value_may_hold() {
         let mut wire = b"HTTP/1.1 204 No Content\r\nX-V: ".to_vec();
         wire.extend_from_slice(value);
         wire.extend_from_slice(b"\r\n\r\n");
-        response_head(&mut BytesMut::from(&wire[..]), &Method::GET)
+        response_head(&mut BytesMut::from(&wire[..]), &Method::GET, 0)
     };
     for byte in 0..=u8::MAX {
         let value = [b'a', byte, b'z'];

@@ -1,7 +1,8 @@
-//! The `Date` header line of responses written without hyper (the HTTP/1.1 fast path): one
-//! formatted line per thread, rendered again only when the second changes, as hyper does for
-//! its own responses. The second is read from the coarse wall clock (the kernel's last tick),
-//! which costs a few loads where the precise clock costs a TSC read and a subtraction.
+//! The `Date` field line of responses the gateway writes itself (the server's fast path, the
+//! responses it encodes for the service): one formatted line per thread, rendered again only
+//! when the second changes, as hyper does for its own responses. The caller says which second
+//! it is: the gateway reads it from the coarse wall clock (the kernel's last tick), which costs
+//! a few loads where the precise clock costs a TSC read and a subtraction.
 
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,11 +25,10 @@ thread_local! {
     };
 }
 
-/// Appends the current `Date` header line (with its CRLF) to `out`.
-pub(super) fn push_line(out: &mut Vec<u8>) {
-    // The coarse clock lags the precise one by at most a kernel tick (1–10 ms): a `Date` that
-    // turns over that much late, well inside the second it shows.
-    let mut second = stream_proxy::clock::coarse_unix_secs();
+/// Appends the `Date` field line (with its CRLF) of `second`, whole seconds since the Unix
+/// epoch, to `out`. A `second` of 0 is a clock that could not be read: the system clock is
+/// asked instead.
+pub fn push_field(out: &mut Vec<u8>, mut second: u64) {
     if second == 0 {
         second = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -59,7 +59,8 @@ mod tests {
     #[test]
     fn the_line_is_a_parseable_http_date_of_now() {
         let mut out = Vec::new();
-        push_line(&mut out);
+        // 0: the caller's clock failed, and the system clock gives the second.
+        push_field(&mut out, 0);
         let text = std::str::from_utf8(&out).unwrap();
         let value = text
             .strip_prefix("date: ")
@@ -70,7 +71,18 @@ mod tests {
         assert!(age.as_secs() <= 2, "{text:?}");
         // A second call in the same second appends the same line.
         let mut again = Vec::new();
-        push_line(&mut again);
+        push_field(&mut again, 0);
         assert_eq!(again.len(), LINE_LEN);
+    }
+
+    #[test]
+    fn the_line_shows_the_second_it_is_given() {
+        let mut out = Vec::new();
+        push_field(&mut out, 784_111_777);
+        push_field(&mut out, 784_111_778);
+        assert_eq!(
+            out,
+            b"date: Sun, 06 Nov 1994 08:49:37 GMT\r\ndate: Sun, 06 Nov 1994 08:49:38 GMT\r\n"
+        );
     }
 }

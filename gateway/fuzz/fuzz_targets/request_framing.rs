@@ -1,5 +1,0 @@
-//! A client connection's bytes through the request-side framing checks, whole, in pieces and
-//! byte by byte: the same verdicts every way (see `gateway::fuzzing::request_framing`).
-#![no_main]
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| gateway::fuzzing::request_framing(data));
