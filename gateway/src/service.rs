@@ -122,7 +122,7 @@ impl ConnService {
         let in_flight = InFlight(self.activity.clone());
         let limit = self.body_read_timeout;
         let req = req.map(|b| match limit {
-            Some(limit) => Body::incoming_with_timeout(b, limit),
+            Some(limit) => crate::server::policy::incoming_with_timeout(b, limit),
             None => Body::incoming(b),
         });
         self.serve(req, Some(in_flight))
