@@ -14,7 +14,8 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::Body;
-use crate::context::{ConnInfo, RequestCx};
+use crate::connection::ConnInfo;
+use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{Started, Tail, with_server};
 use crate::generation::{CompiledRoute, Generation};

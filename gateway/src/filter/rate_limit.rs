@@ -36,7 +36,8 @@ use tokio::time::Instant;
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::cluster::{Cluster, GlobalLimiter};
-use crate::context::{RequestCx, client_ip_hash};
+use crate::connection::client_ip_hash;
+use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::ip_text::push_decimal;
 use crate::telemetry::{Counter, Registry};
@@ -839,7 +840,7 @@ mod tests {
             client_ip_hash("10.0.0.2".parse().unwrap())
         );
         // A connection's cached hash is the same key.
-        let conn = crate::context::ConnInfo::new(
+        let conn = crate::connection::ConnInfo::new(
             "[::ffff:10.0.0.1]:4000".parse().unwrap(),
             "127.0.0.1:80".parse().unwrap(),
             Arc::from("l"),

@@ -36,7 +36,6 @@ pub(crate) use h1::BodyFraming;
 /// The HTTP/1.1 client's response decoder, for the fuzz targets (`crate::fuzzing`).
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use h1::{Chunked, Step, response_head, response_head_text};
-pub use headers::ClientText;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -27,7 +27,7 @@ use stream_proxy::watchdog::{Signal, Watch, Watchdog};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
 use crate::server::fast_path;

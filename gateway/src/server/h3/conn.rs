@@ -16,7 +16,7 @@ use super::body::{RequestBody, send_response};
 use super::endpoint::H3Runtime;
 use super::quic::{self, EarlyStreams};
 use crate::body::Body;
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::error::error_response;
 use crate::filter::with_server;
 use crate::server::idle::Activity;
