@@ -7,6 +7,7 @@ pub mod admin;
 pub mod body;
 pub mod certs;
 pub mod cluster;
+pub mod collectors;
 pub mod connection;
 pub mod context;
 pub mod error;

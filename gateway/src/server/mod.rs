@@ -102,7 +102,7 @@ impl Gateway {
             }),
         };
         gateway.apply_admin(&config)?;
-        crate::telemetry::register_collectors(
+        crate::collectors::register(
             &gateway.inner.cx.telemetry,
             gateway.inner.cx.generation.clone(),
         );
