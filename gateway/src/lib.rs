@@ -14,6 +14,7 @@ pub mod error;
 pub mod filter;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod gcra;
 pub mod generation;
 pub mod ip_text;
 pub mod memory;
