@@ -20,6 +20,7 @@ pub mod streams;
 pub mod tls;
 mod watch;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -383,6 +384,28 @@ impl Gateway {
         tracing::info!("shutting down: draining connections");
         self.shutdown().await;
         tracing::info!("stopped");
+    }
+}
+
+impl crate::admin::Control for Gateway {
+    fn generation(&self) -> Arc<Generation> {
+        Gateway::generation(self)
+    }
+
+    fn telemetry(&self) -> &Telemetry {
+        Gateway::telemetry(self)
+    }
+
+    fn is_ready(&self) -> bool {
+        Gateway::is_ready(self)
+    }
+
+    fn reload(&self) -> impl Future<Output = Result<(), GatewayError>> + Send {
+        Gateway::reload(self)
+    }
+
+    fn renew_certificates(&self, name: Option<&str>) -> Option<usize> {
+        Gateway::renew_certificates(self, name)
     }
 }
 
