@@ -22,7 +22,6 @@ pub mod proxy;
 pub mod request;
 pub mod router;
 pub mod server;
-pub mod service;
 pub mod static_files;
 pub mod telemetry;
 pub mod terminal;

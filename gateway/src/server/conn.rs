@@ -36,8 +36,8 @@ use crate::server::idle::{Activity, ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
 use crate::server::sendfile::SendFile;
+use crate::server::service::{ConnService, HyperService};
 use crate::server::streams::{BatchedStreams, StreamBatch};
-use crate::service::{ConnService, HyperService};
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 /// The watchdog table of one listener's HTTP connections.

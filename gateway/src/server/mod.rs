@@ -16,6 +16,7 @@ pub mod linger;
 pub mod listeners;
 pub mod policy;
 pub mod sendfile;
+pub mod service;
 pub mod streams;
 pub mod tls;
 mod watch;

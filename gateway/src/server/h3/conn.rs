@@ -20,7 +20,7 @@ use crate::connection::ConnInfo;
 use crate::error::error_response;
 use crate::filter::with_server;
 use crate::server::idle::Activity;
-use crate::service::ConnService;
+use crate::server::service::ConnService;
 
 /// HTTP/3's "no error" code (RFC 9114 §8.1), for closing a connection that is done.
 const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
