@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use gateway::Body;
-use gateway::context::{ConnInfo, RequestCx};
+use gateway::connection::ConnInfo;
+use gateway::context::RequestCx;
 use gateway::filter::{Chain, FilterFactory, HttpFilter};
 use gateway::terminal::{Respond, Terminal};
 use http::{HeaderValue, Request};

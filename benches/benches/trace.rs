@@ -20,7 +20,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use gateway::Body;
-use gateway::context::ConnInfo;
+use gateway::connection::ConnInfo;
 use gateway::telemetry::trace::ServerSpan;
 use gateway::telemetry::trace::http_spans::Target;
 use gateway::telemetry::{Registry, Tracer};

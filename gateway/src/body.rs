@@ -2,15 +2,11 @@
 //! allocation for the common cases (no body, one buffer, hyper's own incoming body) and boxes
 //! only genuinely streaming bodies (files, filtered or compressed streams, upstream responses).
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-
-use crate::error::GatewayError;
 
 /// Errors carried inside body streams.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -80,82 +76,6 @@ impl Body {
         Self {
             kind: Kind::Incoming(body),
         }
-    }
-
-    /// Wraps hyper's incoming body so that waiting longer than `limit` for its next bytes
-    /// fails it with [`GatewayError::BodyReadTimeout`] (a slow-loris upload). Requests without a
-    /// body are not wrapped, so they cost nothing extra.
-    pub fn incoming_with_timeout(body: hyper::body::Incoming, limit: Duration) -> Self {
-        if body.is_end_stream() {
-            return Self::incoming(body);
-        }
-        Self::new(ReadTimeout {
-            body,
-            limit,
-            timer: None,
-            armed: false,
-            expired: false,
-        })
-    }
-}
-
-/// A request body whose reads are bounded in time: the clock runs only while the reader waits
-/// for bytes, so a slow consumer (an upstream applying backpressure) does not count.
-struct ReadTimeout {
-    body: hyper::body::Incoming,
-    limit: Duration,
-    /// Created on the first wait and reset afterwards, so a long upload allocates one timer.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether the timer measures the current wait.
-    armed: bool,
-    expired: bool,
-}
-
-impl HttpBody for ReadTimeout {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        if this.expired {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut this.body).poll_frame(cx) {
-            Poll::Ready(r) => {
-                this.armed = false;
-                Poll::Ready(r.map(|f| f.map_err(Into::into)))
-            }
-            Poll::Pending => {
-                let deadline = tokio::time::Instant::now() + this.limit;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if !this.armed {
-                    timer.as_mut().reset(deadline);
-                    this.armed = true;
-                }
-                match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        this.expired = true;
-                        Poll::Ready(Some(Err(Box::new(GatewayError::BodyReadTimeout(
-                            this.limit,
-                        )))))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.expired || self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

@@ -90,9 +90,7 @@ impl GatewayError {
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             // A body cut off at the listener's `max_body_size` fails the same way as a broken
             // one; the marker error inside tells them apart.
-            Self::RequestBody(e) if crate::server::policy::is_body_limit(&**e) => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
+            Self::RequestBody(e) if is_body_limit(&**e) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyReadTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::RequestBody(e) if is_body_read_timeout(&**e) => StatusCode::REQUEST_TIMEOUT,
             Self::RequestBody(_) => StatusCode::BAD_REQUEST,
@@ -119,6 +117,24 @@ impl GatewayError {
     pub fn into_response(self) -> Response<Body> {
         error_response(self.status())
     }
+}
+
+/// The error a body over the listener's limit fails with; the proxy and the body-buffering
+/// filters turn it into `413`.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub struct BodyLimitExceeded(pub u64);
+
+/// Whether `error` (or anything it wraps) is a body over the listener's limit.
+pub fn is_body_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(error);
+    while let Some(e) = cur {
+        if e.is::<BodyLimitExceeded>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// Whether a body error is (or wraps, as hyper's client does) a body read timeout.

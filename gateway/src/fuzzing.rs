@@ -23,7 +23,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::filter::waf::normalize;
 use crate::generation::Generation;
 use crate::router::{Matcher, Router, request_host};

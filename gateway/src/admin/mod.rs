@@ -12,6 +12,7 @@ mod access;
 mod redact;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -23,15 +24,33 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::Gateway;
+use crate::error::GatewayError;
+use crate::generation::Generation;
+use crate::telemetry::Telemetry;
 use access::{Guard, Refusal};
 pub use redact::redact;
 
+/// What the admin API reads and drives in the running gateway. [`crate::server::Gateway`]
+/// implements it: the admin API names only this, so it sits below the server that starts it.
+pub trait Control: Clone + Send + Sync + 'static {
+    /// The generation serving now.
+    fn generation(&self) -> Arc<Generation>;
+    /// The gateway's telemetry (`GET /metrics` renders its registry).
+    fn telemetry(&self) -> &Telemetry;
+    /// Whether the gateway serves, not draining.
+    fn is_ready(&self) -> bool;
+    /// Reloads the config file: the located error when the new config is not used.
+    fn reload(&self) -> impl Future<Output = Result<(), GatewayError>> + Send;
+    /// Starts the renewal of the named ACME certificate, or of all of them: how many, or
+    /// `None` for a name that is not an ACME certificate.
+    fn renew_certificates(&self, name: Option<&str>) -> Option<usize>;
+}
+
 /// Serves the admin API, bound at `local`, until `stop` is cancelled.
-pub async fn serve(
+pub async fn serve<G: Control>(
     listener: TcpListener,
     local: SocketAddr,
-    gateway: Gateway,
+    gateway: G,
     stop: CancellationToken,
 ) {
     let guard = Arc::new(Guard::new(local, &gateway.telemetry().registry));
@@ -104,7 +123,11 @@ fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
     res
 }
 
-async fn handle(gw: &Gateway, guard: &Guard, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle<G: Control>(
+    gw: &G,
+    guard: &Guard,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let probe = req.method() == Method::GET && matches!(req.uri().path(), "/health" | "/ready");
     if !probe {
         let generation = gw.generation();

@@ -8,13 +8,14 @@ pub mod acme;
 pub mod challenge;
 pub mod fetch;
 pub mod ocsp;
+mod sni;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::server::tls::{LoadedCert, SniResolver};
 use crate::telemetry::metrics::Registry;
 use challenge::Challenges;
+pub use sni::{LoadedCert, SniResolver};
 
 /// One ACME certificate as resolvers see it.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ mod link;
 pub mod rate_limit;
 mod shared_data;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -34,6 +34,17 @@ pub use rate_limit::GlobalLimiter;
 use crate::telemetry::{Counter, Registry};
 use health::{Ejection, HealthShare};
 use link::{Link, RECONNECT_EVERY};
+
+/// Who is told that a global queue got a message: the Wasm host registers itself when it is
+/// created, so the cluster, below it, does not name it. Until then nobody listens, as no plugin
+/// was ever loaded.
+static QUEUE_LISTENER: OnceLock<fn(&str, &str)> = OnceLock::new();
+
+/// Registers the process's listener for global queue messages (`vm_id`, queue name); only the
+/// first registration counts.
+pub fn on_global_queue(listener: fn(&str, &str)) {
+    let _ = QUEUE_LISTENER.set(listener);
+}
 
 /// One gateway's connection to the cluster.
 pub struct Cluster {
@@ -237,8 +248,9 @@ async fn subscribe(cluster: Weak<Cluster>, stop: CancellationToken) {
                     c.health.apply(&c.instance, &payload);
                 } else if let Some((vm, name)) =
                     wasm_host::shared::split_global_queue_name(&payload)
+                    && let Some(notify) = QUEUE_LISTENER.get()
                 {
-                    crate::wasm::notify_global_queue(vm, name);
+                    notify(vm, name);
                 }
             }
             redis::RedisResult::Ok(())

@@ -1,5 +1,5 @@
 //! `scope: global` rate limits: the same GCRA as the local limiter
-//! ([`crate::filter::rate_limit::Limiter`]), with the bucket's theoretical arrival time kept in
+//! ([`crate::gcra::Limiter`]), with the bucket's theoretical arrival time kept in
 //! Redis and updated by one Lua script, so a decision is atomic across instances and costs one
 //! round trip (EVALSHA; the script is loaded again by EVAL after a Redis restart). Time is the
 //! Redis server's (`TIME`), so the instances' clocks need not agree.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::link::Link;
-use crate::filter::rate_limit::Decision;
+use crate::gcra::Decision;
 
 /// KEYS[1]: the bucket. ARGV: interval and tolerance in microseconds. Returns
 /// `{allowed, ahead_us, retry_us}` where `ahead_us` is how far the bucket's arrival time is
@@ -121,7 +121,7 @@ mod tests {
         ));
         // 3 per second, no burst: interval 333_333 us, tolerance 666_666 us.
         let g = GlobalLimiter::new(link, "gw:rl:r:0:".into(), 3, Duration::from_secs(1), 0);
-        let local = crate::filter::rate_limit::Limiter::new(3, Duration::from_secs(1), 0);
+        let local = crate::gcra::Limiter::new(3, Duration::from_secs(1), 0);
         let k = local.value_key(b"k");
         for i in 1..=3u64 {
             let want = local.check_at(k, 0);

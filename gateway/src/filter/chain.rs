@@ -1154,7 +1154,7 @@ mod tests {
     use http::{request, response};
 
     use super::*;
-    use crate::context::ConnInfo;
+    use crate::connection::ConnInfo;
     use crate::terminal::Respond;
 
     type Journal = Arc<StdMutex<Vec<String>>>;

@@ -3,8 +3,6 @@
 //! `Forwarded` appended to; `X-Forwarded-Proto` and `X-Forwarded-Host` set, since the gateway
 //! is the edge and a client must not be able to claim `https`), and `Via` both ways.
 
-use std::net::IpAddr;
-
 use bytes::Bytes;
 use gateway_http1::hop_by_hop::{self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT};
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
@@ -12,14 +10,15 @@ use http::uri::PathAndQuery;
 use http::{Uri, Version};
 use smallvec::SmallVec;
 
+/// Made once per connection, with its facts; the proxy's text forwarding names it here.
+pub(super) use crate::connection::ClientText;
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 pub(super) const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
 const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
-const HTTP: HeaderValue = HeaderValue::from_static("http");
-const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
 /// Removes hop-by-hop headers. With `upgrading`, `Upgrade` stays and `Connection: upgrade` is
 /// put back, since the next hop must see both to switch protocols.
@@ -160,44 +159,6 @@ pub(crate) fn via(version: Version) -> HeaderValue {
         Version::HTTP_3 => "3 gateway",
         _ => "1.1 gateway",
     })
-}
-
-/// A connection's client address as the forwarding headers write it, made once per connection
-/// (the requests of a keep-alive connection reuse it): formatting the address, and checking the
-/// values made from it, were most of what the forwarding headers cost a proxied request.
-#[derive(Debug)]
-pub struct ClientText {
-    /// The address alone: the element `X-Forwarded-For` gets.
-    pub(super) ip: HeaderValue,
-    /// `for=ADDRESS;proto=SCHEME`: the element `Forwarded` gets, before its host.
-    pub(super) element: Box<str>,
-    /// `X-Forwarded-Proto`: the scheme the client connected with.
-    pub(super) proto: HeaderValue,
-}
-
-impl ClientText {
-    /// Made once per connection, so each text is built at its final size: a `String` grown
-    /// and then shrunk into a `Box<str>` reallocated, and a `HeaderValue` made from a `String`
-    /// with room to spare allocated a second block for the `Bytes`' shared header.
-    pub(crate) fn new(client: IpAddr, tls: bool) -> Self {
-        let mut buf = [0u8; 48];
-        // ASCII digits, dots, colons and hex letters: always UTF-8, and a valid field value.
-        let ip = std::str::from_utf8(crate::ip_text::ip_text(client, &mut buf)).unwrap_or_default();
-        let (open, close) = match client {
-            IpAddr::V4(_) => ("for=", ""),
-            IpAddr::V6(_) => ("for=\"[", "]\""),
-        };
-        let proto = if tls { ";proto=https" } else { ";proto=http" };
-        let mut element = String::with_capacity(open.len() + ip.len() + close.len() + proto.len());
-        for part in [open, ip, close, proto] {
-            element.push_str(part);
-        }
-        Self {
-            ip: HeaderValue::from_str(ip).unwrap_or(HeaderValue::from_static("unknown")),
-            element: element.into_boxed_str(),
-            proto: if tls { HTTPS } else { HTTP },
-        }
-    }
 }
 
 /// Header fields the proxy may add to a request or response it forwards (`X-Forwarded-*`,

@@ -32,7 +32,6 @@ pub(crate) mod trailers;
 mod upgrade;
 mod upstream;
 
-pub use headers::ClientText;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -27,7 +27,7 @@ use stream_proxy::watchdog::{Signal, Watch, Watchdog};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
 use crate::server::fast_path;
@@ -35,8 +35,8 @@ use crate::server::idle::{Activity, ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
 use crate::server::policy::ListenerPolicy;
 use crate::server::sendfile::SendFile;
+use crate::server::service::{ConnService, HyperService};
 use crate::server::streams::{BatchedStreams, StreamBatch};
-use crate::service::{ConnService, HyperService};
 use crate::telemetry::{ListenerMetrics, Telemetry};
 use gateway_http1::framing::Framing;
 

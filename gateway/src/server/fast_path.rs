@@ -58,7 +58,7 @@ use super::sendfile::SendFile;
 use crate::generation::{CompiledRoute, Generation};
 use crate::request;
 use crate::router::strip_port;
-use crate::service::{ConnService, RequestFacts};
+use crate::server::service::{ConnService, RequestFacts};
 use crate::static_files::{
     LargeFile, Looked, Missed, Prepared, PreparedFile, RangeSpec, Ranged, Recheck, Revalidation,
     StaticFiles,

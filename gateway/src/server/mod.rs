@@ -14,10 +14,12 @@ pub mod linger;
 pub mod listeners;
 pub mod policy;
 pub mod sendfile;
+pub mod service;
 pub mod streams;
 pub mod tls;
 mod watch;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -100,7 +102,7 @@ impl Gateway {
             }),
         };
         gateway.apply_admin(&config)?;
-        crate::telemetry::register_collectors(
+        crate::collectors::register(
             &gateway.inner.cx.telemetry,
             gateway.inner.cx.generation.clone(),
         );
@@ -381,6 +383,28 @@ impl Gateway {
         tracing::info!("shutting down: draining connections");
         self.shutdown().await;
         tracing::info!("stopped");
+    }
+}
+
+impl crate::admin::Control for Gateway {
+    fn generation(&self) -> Arc<Generation> {
+        Gateway::generation(self)
+    }
+
+    fn telemetry(&self) -> &Telemetry {
+        Gateway::telemetry(self)
+    }
+
+    fn is_ready(&self) -> bool {
+        Gateway::is_ready(self)
+    }
+
+    fn reload(&self) -> impl Future<Output = Result<(), GatewayError>> + Send {
+        Gateway::reload(self)
+    }
+
+    fn renew_certificates(&self, name: Option<&str>) -> Option<usize> {
+        Gateway::renew_certificates(self, name)
     }
 }
 

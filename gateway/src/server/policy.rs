@@ -1,10 +1,13 @@
 //! Per-listener request policy, built once when a listener's settings load: the URI and body
-//! limits, the `Strict-Transport-Security` header of TLS listeners, and the counters of refused
-//! requests (`gateway_http_rejected_total{listener, reason}`).
+//! limits, the request body's read timeout, the `Strict-Transport-Security` header of TLS
+//! listeners, and the counters of refused requests (`gateway_http_rejected_total{listener,
+//! reason}`).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_config::Listener;
@@ -12,6 +15,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::body::{Body, BoxError};
+use crate::error::{BodyLimitExceeded, GatewayError};
 use crate::request::{self, EntryRefusal, EntryRules, EscapedSlashes, PathRules};
 use crate::telemetry::{Counter, Registry};
 use gateway_http1::framing::Violation;
@@ -72,12 +76,6 @@ pub struct ListenerPolicy {
     /// Refusal counters.
     pub rejected: Rejections,
 }
-
-/// The error a body over the listener's limit fails with; the proxy and the body-buffering
-/// filters turn it into `413`.
-#[derive(Debug, thiserror::Error)]
-#[error("request body larger than {0} bytes")]
-pub struct BodyLimitExceeded(pub u64);
 
 impl ListenerPolicy {
     /// Builds the policy of `listener`.
@@ -215,21 +213,86 @@ impl HttpBody for Limited {
     }
 }
 
-/// Whether `error` (or anything it wraps) is a body over the listener's limit.
-pub fn is_body_limit(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(error);
-    while let Some(e) = cur {
-        if e.is::<BodyLimitExceeded>() {
-            return true;
-        }
-        cur = e.source();
+/// Wraps hyper's incoming body so that waiting longer than `limit` for its next bytes fails it
+/// with [`GatewayError::BodyReadTimeout`] (a slow-loris upload). Requests without a body are
+/// not wrapped, so they cost nothing extra.
+pub fn incoming_with_timeout(body: hyper::body::Incoming, limit: Duration) -> Body {
+    if body.is_end_stream() {
+        return Body::incoming(body);
     }
-    false
+    Body::new(ReadTimeout {
+        body,
+        limit,
+        timer: None,
+        armed: false,
+        expired: false,
+    })
+}
+
+/// A request body whose reads are bounded in time: the clock runs only while the reader waits
+/// for bytes, so a slow consumer (an upstream applying backpressure) does not count.
+struct ReadTimeout {
+    body: hyper::body::Incoming,
+    limit: Duration,
+    /// Created on the first wait and reset afterwards, so a long upload allocates one timer.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the timer measures the current wait.
+    armed: bool,
+    expired: bool,
+}
+
+impl HttpBody for ReadTimeout {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        if this.expired {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.armed = false;
+                Poll::Ready(r.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let deadline = tokio::time::Instant::now() + this.limit;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if !this.armed {
+                    timer.as_mut().reset(deadline);
+                    this.armed = true;
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.expired = true;
+                        Poll::Ready(Some(Err(Box::new(GatewayError::BodyReadTimeout(
+                            this.limit,
+                        )))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.expired || self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::is_body_limit;
     use http_body_util::BodyExt;
 
     fn policy(max_body: u64) -> ListenerPolicy {

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use wasm_host::{HttpCallOut, HttpCallResponse};
 
 use crate::body::{Body, BoxError};
-use crate::context::{ConnInfo, RequestCx};
+use crate::connection::ConnInfo;
+use crate::context::RequestCx;
 use crate::proxy::{ProxyRoute, Upstreams};
 use crate::telemetry::trace::{self, InternalSpan, span::Value};
 

@@ -33,7 +33,7 @@ use crate::error::error_response;
 use crate::filter::{BodyAccess, FilterFactory, Flow, HttpFilter};
 
 /// The facts a plugin reads about a request's connection and route: the connection's
-/// [`ConnInfo::plugin_facts`](crate::context::ConnInfo::plugin_facts) when the request is on
+/// [`ConnInfo::plugin_facts`](crate::connection::ConnInfo::plugin_facts) when the request is on
 /// the route they were made for (a keep-alive connection's requests mostly are), else made anew.
 fn stream_info(cx: &RequestCx) -> Arc<StreamInfo> {
     if let Some(info) = cx.conn.plugin_facts.get()

@@ -48,9 +48,12 @@ static HOST: OnceLock<WasmHost> = OnceLock::new();
 
 /// The process-wide host, created on first use (no engine thread without plugins).
 pub fn host() -> &'static WasmHost {
-    HOST.get_or_init(|| WasmHost {
-        engine: HostEngine::with_compile_thread_init(crate::memory::use_private_arena),
-        shared: Shared::new(),
+    HOST.get_or_init(|| {
+        crate::cluster::on_global_queue(notify_global_queue);
+        WasmHost {
+            engine: HostEngine::with_compile_thread_init(crate::memory::use_private_arena),
+            shared: Shared::new(),
+        }
     })
 }
 
@@ -62,9 +65,9 @@ pub fn render_prometheus(out: &mut String) {
     }
 }
 
-/// Tells the local owner of a global queue that another instance (or this one) enqueued on it;
-/// nothing when no plugin was ever loaded.
-pub(crate) fn notify_global_queue(vm_id: &str, name: &str) {
+/// Tells the local owner of a global queue that another instance (or this one) enqueued on it
+/// (the cluster's subscriber calls it once the host exists).
+fn notify_global_queue(vm_id: &str, name: &str) {
     if let Some(h) = HOST.get() {
         h.shared.notify_queue(vm_id, name);
     }

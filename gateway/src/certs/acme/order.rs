@@ -14,10 +14,10 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::storage::{Issued, Storage};
+use crate::certs::LoadedCert;
 use crate::certs::challenge::{Challenges, PendingAnswers};
 use crate::certs::fetch::{AcmeHttp, HttpClient};
 use crate::error::GatewayError;
-use crate::server::tls::LoadedCert;
 
 /// How long the CA gets to validate and to issue.
 const POLL: RetryPolicy = RetryPolicy::new()

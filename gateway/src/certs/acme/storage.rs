@@ -11,8 +11,8 @@ use std::sync::Arc;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::certs::LoadedCert;
 use crate::error::GatewayError;
-use crate::server::tls::LoadedCert;
 
 /// The files of one certificate.
 #[derive(Debug, Clone)]

@@ -43,7 +43,7 @@ pub(super) struct Forwarded {
     proxy: Arc<ProxyRoute>,
     fwd: Forwarding,
     close: bool,
-    facts: Option<crate::service::RequestFacts>,
+    facts: Option<crate::server::service::RequestFacts>,
     generation: Arc<Generation>,
     index: usize,
     start: Instant,

@@ -16,11 +16,11 @@ use super::body::{RequestBody, send_response};
 use super::endpoint::H3Runtime;
 use super::quic::{self, EarlyStreams};
 use crate::body::Body;
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::error::error_response;
 use crate::filter::with_server;
 use crate::server::idle::Activity;
-use crate::service::ConnService;
+use crate::server::service::ConnService;
 
 /// HTTP/3's "no error" code (RFC 9114 §8.1), for closing a connection that is done.
 const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);

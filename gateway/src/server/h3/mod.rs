@@ -1,6 +1,6 @@
 //! HTTP/3 over QUIC for listeners whose `protocols` include `http3`. The listener also binds
 //! UDP on its port; quinn runs QUIC (TLS 1.3 from the listener's certificates, ALPN `h3`) and h3
-//! the HTTP layer. Every request goes through the same [`crate::service::ConnService`] as
+//! the HTTP layer. Every request goes through the same [`crate::server::service::ConnService`] as
 //! HTTP/1.1 and HTTP/2, so routes, filters, terminals, metrics and the access log are shared.
 //!
 //! * `endpoint`: the quinn endpoint, transport settings, accept loop and connection cap;

@@ -21,7 +21,7 @@ use super::open::OpenSpan;
 use super::span::{self, Kind, Parent, SpanData, Status, Value, port_of};
 use super::{TraceCx, Tracer};
 use crate::body::Body;
-use crate::context::ConnInfo;
+use crate::connection::ConnInfo;
 use crate::error::GatewayError;
 use crate::telemetry::first_line;
 

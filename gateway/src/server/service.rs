@@ -14,13 +14,14 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::Body;
-use crate::context::{ConnInfo, RequestCx};
+use crate::connection::ConnInfo;
+use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::filter::{Started, Tail, with_server};
 use crate::generation::{CompiledRoute, Generation};
 use crate::router::request_host;
 use crate::server::idle::Activity;
-use crate::server::policy::ListenerPolicy;
+use crate::server::policy::{self, ListenerPolicy};
 use crate::telemetry::trace::{self, ServerSpan, with_current};
 use crate::telemetry::{
     AccessLog, AccessRecord, RequestText, RouteMetrics, Telemetry, protocol_text,
@@ -122,7 +123,7 @@ impl ConnService {
         let in_flight = InFlight(self.activity.clone());
         let limit = self.body_read_timeout;
         let req = req.map(|b| match limit {
-            Some(limit) => Body::incoming_with_timeout(b, limit),
+            Some(limit) => policy::incoming_with_timeout(b, limit),
             None => Body::incoming(b),
         });
         self.serve(req, Some(in_flight))

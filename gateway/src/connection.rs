@@ -1,0 +1,128 @@
+//! Facts about the connection a request arrived on ([`ConnInfo`]), and what is derived from them
+//! once per connection: the client address's keyed hash (per-client tables key on it) and its
+//! text in the forwarding headers ([`ClientText`]). Below telemetry, the request context and
+//! the proxy, which all read them.
+
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use http::HeaderValue;
+
+const HTTP: HeaderValue = HeaderValue::from_static("http");
+const HTTPS: HeaderValue = HeaderValue::from_static("https");
+
+/// Facts about the connection a request arrived on, shared by its requests.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// The client (after PROXY protocol, when the listener accepts it).
+    pub client: SocketAddr,
+    /// The local address the connection was accepted on.
+    pub local: SocketAddr,
+    /// Listener name.
+    pub listener: Arc<str>,
+    /// Whether the connection is TLS (or QUIC).
+    pub tls: bool,
+    /// TLS server name the client asked for, if any.
+    pub sni: Option<Arc<str>>,
+    /// [`client_ip_hash`] of `client`, made when first asked for.
+    client_hash: ClientHash,
+    /// `client` as the proxy's forwarding headers write it, made when first asked for.
+    client_text: OnceLock<ClientText>,
+    /// What a Wasm plugin reads about the connection and the route (its properties), made for
+    /// the connection's first request that runs a plugin and shared by the later ones on the
+    /// same route.
+    pub(crate) plugin_facts: OnceLock<Arc<wasm_host::StreamInfo>>,
+}
+
+/// A connection's [`client_ip_hash`], made at most once: per-client tables (the rate limiter's
+/// buckets) key on it, and the requests of a keep-alive connection need not hash the same
+/// address again.
+#[derive(Debug, Default)]
+pub struct ClientHash(OnceLock<u64>);
+
+impl ConnInfo {
+    /// A connection's facts; what is derived from them is made when first asked for.
+    pub fn new(
+        client: SocketAddr,
+        local: SocketAddr,
+        listener: Arc<str>,
+        tls: bool,
+        sni: Option<Arc<str>>,
+    ) -> Self {
+        Self {
+            client,
+            local,
+            listener,
+            tls,
+            sni,
+            client_hash: ClientHash::default(),
+            client_text: OnceLock::new(),
+            plugin_facts: OnceLock::new(),
+        }
+    }
+
+    /// The keyed hash of the client's IP address.
+    pub fn client_hash(&self) -> u64 {
+        *self
+            .client_hash
+            .0
+            .get_or_init(|| client_ip_hash(self.client.ip()))
+    }
+
+    /// The client's address as the forwarding headers write it.
+    pub fn client_text(&self) -> &ClientText {
+        self.client_text
+            .get_or_init(|| ClientText::new(self.client.ip(), self.tls))
+    }
+}
+
+/// A keyed SipHash of a client address (an IPv4-mapped IPv6 address counts as its IPv4
+/// address), with a key drawn once per process: a client cannot aim at another's hash.
+pub fn client_ip_hash(ip: IpAddr) -> u64 {
+    static KEY: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    KEY.hash_one(u128::from(v6))
+}
+
+/// A connection's client address as the forwarding headers write it, made once per connection
+/// (the requests of a keep-alive connection reuse it): formatting the address, and checking the
+/// values made from it, were most of what the forwarding headers cost a proxied request.
+#[derive(Debug)]
+pub struct ClientText {
+    /// The address alone: the element `X-Forwarded-For` gets.
+    pub(crate) ip: HeaderValue,
+    /// `for=ADDRESS;proto=SCHEME`: the element `Forwarded` gets, before its host.
+    pub(crate) element: Box<str>,
+    /// `X-Forwarded-Proto`: the scheme the client connected with.
+    pub(crate) proto: HeaderValue,
+}
+
+impl ClientText {
+    /// Made once per connection, so each text is built at its final size: a `String` grown
+    /// and then shrunk into a `Box<str>` reallocated, and a `HeaderValue` made from a `String`
+    /// with room to spare allocated a second block for the `Bytes`' shared header.
+    pub(crate) fn new(client: IpAddr, tls: bool) -> Self {
+        let mut buf = [0u8; 48];
+        // ASCII digits, dots, colons and hex letters: always UTF-8, and a valid field value.
+        let ip = std::str::from_utf8(crate::ip_text::ip_text(client, &mut buf)).unwrap_or_default();
+        let (open, close) = match client {
+            IpAddr::V4(_) => ("for=", ""),
+            IpAddr::V6(_) => ("for=\"[", "]\""),
+        };
+        let proto = if tls { ";proto=https" } else { ";proto=http" };
+        let mut element = String::with_capacity(open.len() + ip.len() + close.len() + proto.len());
+        for part in [open, ip, close, proto] {
+            element.push_str(part);
+        }
+        Self {
+            ip: HeaderValue::from_str(ip).unwrap_or(HeaderValue::from_static("unknown")),
+            element: element.into_boxed_str(),
+            proto: if tls { HTTPS } else { HTTP },
+        }
+    }
+}
