@@ -1,36 +1,24 @@
-//! The HTTP/1.1 fast path: plain `GET` and `HEAD` requests for a route's fixed response or a
-//! cached static file, answered from bytes made ahead of time, before hyper is involved; and
-//! such requests for a proxy route, forwarded as text ([`forward`]).
+//! The HTTP/1.1 fast path: the gateway's own HTTP/1.1 engine for every request without a body.
 //!
-//! On a plain TCP connection (one that takes `sendfile`), a static file not in the cache is
-//! looked up here too: one the cache takes is cached and answered, a larger one is sent from
-//! disk with `sendfile` (unless it is compressed on the fly), a missing or unreadable one gets
-//! the general path's error response. A large file that shrinks while it is sent ends the
-//! connection, as the general path's body error does.
+//! A request is parsed with httparse (the parser hyper uses) and answered here in one of four
+//! ways, chosen per request from what the route's chain and terminal are (decided at config
+//! load):
+//! - `GET` and `HEAD` for a route without filters whose answer needs nothing but the route:
+//!   a fixed response or a cached static file, from wire text made ahead of time plus the
+//!   server's fields and the `Date` line (on a plain TCP connection, a file not in the cache is
+//!   looked up here too and a large one sent from disk with `sendfile`);
+//! - such requests for a filterless proxy route, forwarded as text ([`forward`]);
+//! - everything else without a body (routes with filters, other methods, preconditions, no
+//!   matching route, requests the entry rules refuse or change) through the one service every
+//!   protocol shares, the route's filter chain and terminal, with the response encoded here as
+//!   hyper encodes it ([`general`]);
+//! - a request with `Connection: close` is answered too, and ends the connection ([`close`]).
 //!
-//! A keep-alive connection that asks only for such responses is served here from start to
-//! end: the request is parsed with the same parser hyper uses (httparse), routed, and answered
-//! with the response's wire text (made at config load, or when the file was cached), the
-//! server's headers and the `Date` line. hyper's parse into a header map, its response encoding
-//! and its dispatch cost a cached 1 KiB file more than half of the gateway's own instructions.
-//!
-//! A route whose only filter is a local `rate_limit`, in front of a fixed response or the
-//! proxy, is answered here too: the filter's bucket is decided from the raw head (the key
-//! header's first value, or the connection's client-address hash) and its fields written as
-//! text, or the request gets the filter's 429 ([`FastLimit`]).
-//!
-//! A request with `Connection: close` is answered too, and ends the connection ([`close`]).
-//! Anything else hands the connection over to hyper for the rest of its life, with the bytes
-//! not yet answered (the request that did not qualify and whatever follows it): a request with
-//! a body or framing headers, `Connection` other than `keep-alive` or one `close`, `Expect`,
-//! `Upgrade`, a target outside a conservative subset of what hyper takes, preconditions on a
-//! static file other than a revalidation (`If-None-Match`, `If-Modified-Since`: a cached or
-//! kept file's 304 or 200 is answered here), a range of a file neither cached nor kept open
-//! (or of a kept one over TLS, or unsatisfiable, or with a revalidation), a file not in the
-//! cache over TLS, a directory's redirect, a large file compressed on the fly, a route with
-//! other filters (or any on a static route), a proxy route that [`forward`] does not take, a
-//! request the entry rules (`crate::request`) would refuse or change, no matching route, an ACME challenge pending, a parse error (hyper answers it) or more headers
-//! than [`MAX_HEADERS`].
+//! Only what hyper alone still does hands the connection over to hyper for the rest of its
+//! life, with the bytes not yet answered: a request with a body or framing headers, `Expect`,
+//! `Upgrade`, `Connection` other than `keep-alive` or one `close`, HTTP/1.0, a target outside a
+//! conservative subset of what hyper takes, more headers than [`MAX_HEADERS`], a parse error
+//! (hyper answers it), and requests while an ACME challenge is pending.
 //! The bytes arrive through the framing checks ([`super::checked`]) and the activity tracking
 //! ([`super::idle`]) as they would for hyper, so refusals, timeouts and the drain behave the
 //! same; route metrics, the access log and traces record each answer as the general path does
@@ -789,8 +777,8 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
         if out.len() >= OUT_LIMIT {
             return Front::Full;
         }
-        // Left uninitialised: filling 32 empty headers was 128 stores on every request, and
-        // the parser writes the ones it finds.
+        // Left uninitialised: the parser writes the ones it finds, and filling every slot
+        // first would be stores on every request for nothing.
         let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut []);
         let len = match req.parse_with_uninit_headers(buf, &mut headers) {
@@ -845,10 +833,10 @@ where
             // after it, in order.
             Front::Waits(pending, len) => {
                 let close = pending.close;
-                // Not boxed, unlike the forwarded request's exchange below: boxed, it took the
-                // connection's future from 2,040 to 1,192 bytes, and yet the peak at 10,000
-                // connections rose by 5-11 MiB in two runs (the allocator's size classes, most
-                // likely; not verified further: docs/benchmarks.md says what was measured).
+                // Not boxed, unlike the forwarded request's exchange below: boxing it made the
+                // connection's future smaller yet raised the peak memory of many connections
+                // (docs/performance-log.md, "The fast path's future: the upstream exchange
+                // boxed").
                 if !lane.finish_waiting(*pending, &mut out).await {
                     // The service answers it after all (a revalidation of a file just looked
                     // up, say): the request is still at the front of the buffer.
@@ -888,11 +876,10 @@ where
             Front::Close => return close(lane, io, watch, rt).await,
             Front::Forwards(job) => {
                 let closes = job.closes();
-                // Boxed for the request's time: the exchange with the upstream is about 2.6 KB
-                // of state, which every fast-path connection's future would otherwise carry
-                // for its whole life, proxied or not (25 MiB at 10,000 connections). The box
-                // costs a proxied request about 300 instructions, most of them the future's
-                // copy into it.
+                // Boxed for the request's time: the exchange with the upstream is kilobytes of
+                // state, which every fast-path connection's future would otherwise carry for
+                // its whole life, proxied or not; the box costs a proxied request one
+                // allocation and the future's copy into it.
                 let forwarded = Box::pin(lane.forward(*job, io, buf, &mut out, watch, rt));
                 if let Err(end) = forwarded.await {
                     return end;
@@ -1043,8 +1030,8 @@ where
 /// A connection waiting for its next request holds no read buffer: an empty one is given to the
 /// thread's spare slot when the socket has nothing to read, and the next connection of the
 /// thread to read takes it. So the connections of a worker take turns with the same few cache
-/// lines, where each kept 4 KiB of its own that, at 1,000 connections, no cache held between
-/// two of its requests (and at 10,000 connections, 40 MB).
+/// lines, where each kept a buffer of its own that, with many connections, no cache held
+/// between two of its requests.
 struct ReadMore<'a, IO> {
     io: &'a mut IO,
     buf: &'a mut BytesMut,

@@ -1,11 +1,11 @@
 //! The fast path's output: the answers gathered for one write, as header text with the bodies
 //! of cached files referenced rather than copied, and their vectored write.
 //!
-//! Copying a file's body into a per-connection buffer cost more than the copy's instructions:
-//! at 1,000 connections each connection's buffer is cold, and writing a 1 KiB body into it was
-//! 20 cache-line misses per request, most of the memory traffic of a cached 1 KiB file (callgrind's
-//! cache simulation). The cached body is shared by every connection and stays warm; the kernel
-//! copies it from there. The buffer also no longer grows to a large file's size and keeps it.
+//! A file's body is not copied into a per-connection buffer: with many connections each
+//! connection's buffer is cold, and the copy's cache misses cost more than its instructions.
+//! The cached body is shared by every connection and stays warm; the kernel copies it from
+//! there, and the buffer never grows to a large file's size and keeps it
+//! (docs/performance-log.md holds the measurements).
 //!
 //! A large body held in a sealed memory file goes out with `sendfile` on a plain TCP connection
 //! ([`super::super::sendfile`]): the kernel then hands the socket the file's pages instead of
@@ -38,9 +38,9 @@ const FEW_SLICES: usize = 4;
 const MANY_SLICES: usize = 128;
 
 /// Room made for the text at a connection's start: one small answer's status line, headers
-/// and body (`respond`'s are 150–250 bytes). Grown from nothing, the first answer's lines cost
-/// four or five reallocations, on every new connection. No more: the text keeps its room for
-/// the connection's life (512 bytes cost 10,000 kept-alive connections 3.5 MB more).
+/// and body. Grown from nothing, the first answer's lines would cost several reallocations on
+/// every new connection; no more, because the text keeps its room for the connection's life
+/// and every kept-alive connection pays for it.
 const FIRST_TEXT: usize = 256;
 
 /// A body referenced by the answers.
@@ -187,7 +187,7 @@ impl Answers {
 
     /// Fills `slices` with the bytes from `from` up to `to`, in order; returns how many.
     /// `BOUNDED` false ignores `to` (everything from `from` on): the common write, without
-    /// files, then does not pay for the bound (14 instructions a request). A body on disk has
+    /// files, then does not pay for the bound. A body on disk has
     /// no bytes in memory: the range asked for must not include any of it (bytes are asked for
     /// up to the next file only, bounded), and filling stops there if it does.
     fn slices<'a, const BOUNDED: bool>(
@@ -301,8 +301,8 @@ impl<IO: AsyncWrite + SendFile + Unpin> Future for WriteAll<'_, IO> {
 
 impl<'w, IO: AsyncWrite + SendFile + Unpin> WriteAll<'w, IO> {
     /// One vectored write of the bytes from `written` up to `to`; with `more`, the kernel is
-    /// told that a file follows them. Inlined: left a call of its own, the common write (no
-    /// files) cost about 90 instructions a request more (callgrind, cached 1 KiB file).
+    /// told that a file follows them. Inlined: the common write (no files) is on every
+    /// request's path, and a call of its own cost it measurably.
     #[inline(always)]
     fn poll_bytes(
         &mut self,
