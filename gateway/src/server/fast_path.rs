@@ -292,16 +292,16 @@ impl<'a> Lane<'a> {
             || req.target.len() > svc.policy.max_uri
             || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
         {
-            return Outcome::General;
+            return Outcome::General(None);
         }
         let start = Instant::now();
         let generation = svc.generation.load();
         let router = &generation.router;
         if router.matches_headers() {
-            return Outcome::General;
+            return Outcome::General(None);
         }
         let Some(listener) = generation.listener_index(&svc.conn.listener) else {
-            return Outcome::General;
+            return Outcome::General(None);
         };
         let host = if router.matches_hosts() {
             host_of(req.host)
@@ -311,18 +311,21 @@ impl<'a> Lane<'a> {
         let method = if req.head { Method::HEAD } else { Method::GET };
         let Some(index) = router.find_index(listener, &method, host, req.path, &self.no_headers)
         else {
-            return Outcome::General;
+            return Outcome::General(None);
         };
         let route = router.route(index);
         let server = generation.server_header.as_ref();
+        // What the service gets when it answers after all: the route found here, which it
+        // would find again.
+        let routed = || Outcome::General(Some((Arc::clone(&generation), index)));
         // A route's filters run in the service, through the one filter chain.
         if !route.chain.is_empty() {
-            return Outcome::General;
+            return routed();
         }
         match &route.terminal {
             Terminal::Respond(r) => {
                 let Some(canned) = r.canned() else {
-                    return Outcome::General;
+                    return routed();
                 };
                 svc.activity.request_started(false);
                 let out = &mut answers.text;
@@ -344,7 +347,7 @@ impl<'a> Lane<'a> {
             }
             Terminal::Static(files) => {
                 if req.conditional {
-                    return Outcome::General;
+                    return routed();
                 }
                 svc.activity.request_started(false);
                 // `HEAD` ignores `Range` (RFC 9110 §14.2): its 200 head below.
@@ -352,7 +355,7 @@ impl<'a> Lane<'a> {
                     let Some((status, bytes)) = self.push_range(req, range, files, server, answers)
                     else {
                         svc.activity.request_done();
-                        return Outcome::General;
+                        return routed();
                     };
                     let observe = || self.observe(req);
                     self.record(route, status, bytes, start, observe, answers);
@@ -370,7 +373,7 @@ impl<'a> Lane<'a> {
                 let job = match found {
                     None => {
                         svc.activity.request_done();
-                        return Outcome::General;
+                        return routed();
                     }
                     Some(Prepared::NotModified(lines)) => {
                         self.push_not_modified(&lines, req.close, server, answers);
@@ -412,7 +415,7 @@ impl<'a> Lane<'a> {
             Terminal::Proxy(proxy) => {
                 return match self.rewrite(req, proxy, &generation, index, start) {
                     Some(job) => Outcome::Forwards(job),
-                    None => Outcome::General,
+                    None => routed(),
                 };
             }
         }
@@ -692,8 +695,9 @@ enum Outcome {
     Waits(Box<Pending>),
     /// A proxied request, rewritten: it is forwarded once the answers before it are written.
     Forwards(Box<Forwarded>),
-    /// A body-less request the service answers ([`general`]).
-    General,
+    /// A body-less request the service answers ([`general`]), with the route found here when
+    /// the entry rules leave the request as it is.
+    General(Option<(Arc<Generation>, usize)>),
 }
 
 /// What a request waits for.
@@ -801,8 +805,8 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
                 buf.advance(len);
                 return Front::Forwards(job);
             }
-            Outcome::General => {
-                let Some(job) = General::read(&req, &buf[..len], plain.close) else {
+            Outcome::General(routed) => {
+                let Some(job) = General::read(&req, &buf[..len], plain.close, routed) else {
                     return Front::HandOff;
                 };
                 buf.advance(len);
@@ -840,7 +844,7 @@ where
                 if !lane.finish_waiting(*pending, &mut out).await {
                     // The service answers it after all (a revalidation of a file just looked
                     // up, say): the request is still at the front of the buffer.
-                    match General::at_front(buf, len, close) {
+                    match General::at_front(buf, len, close, None) {
                         Some(job) => Front::General(job),
                         None => Front::HandOff,
                     }
@@ -891,7 +895,7 @@ where
             }
             Front::General(job) => {
                 // Boxed for the request's time, as the forwarded exchange above.
-                let served = Box::pin(lane.serve_general(*job, io, buf, &mut out, watch, rt));
+                let served = Box::pin(lane.serve_general(job, io, buf, &mut out, watch, rt));
                 match served.await {
                     Ok(true) => return close(lane, io, watch, rt).await,
                     Ok(false) => continue,

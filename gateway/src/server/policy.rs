@@ -133,6 +133,13 @@ impl ListenerPolicy {
         }
     }
 
+    /// [`Self::admit`] for a body-less request whose URI length and entry rules the caller
+    /// checked already ([`crate::request::passes_unchanged`]): what is left of the admission is
+    /// the removal of the client's hop-by-hop fields.
+    pub fn admit_entered(&self, req: &mut Request<Body>) {
+        crate::proxy::headers::strip_on_entry(req.headers_mut());
+    }
+
     /// Adds the listener's response headers.
     pub fn decorate<B>(&self, res: &mut Response<B>) {
         if let Some(v) = &self.hsts {

@@ -126,15 +126,32 @@ impl ConnService {
             Some(limit) => policy::incoming_with_timeout(b, limit),
             None => Body::incoming(b),
         });
-        self.serve(req, Some(in_flight))
+        self.serve(req, Some(in_flight), None)
     }
 
     /// Serves one request of any protocol.
     pub fn handle(self: &Arc<Self>, req: Request<Body>) -> Handled {
-        self.serve(req, None)
+        self.serve(req, None, None)
     }
 
-    fn serve(self: &Arc<Self>, mut req: Request<Body>, in_flight: Option<InFlight>) -> Handled {
+    /// Serves one request whose route the caller found already (`routed`: the generation it
+    /// looked in and the route's index), after checking the URI's length and that the entry
+    /// rules leave it as it is ([`crate::request::passes_unchanged`]): the HTTP/1.1 fast path's
+    /// requests, which it routed from the raw head. Without `routed`, as [`Self::handle`].
+    pub fn handle_routed(
+        self: &Arc<Self>,
+        req: Request<Body>,
+        routed: Option<(Arc<Generation>, usize)>,
+    ) -> Handled {
+        self.serve(req, None, routed)
+    }
+
+    fn serve(
+        self: &Arc<Self>,
+        mut req: Request<Body>,
+        in_flight: Option<InFlight>,
+        routed: Option<(Arc<Generation>, usize)>,
+    ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
         let head = Head {
@@ -151,14 +168,22 @@ impl ConnService {
                 .map(|t| Box::new(ServerSpan::start(&t, &req, &self.conn))),
             _in_flight: in_flight,
         };
-        let generation = self.generation.load_full();
-        let index = match self.route(&generation, &mut req) {
-            Ok(index) => index,
-            Err(status) => {
-                let mut res =
-                    with_server(error_response(status), generation.server_header.as_ref());
-                self.finish(head, &mut res, &Arc::from(""), &generation.unrouted);
-                return Either::Left(ready(res));
+        let (generation, index) = match routed {
+            Some(routed) => {
+                self.policy.admit_entered(&mut req);
+                routed
+            }
+            None => {
+                let generation = self.generation.load_full();
+                match self.route(&generation, &mut req) {
+                    Ok(index) => (generation, index),
+                    Err(status) => {
+                        let server = generation.server_header.as_ref();
+                        let mut res = with_server(error_response(status), server);
+                        self.finish(head, &mut res, &Arc::from(""), &generation.unrouted);
+                        return Either::Left(ready(res));
+                    }
+                }
             }
         };
         let route = generation.router.route(index);

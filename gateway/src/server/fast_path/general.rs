@@ -12,6 +12,7 @@
 //! `close` ends the connection too.
 
 use std::pin::pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -25,6 +26,7 @@ use super::answers::Answers;
 use super::forward::{Client, gone, relay};
 use super::{Ended, Lane, MAX_HEADERS, until_done};
 use crate::body::Body;
+use crate::generation::Generation;
 use crate::server::conn::{ConnWatch, ListenerRuntime};
 use crate::server::sendfile::SendFile;
 
@@ -33,6 +35,8 @@ pub(super) struct General {
     req: Request<Body>,
     /// The client asked for the connection to end with this answer.
     close: bool,
+    /// The generation the fast path routed the request in and the route's index, when it did.
+    routed: Option<(Arc<Generation>, usize)>,
 }
 
 impl General {
@@ -43,6 +47,7 @@ impl General {
         parsed: &httparse::Request<'_, '_>,
         head: &[u8],
         close: bool,
+        routed: Option<(Arc<Generation>, usize)>,
     ) -> Option<Box<Self>> {
         let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
         let bytes = Bytes::copy_from_slice(head);
@@ -51,7 +56,10 @@ impl General {
             bytes.slice(start..start + part.len())
         };
         let uri = Uri::from_maybe_shared(share(parsed.path?.as_bytes())).ok()?;
-        let mut headers = HeaderMap::with_capacity(parsed.headers.len());
+        // Room for the fields the proxy adds (`X-Forwarded-*`, `Via`), so that it does not
+        // grow the map.
+        let room = parsed.headers.len() + crate::proxy::headers::FORWARDING_ROOM;
+        let mut headers = HeaderMap::with_capacity(room);
         for field in parsed.headers.iter() {
             let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
             let value = HeaderValue::from_maybe_shared(share(field.value)).ok()?;
@@ -61,16 +69,21 @@ impl General {
         *req.method_mut() = method;
         *req.uri_mut() = uri;
         *req.headers_mut() = headers;
-        Some(Box::new(Self { req, close }))
+        Some(Box::new(Self { req, close, routed }))
     }
 
     /// The request whose head is the first `len` bytes of `buf`, taken off it.
-    pub(super) fn at_front(buf: &mut BytesMut, len: usize, close: bool) -> Option<Box<Self>> {
+    pub(super) fn at_front(
+        buf: &mut BytesMut,
+        len: usize,
+        close: bool,
+        routed: Option<(Arc<Generation>, usize)>,
+    ) -> Option<Box<Self>> {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut fields);
         let job = match parsed.parse(&buf[..len]) {
             Ok(httparse::Status::Complete(n)) if n == len => {
-                Self::read(&parsed, &buf[..len], close)
+                Self::read(&parsed, &buf[..len], close, routed)
             }
             _ => None,
         }?;
@@ -87,7 +100,7 @@ impl Lane<'_> {
     /// client or body that failed.
     pub(super) async fn serve_general<IO>(
         &self,
-        job: General,
+        job: Box<General>,
         io: &mut IO,
         buf: &mut BytesMut,
         out: &mut Answers,
@@ -104,7 +117,8 @@ impl Lane<'_> {
         // Set by the response as well; an atomic only because the connection's future is `Send`.
         let closes = AtomicBool::new(job.close);
         let mut exchange = pin!(async {
-            let answered = client.unless_gone(svc.handle(job.req)).await;
+            let General { req, routed, .. } = *job;
+            let answered = client.unless_gone(svc.handle_routed(req, routed)).await;
             let res = answered.ok_or_else(gone)?;
             let (framing, declared) = push_head(&res, head_only, &closes, out);
             let body = res.into_body();
