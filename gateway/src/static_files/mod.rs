@@ -38,7 +38,7 @@ use self::misses::{Miss, Misses, follow};
 use self::open_files::{INACTIVE_MS, OpenFile, OpenFiles};
 pub use self::prepared::{LargeFile, Looked, Missed, Prepared, PreparedFile, Ranged, Recheck};
 use self::resolve::{Found, Settings, Streamed, Want};
-use self::response::Head;
+use self::response::Representation;
 pub use self::sealed::SealedFile;
 use self::stream::FileBody;
 use crate::body::Body;
@@ -175,7 +175,8 @@ impl StaticFiles {
         let kept = match found {
             Ok(Found::Stream(s)) if !s.vary && self.open.budget() > 0 => {
                 let last_modified = s.version.last_modified();
-                let not_modified = response::not_modified_lines(&self.head(s, &last_modified));
+                let not_modified =
+                    response::not_modified_lines(&self.representation(s, &last_modified));
                 OpenFile::new(s.clone(), self.large(s), not_modified, now)
             }
             _ => {
@@ -203,8 +204,12 @@ impl StaticFiles {
     }
 
     /// The headers of a large file's answers (`last_modified` made from its version).
-    fn head<'a>(&'a self, s: &'a Streamed, last_modified: &'a HeaderValue) -> Head<'a> {
-        Head {
+    fn representation<'a>(
+        &'a self,
+        s: &'a Streamed,
+        last_modified: &'a HeaderValue,
+    ) -> Representation<'a> {
+        Representation {
             content_type: &s.content_type,
             last_modified,
             etag: &s.etag,
@@ -354,7 +359,7 @@ impl StaticFiles {
             e.choose(&want.accept)
         };
         let len = v.body.len() as u64;
-        let h = Head {
+        let h = Representation {
             content_type: &e.content_type,
             last_modified: &e.last_modified,
             etag: &v.etag,
@@ -406,7 +411,7 @@ impl StaticFiles {
         want: Want,
     ) -> Response<Body> {
         let last_modified = s.version.last_modified();
-        let h = self.head(&s, &last_modified);
+        let h = self.representation(&s, &last_modified);
         let validators = Validators {
             etag: &s.etag,
             modified: s.version.http_secs(),

@@ -332,7 +332,7 @@ impl StaticFiles {
     pub(super) fn large(&self, s: &Streamed) -> LargeFile {
         let last_modified = s.version.last_modified();
         // As `response::ok` orders them: the representation's headers, then the length.
-        let mut lines = response::representation_lines(&self.head(s, &last_modified));
+        let mut lines = response::representation_lines(&self.representation(s, &last_modified));
         let length_at = lines.len();
         push_field(&mut lines, b"content-length", s.len.to_string().as_bytes());
         LargeFile {
