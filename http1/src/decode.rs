@@ -40,7 +40,7 @@ pub enum BodyFraming {
 }
 
 /// A final response head.
-pub struct Head {
+pub struct ResponseHead {
     /// Status, version and fields.
     pub parts: response::Parts,
     /// How the body follows.
@@ -59,7 +59,11 @@ fn invalid(what: &'static str) -> io::Error {
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
 /// responses before it), for a request with `method`. `Ok(None)`: more bytes are needed. The
 /// header map has `room` slots beyond the response's fields, for those the caller adds.
-pub fn response_head(buf: &mut BytesMut, method: &Method, room: usize) -> io::Result<Option<Head>> {
+pub fn response_head(
+    buf: &mut BytesMut,
+    method: &Method,
+    room: usize,
+) -> io::Result<Option<ResponseHead>> {
     let base = buf.as_ptr() as usize;
     let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         // Names are made now (standard ones are static, others allocate); values become
@@ -99,7 +103,7 @@ pub fn response_head(buf: &mut BytesMut, method: &Method, room: usize) -> io::Re
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
-    Ok(Some(Head {
+    Ok(Some(ResponseHead {
         parts,
         framing: decided.framing,
         keep_alive: decided.keep_alive,
@@ -107,18 +111,19 @@ pub fn response_head(buf: &mut BytesMut, method: &Method, room: usize) -> io::Re
     }))
 }
 
-/// A final response head read as text ([`response_head_text`]).
+/// A final response head without its fields ([`response_head_text`] hands them to the caller
+/// as slices of the buffer instead of making a header map).
 #[derive(Debug, Clone, Copy)]
-pub struct TextHead {
+pub struct BareResponseHead {
     /// The final response's status.
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
     /// How the body follows.
     pub framing: BodyFraming,
-    /// As [`Head::keep_alive`].
+    /// As [`ResponseHead::keep_alive`].
     pub keep_alive: bool,
-    /// As [`Head::bodiless_framed`].
+    /// As [`ResponseHead::bodiless_framed`].
     pub bodiless_framed: bool,
     /// The length `Content-Length` declared when it frames the body (or would have: a `HEAD`
     /// response's, a 304's).
@@ -132,14 +137,14 @@ pub fn response_head_text<R>(
     buf: &mut BytesMut,
     method: &Method,
     read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R,
-) -> io::Result<Option<(TextHead, R)>> {
+) -> io::Result<Option<(BareResponseHead, R)>> {
     let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         let mut fields = FramingFields::default();
         for f in parsed {
             fields.note(f.name.as_bytes(), f.value);
         }
         let decided = framing(&fields, status, version, method, interim_framed)?;
-        let head = TextHead {
+        let head = BareResponseHead {
             status,
             version,
             framing: decided.framing,

@@ -168,7 +168,7 @@ enum State {
     /// A cleartext port serving both protocols: an HTTP/2 preface may come first.
     Preface,
     /// Reading a request head.
-    Head(Head),
+    Head(HeadScan),
     /// Body bytes left of a fixed-length body.
     Body(u64),
     /// Inside a chunked body.
@@ -179,7 +179,7 @@ enum State {
 
 /// Progress through one request head; positions are relative to the head's first byte.
 #[derive(Debug, Default)]
-struct Head {
+struct HeadScan {
     /// Bytes checked so far (a line start, or inside the first chunk-size line).
     pos: usize,
     /// The request line has been seen.
@@ -252,7 +252,7 @@ impl Framing {
         let state = if sniff_h2 {
             State::Preface
         } else {
-            State::Head(Head::default())
+            State::Head(HeadScan::default())
         };
         Self {
             state,
@@ -312,7 +312,7 @@ impl Framing {
                 State::Preface => {
                     let n = data.len().min(PREFACE.len());
                     if data[..n] != PREFACE[..n] {
-                        self.state = State::Head(Head::default());
+                        self.state = State::Head(HeadScan::default());
                     } else if n < PREFACE.len() {
                         return Scan::Hold(0);
                     } else {
@@ -324,7 +324,7 @@ impl Framing {
                 State::Head(head) => {
                     match head.scan(&data[at..], self.max_head, self.escape_targets) {
                         HeadStep::Escape => {
-                            self.state = State::Head(Head::default());
+                            self.state = State::Head(HeadScan::default());
                             return Scan::Escape(at);
                         }
                         HeadStep::Incomplete if at == data.len() => return Scan::Pass,
@@ -351,13 +351,13 @@ impl Framing {
                     if *left > 0 {
                         return Scan::Pass;
                     }
-                    self.state = State::Head(Head::default());
+                    self.state = State::Head(HeadScan::default());
                 }
                 State::Chunked(chunk) => match chunk.scan(&data[at..]) {
                     ChunkStep::More => return Scan::Pass,
                     ChunkStep::Done(n) => {
                         at += n;
-                        self.state = State::Head(Head::default());
+                        self.state = State::Head(HeadScan::default());
                     }
                     ChunkStep::Bad(i) => {
                         self.state = State::Off;
@@ -369,7 +369,7 @@ impl Framing {
     }
 }
 
-impl Head {
+impl HeadScan {
     fn scan(&mut self, data: &[u8], max_head: usize, escape_targets: bool) -> HeadStep {
         loop {
             if let Some(chunk) = self.first_chunk {
@@ -471,7 +471,7 @@ impl Head {
                 digits: 0,
             }),
             (false, Some(n)) if n > 0 => State::Body(n),
-            _ => State::Head(Head::default()),
+            _ => State::Head(HeadScan::default()),
         };
         Some(HeadStep::Done {
             len: self.pos,

@@ -69,8 +69,9 @@ pub struct ProxyRoute {
     upgrades: upgrade::AllowedUpgrades,
 }
 
-/// The rewritten request, shared by its attempts.
-struct Head {
+/// The rewritten request line (method and path) and the authority to send with it (`Host`,
+/// `:authority`), shared by the request's attempts.
+struct RequestLine {
     method: Method,
     path: PathAndQuery,
     /// Client's `Host` to send upstream (`preserve_host`), HTTP/1.1.
@@ -94,7 +95,7 @@ struct Failed {
 
 /// The client's request, rewritten once for all its attempts.
 struct Rewritten {
-    head: Head,
+    line: RequestLine,
     /// Lent to every attempt on the proxy's own HTTP/1.1 client ([`h1::Shared`]); for hyper's
     /// clients (HTTP/2, a protocol switch), taken by the last attempt and cloned for the ones
     /// before it.
@@ -200,7 +201,7 @@ impl ProxyRoute {
         if websocket_over_h2 {
             upgrade::connect_to_http1(&mut parts);
         }
-        let head = Head {
+        let line = RequestLine {
             // The listener may forward the target as the client wrote it; routing and the
             // filters saw the normalized one.
             path: self.upstream_path(
@@ -220,7 +221,7 @@ impl ProxyRoute {
             host: client_host.filter(|_| self.preserve_host && !h2),
             method: parts.method,
         };
-        let retries = if up.retries > 0 && is_idempotent(&head.method) && !upgrading {
+        let retries = if up.retries > 0 && is_idempotent(&line.method) && !upgrading {
             up.retries as usize
         } else {
             0
@@ -234,10 +235,10 @@ impl ProxyRoute {
             body
         };
         let (body, pace) = pace::paced(body, body_empty, up.timeout);
-        let mut head = head;
-        headers::detach(&mut head.path, &mut head.host, &mut parts.headers);
+        let mut line = line;
+        headers::detach(&mut line.path, &mut line.host, &mut parts.headers);
         Ok(Rewritten {
-            head,
+            line,
             headers: parts.headers,
             body: Some(body),
             pace,
@@ -295,17 +296,17 @@ impl ProxyRoute {
                     let body = req.body.take().unwrap_or_default();
                     let (mut attempt_req, shared) = if lends {
                         let shared = h1::Shared {
-                            host: req.head.host.as_ref().unwrap_or(&pool.endpoint.host),
+                            host: req.line.host.as_ref().unwrap_or(&pool.endpoint.host),
                             fields: &req.headers,
                         };
-                        (self.request(&req.head, None, body, pool), Some(shared))
+                        (self.request(&req.line, None, body, pool), Some(shared))
                     } else {
                         let fields = if retry_left {
                             req.headers.clone()
                         } else {
                             std::mem::take(&mut req.headers)
                         };
-                        (self.request(&req.head, Some(fields), body, pool), None)
+                        (self.request(&req.line, Some(fields), body, pool), None)
                     };
                     span = trace.as_ref().map(|t| {
                         let target = Target {
@@ -314,7 +315,7 @@ impl ProxyRoute {
                             addr: pool.endpoint.addr,
                         };
                         t.start_client(
-                            &req.head.method,
+                            &req.line.method,
                             target,
                             tried.len(),
                             attempt_req.headers_mut(),
@@ -429,15 +430,15 @@ impl ProxyRoute {
     /// request carries only what the attempt adds).
     fn request(
         &self,
-        head: &Head,
+        line: &RequestLine,
         headers: Option<HeaderMap>,
         body: Body,
         pool: &Pool,
     ) -> Request<Body> {
         let mut req = Request::new(body);
-        *req.method_mut() = head.method.clone();
+        *req.method_mut() = line.method.clone();
         let Some(headers) = headers else {
-            *req.uri_mut() = Uri::from(head.path.clone());
+            *req.uri_mut() = Uri::from(line.path.clone());
             return req;
         };
         *req.headers_mut() = headers;
@@ -445,17 +446,17 @@ impl ProxyRoute {
             let mut uri = http::uri::Parts::default();
             uri.scheme = Some(self.upstream.scheme.clone());
             uri.authority = Some(
-                head.authority
+                line.authority
                     .clone()
                     .unwrap_or_else(|| pool.endpoint.authority.clone()),
             );
-            uri.path_and_query = Some(head.path.clone());
+            uri.path_and_query = Some(line.path.clone());
             *req.uri_mut() = Uri::from_parts(uri).unwrap_or_default();
             *req.version_mut() = Version::HTTP_2;
             req.headers_mut().remove(header::HOST);
         } else {
-            *req.uri_mut() = Uri::from(head.path.clone());
-            let host = head.host.clone();
+            *req.uri_mut() = Uri::from(line.path.clone());
+            let host = line.host.clone();
             req.headers_mut().insert(
                 header::HOST,
                 host.unwrap_or_else(|| pool.endpoint.host.clone()),

@@ -29,7 +29,7 @@ use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
 use crate::error::GatewayError;
-use gateway_http1::decode::TextHead;
+use gateway_http1::decode::BareResponseHead;
 use gateway_http1::fields::push_field;
 
 /// What the fast path read of a client's request head.
@@ -75,7 +75,7 @@ pub struct Replaced {
 pub struct Answer {
     pub(crate) status: StatusCode,
     /// The body's framing on the upstream side, and its declared length.
-    pub(crate) head: TextHead,
+    pub(crate) head: BareResponseHead,
     /// The upstream's fields already include `Server`, `Date`.
     pub(crate) has_server: bool,
     pub(crate) has_date: bool,
@@ -317,7 +317,7 @@ impl ProxyRoute {
         fwd: &Forwarding,
         replaced: Replaced,
         out: &mut Vec<u8>,
-    ) -> Result<(TextHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
+    ) -> Result<(BareResponseHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
         let up = &self.upstream;
         let timeout = up.timeout.unwrap_or_default();
         let mut deadline = super::deadline::start(up.timeout);
@@ -358,7 +358,7 @@ impl ProxyRoute {
 
 /// An attempt's response, kept while another target is tried.
 struct Answered {
-    head: TextHead,
+    head: BareResponseHead,
     written: Written,
     body: super::h1::ResponseBody,
     lease: Lease,

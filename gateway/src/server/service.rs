@@ -83,7 +83,7 @@ impl Future for Served {
 }
 
 /// What the end of a request needs, taken from it before it moves on.
-struct Head {
+struct RequestEnd {
     start: Instant,
     version: Version,
     head_only: bool,
@@ -154,7 +154,7 @@ impl ConnService {
     ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
-        let head = Head {
+        let end = RequestEnd {
             start: Instant::now(),
             version: req.version(),
             head_only: req.method() == http::Method::HEAD,
@@ -180,7 +180,7 @@ impl ConnService {
                     Err(status) => {
                         let server = generation.server_header.as_ref();
                         let mut res = with_server(error_response(status), server);
-                        self.finish(head, &mut res, &Arc::from(""), &generation.unrouted);
+                        self.finish(end, &mut res, &Arc::from(""), &generation.unrouted);
                         return Either::Left(ready(res));
                     }
                 }
@@ -191,10 +191,10 @@ impl ConnService {
         // Native filters answer their head hooks without waiting and a synthetic response is
         // made at once: most requests end here, and the rest continue from the first hook or
         // terminal that waits.
-        let cx = || self.request_cx(&head, route);
+        let cx = || self.request_cx(&end, route);
         let rest = match route.chain.start(&route.terminal, req, cx, server) {
             Started::Done(mut res) => {
-                self.finish(head, &mut res, &route.name, &route.metrics);
+                self.finish(end, &mut res, &route.name, &route.metrics);
                 return Either::Left(ready(res));
             }
             // The terminal's future is the request's one allocation: the rest is kept beside
@@ -203,7 +203,7 @@ impl ConnService {
                 return Either::Right(Either::Left(Finishing {
                     fut,
                     then: tail.map_or(Then::Server, Then::Filters),
-                    head: Some(head),
+                    end: Some(end),
                     svc: self.clone(),
                     generation,
                     index,
@@ -216,18 +216,18 @@ impl ConnService {
             let route = generation.router.route(index);
             let server = generation.server_header.as_ref();
             let run = rest.resume(&route.chain, &route.terminal, server);
-            let mut res = in_trace(&head, run).await;
-            svc.finish(head, &mut res, &route.name, &route.metrics);
+            let mut res = in_trace(&end, run).await;
+            svc.finish(end, &mut res, &route.name, &route.metrics);
             res
         })))
     }
 
-    fn request_cx(&self, head: &Head, route: &CompiledRoute) -> RequestCx {
+    fn request_cx(&self, end: &RequestEnd, route: &CompiledRoute) -> RequestCx {
         RequestCx {
             conn: self.conn.clone(),
             route: route.name.clone(),
-            start: head.start,
-            trace: head.span.as_ref().map(|s| s.context().clone()),
+            start: end.start,
+            trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
         }
     }
@@ -255,7 +255,7 @@ impl ConnService {
     /// (The response by reference: it is a few hundred bytes, copied on every move.)
     fn finish(
         &self,
-        head: Head,
+        end: RequestEnd,
         res: &mut Response<Body>,
         route_name: &Arc<str>,
         metrics: &RouteMetrics,
@@ -268,25 +268,25 @@ impl ConnService {
         if let Some(v) = &self.alt_svc {
             res.headers_mut().insert(header::ALT_SVC, v.clone());
         }
-        metrics.record(head.version, res.status(), head.start.elapsed());
+        metrics.record(end.version, res.status(), end.start.elapsed());
         // A recorded span stays open until the response body has been sent.
-        let open = head
+        let open = end
             .span
             .and_then(|s| (*s).end_head(res.status(), route_name));
-        if let (Some(log), Some(facts)) = (head.log, head.facts) {
+        if let (Some(log), Some(facts)) = (end.log, end.facts) {
             let record = (*facts).into_record(
                 &self.conn,
-                head.version,
+                end.version,
                 res.status(),
                 body_bytes(res),
-                head.start.elapsed(),
+                end.start.elapsed(),
                 route_name.clone(),
             );
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
             let status = res.status();
-            let no_body = head.head_only
+            let no_body = end.head_only
                 || status.is_informational()
                 || status == StatusCode::NO_CONTENT
                 || status == StatusCode::NOT_MODIFIED;
@@ -304,7 +304,7 @@ pub struct Finishing {
     /// What `fut`'s response goes through before the end of the request.
     then: Then,
     /// Taken when the response is ready.
-    head: Option<Head>,
+    end: Option<RequestEnd>,
     svc: Arc<ConnService>,
     generation: Arc<Generation>,
     index: usize,
@@ -326,7 +326,7 @@ impl Future for Finishing {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<Body>> {
         let this = &mut *self;
         loop {
-            let trace = this.head.as_ref().and_then(|h| h.span.as_deref());
+            let trace = this.end.as_ref().and_then(|h| h.span.as_deref());
             let res = ready!(with_current(trace.map(ServerSpan::context), || this
                 .fut
                 .as_mut()
@@ -352,11 +352,11 @@ impl Future for Finishing {
                     }
                 },
             };
-            let head = this
-                .head
+            let end = this
+                .end
                 .take()
                 .expect("`Finishing` polled after it finished");
-            this.svc.finish(head, &mut res, &route.name, &route.metrics);
+            this.svc.finish(end, &mut res, &route.name, &route.metrics);
             return Poll::Ready(res);
         }
     }
@@ -365,8 +365,8 @@ impl Future for Finishing {
 /// Runs `fut` with the request's trace as the task's current one, for work started without a
 /// context; without a trace, `fut` itself.
 /// (A plain function: an `async fn` would store `fut` twice.)
-fn in_trace<F: Future>(head: &Head, fut: F) -> impl Future<Output = F::Output> {
-    trace::scope_some(head.span.as_ref().map(|s| s.context().clone()), fut)
+fn in_trace<F: Future>(end: &RequestEnd, fut: F) -> impl Future<Output = F::Output> {
+    trace::scope_some(end.span.as_ref().map(|s| s.context().clone()), fut)
 }
 
 /// What the access log needs from the request, copied before the request moves on (here from

@@ -18,7 +18,7 @@ use http::{HeaderMap, HeaderValue};
 
 use super::encoding::{Accept, Encoding};
 use super::resolve::Stamp;
-use super::response::{self, Head};
+use super::response::{self, Representation};
 use super::sealed::SealedFile;
 
 /// Bytes charged per entry on top of its content (map slot, header values, key).
@@ -53,17 +53,17 @@ pub(super) struct Variant {
 
 impl Variant {
     /// `file`: the file's headers with this representation's coding; `etag` replaces its ETag.
-    fn new(body: Bytes, etag: HeaderValue, file: Head<'_>) -> Self {
-        let head = Head {
+    fn new(body: Bytes, etag: HeaderValue, file: Representation<'_>) -> Self {
+        let rep = Representation {
             etag: &etag,
             ..file
         };
-        let ok_headers = response::ok_headers(&head, HeaderValue::from(body.len()));
+        let ok_headers = response::ok_headers(&rep, HeaderValue::from(body.len()));
         let wire = response::wire_lines(&ok_headers);
         // `ok_headers` inserts the length last, after the representation's headers.
-        let length_at = response::representation_lines(&head).len();
+        let length_at = response::representation_lines(&rep).len();
         debug_assert!(wire[length_at..].starts_with(b"content-length: "));
-        let not_modified = response::not_modified_lines(&head);
+        let not_modified = response::not_modified_lines(&rep);
         let (body, sealed) = seal_large(body);
         Self {
             encoding: file.encoding,
@@ -123,7 +123,7 @@ impl Entry {
         let version = stamp.version;
         let last_modified = version.last_modified();
         let identity_etag = version.etag(None);
-        let file = Head {
+        let file = Representation {
             content_type: &content_type,
             last_modified: &last_modified,
             etag: &identity_etag,
@@ -134,11 +134,11 @@ impl Entry {
         let encoded: Box<[Variant]> = encoded
             .into_iter()
             .map(|(e, b, t)| {
-                let head = Head {
+                let rep = Representation {
                     encoding: Some(e),
                     ..file
                 };
-                Variant::new(b, t, head)
+                Variant::new(b, t, rep)
             })
             .collect();
         let identity = Variant::new(body, identity_etag.clone(), file);

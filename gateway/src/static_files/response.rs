@@ -11,7 +11,7 @@ use gateway_http1::fields::push_field;
 
 /// The header values of one chosen representation.
 #[derive(Clone, Copy)]
-pub(super) struct Head<'a> {
+pub(super) struct Representation<'a> {
     pub(super) content_type: &'a HeaderValue,
     pub(super) last_modified: &'a HeaderValue,
     pub(super) etag: &'a HeaderValue,
@@ -24,7 +24,7 @@ pub(super) struct Head<'a> {
 /// the map never grows.
 pub(super) const HEADERS: usize = 10;
 
-impl Head<'_> {
+impl Representation<'_> {
     /// Validators and caching headers: what a 304 carries too (RFC 9110 §15.4.5).
     fn validators(&self, h: &mut HeaderMap) {
         h.insert(header::ETAG, self.etag.clone());
@@ -57,11 +57,11 @@ fn with_headers(status: StatusCode, body: Body, headers: HeaderMap) -> Response<
 /// 200. `content_length` is `None` for bodies compressed on the fly (length unknown).
 pub(super) fn ok(
     mut h: HeaderMap,
-    head: &Head<'_>,
+    rep: &Representation<'_>,
     body: Body,
     content_length: Option<HeaderValue>,
 ) -> Response<Body> {
-    head.representation(&mut h);
+    rep.representation(&mut h);
     if let Some(len) = content_length {
         h.insert(header::CONTENT_LENGTH, len);
     }
@@ -72,10 +72,10 @@ pub(super) fn ok(
 /// the map ([`ok_cached`]: two allocations and a reference count per value) instead of inserting
 /// each header into one, which hashes the name and probes for every header. The first entry is a
 /// slot for `Server`, which the copy fills or removes without a lookup or a grown map.
-pub(super) fn ok_headers(head: &Head<'_>, content_length: HeaderValue) -> HeaderMap {
+pub(super) fn ok_headers(rep: &Representation<'_>, content_length: HeaderValue) -> HeaderMap {
     let mut h = HeaderMap::with_capacity(HEADERS);
     h.insert(header::SERVER, HeaderValue::from_static(""));
-    head.representation(&mut h);
+    rep.representation(&mut h);
     h.insert(header::CONTENT_LENGTH, content_length);
     // A copy keeps only the entries in use; the map built holds room for more, which every
     // cached representation would keep for its life.
@@ -97,9 +97,9 @@ pub(super) fn wire_lines(ok_headers: &HeaderMap) -> bytes::Bytes {
 
 /// The header lines of every answer with a representation's bytes (200 and 206), without its
 /// length, as hyper writes them: those [`ok`] and [`partial`] insert first, in their order.
-pub(super) fn representation_lines(head: &Head<'_>) -> Vec<u8> {
+pub(super) fn representation_lines(rep: &Representation<'_>) -> Vec<u8> {
     let mut h = HeaderMap::with_capacity(HEADERS);
-    head.representation(&mut h);
+    rep.representation(&mut h);
     // Room for the length and range lines the answers add.
     let mut out = Vec::with_capacity(h.len() * 40 + 64);
     for (name, value) in &h {
@@ -138,13 +138,13 @@ pub(super) fn ok_cached(
 /// 206 for bytes `start..=end` of `len`.
 pub(super) fn partial(
     mut h: HeaderMap,
-    head: &Head<'_>,
+    rep: &Representation<'_>,
     body: Body,
     start: u64,
     end: u64,
     len: u64,
 ) -> Response<Body> {
-    head.representation(&mut h);
+    rep.representation(&mut h);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start + 1));
     let range = format!("bytes {start}-{end}/{len}");
     if let Ok(v) = HeaderValue::try_from(range) {
@@ -156,9 +156,9 @@ pub(super) fn partial(
 /// The header lines of a representation's 304 as hyper writes them (its validators, as
 /// [`not_modified`] inserts them): what the HTTP/1.1 fast path sends after its status line,
 /// before `Server`.
-pub(super) fn not_modified_lines(head: &Head<'_>) -> bytes::Bytes {
+pub(super) fn not_modified_lines(rep: &Representation<'_>) -> bytes::Bytes {
     let mut h = HeaderMap::with_capacity(HEADERS);
-    head.validators(&mut h);
+    rep.validators(&mut h);
     let mut out = Vec::with_capacity(h.len() * 40);
     for (name, value) in &h {
         push_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
@@ -167,8 +167,8 @@ pub(super) fn not_modified_lines(head: &Head<'_>) -> bytes::Bytes {
 }
 
 /// 304.
-pub(super) fn not_modified(mut h: HeaderMap, head: &Head<'_>) -> Response<Body> {
-    head.validators(&mut h);
+pub(super) fn not_modified(mut h: HeaderMap, rep: &Representation<'_>) -> Response<Body> {
+    rep.validators(&mut h);
     with_headers(StatusCode::NOT_MODIFIED, Body::empty(), h)
 }
 

@@ -5,7 +5,7 @@ use http::{Method, StatusCode, Version};
 
 use super::*;
 
-fn parse(text: &str, method: &Method) -> io::Result<Option<Head>> {
+fn parse(text: &str, method: &Method) -> io::Result<Option<ResponseHead>> {
     response_head(&mut BytesMut::from(text), method, 0)
 }
 

@@ -11,7 +11,7 @@ use crate::decode::{BodyFraming, Chunked, Step, response_head as head_map, respo
 
 /// A response head as the decoder gave it, in a form both of its entry points can be compared in.
 #[derive(Debug, PartialEq, Eq)]
-struct Head {
+struct ComparableHead {
     status: StatusCode,
     version: Version,
     framing: BodyFraming,
@@ -26,7 +26,7 @@ struct Head {
 enum Parsed {
     NeedMore,
     Failed,
-    Head(Head),
+    Head(ComparableHead),
 }
 
 fn sorted(mut fields: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
@@ -51,7 +51,7 @@ fn parse_map(wire: &[u8], method: &Method) -> (Parsed, Option<HeaderMap>) {
                     fields.push((name.as_str().to_owned(), value.as_bytes().to_vec()));
                 }
             }
-            let parsed = Head {
+            let parsed = ComparableHead {
                 status: parts.status,
                 version: parts.version,
                 framing: head.framing,
@@ -83,7 +83,7 @@ fn parse_text(wire: &[u8], method: &Method) -> Parsed {
             if let BodyFraming::Length(n) = head.framing {
                 assert_eq!(head.length, Some(n), "the length that frames the body");
             }
-            Parsed::Head(Head {
+            Parsed::Head(ComparableHead {
                 status: head.status,
                 version: head.version,
                 framing: head.framing,

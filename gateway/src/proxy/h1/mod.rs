@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
-use gateway_http1::decode::{self, TextHead};
+use gateway_http1::decode::{self, BareResponseHead};
 use gateway_http1::request;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
@@ -272,7 +272,7 @@ impl H1Conn {
         pool: &'a Arc<Pool>,
         reused: bool,
         read: impl FnOnce(StatusCode, &[httparse::Header<'_>]) -> R + Send + 'a,
-    ) -> impl Future<Output = Result<(TextHead, R, ResponseBody), TextFailure>> + Send + 'a
+    ) -> impl Future<Output = Result<(BareResponseHead, R, ResponseBody), TextFailure>> + Send + 'a
     where
         R: Send + 'a,
     {
@@ -335,7 +335,7 @@ impl H1Conn {
         &mut self,
         cx: &mut Context<'_>,
         method: &Method,
-    ) -> Poll<Result<decode::Head, UploadError>> {
+    ) -> Poll<Result<decode::ResponseHead, UploadError>> {
         loop {
             if !self.rbuf.is_empty()
                 && let Some(head) =

@@ -31,7 +31,9 @@ use stream_proxy::clock::coarse_unix_secs;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answers::{Answers, WriteAll};
-use super::{Ended, Lane, OUT_LIMIT, Observed, Plain, ReadMore, facts, until_done};
+use super::classify::{Plain, facts};
+use super::prepared::Observed;
+use super::{Ended, Lane, OUT_LIMIT, ReadMore, until_done};
 use crate::body::Body;
 use crate::generation::Generation;
 use crate::proxy::{Answer, Forwarding, ProxyRoute, Replaced, TextRequest};
