@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_tests::{
-    FAST_AND_GENERAL_LISTENERS, TestGateway, fast_path_count, http2c, raw_with_timeout,
+    FAST_AND_GENERAL_LISTENERS, TestGateway, fast_path_chain_count, fast_path_count, http2c,
+    raw_with_timeout,
 };
 use http::{HeaderMap, Request, Response};
 use http_body::Frame;
@@ -175,6 +176,55 @@ async fn response_trailers_are_the_same_allowed_ones_on_the_fast_and_the_general
             "{listener}: {out}"
         );
     }
+}
+
+/// A route with a filter in front of the proxy: on the fast listener its requests go through
+/// the filter chain and the engine's own response encoder, which must send what hyper sends.
+#[tokio::test]
+async fn response_trailers_through_the_filter_chain_are_the_general_paths() {
+    let upstream = trailing_upstream().await;
+    let config = format!(
+        r#"{FAST_AND_GENERAL_LISTENERS}upstreams:
+  app: {{ targets: ["{upstream}"] }}
+routes:
+  - match: {{ path_prefix: / }}
+    filters:
+      - headers: {{ response_set: {{ x-filtered: "yes" }} }}
+    proxy: {{ upstream: app }}
+"#
+    );
+    let gw = TestGateway::start(&config).await;
+    let mut answers = Vec::new();
+    for listener in ["fast", "general"] {
+        let before = fast_path_chain_count(&gw, listener).await;
+        let out = raw_with_timeout(
+            gw.addr(listener),
+            b"GET /t HTTP/1.1\r\nHost: shop.example\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        let after = fast_path_chain_count(&gw, listener).await;
+        assert_eq!(after - before, u64::from(listener == "fast"), "{listener}");
+        assert!(out.starts_with("HTTP/1.1 200"), "{listener}: {out}");
+        assert!(out.contains("x-filtered: yes\r\n"), "{listener}: {out}");
+        assert!(out.contains("\r\n4\r\ndata\r\n"), "{listener}: {out}");
+        assert_eq!(
+            trailer_lines(&out),
+            ["x-checksum: abc"],
+            "{listener}: {out}"
+        );
+        // The head's lines, less `Date`, in order of name.
+        let head = out.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+        let mut lines: Vec<String> = head
+            .lines()
+            .skip(1)
+            .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+            .map(str::to_ascii_lowercase)
+            .collect();
+        lines.sort();
+        answers.push(lines);
+    }
+    assert_eq!(answers[0], answers[1], "the same head on both listeners");
 }
 
 /// An h2c upstream that keeps the trailers of every request and answers with `data` and
