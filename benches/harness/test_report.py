@@ -42,16 +42,21 @@ def row(scenario: str, conns: int, target: str, rps: float, cpu_pct: float, rnd:
     }
 
 
+def section_of(rows: list[dict], section) -> list[str]:
+    """The lines `section` renders for a run made of `rows`, written as the harness writes it."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "run.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=bench.COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        return section(report.Results(path))
+
+
 class Verdicts(unittest.TestCase):
     def targets(self, rows: list[dict]) -> dict[str, tuple[str, str]]:
         """The report's target rows for `rows`, by the target's name: (measured, verdict)."""
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "run.csv"
-            with path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=bench.COLUMNS)
-                w.writeheader()
-                w.writerows(rows)
-            lines = report.targets_section(report.Results(path))
+        lines = section_of(rows, report.targets_section)
         out = {}
         for line in lines:
             cells = [c.strip() for c in line.strip("|").split("|")]
@@ -174,13 +179,7 @@ class ApiRoute(unittest.TestCase):
     """The `api-route` rows: each server's filters over its bare route, and per core vs nginx."""
 
     def rows(self, rows: list[dict]) -> dict[tuple[str, str], list[str]]:
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "run.csv"
-            with path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=bench.COLUMNS)
-                w.writeheader()
-                w.writerows(rows)
-            lines = report.api_route_section(report.Results(path))
+        lines = section_of(rows, report.api_route_section)
         out = {}
         for line in lines:
             cells = [c.strip() for c in line.strip("|").split("|")]

@@ -109,7 +109,7 @@ impl ListenerPolicy {
             self.rejected.count(refusal.reason());
             return Err(StatusCode::BAD_REQUEST);
         }
-        crate::proxy::headers::strip_on_entry(req.headers_mut());
+        self.admit_entered(req);
         if self.max_body == 0 || req.body().is_end_stream() {
             return Ok(());
         }

@@ -251,6 +251,14 @@ impl ConnService {
             .ok_or(StatusCode::NOT_FOUND)
     }
 
+    /// Adds the listener's fields to a response: HSTS and `Alt-Svc` (over any the response has).
+    pub fn decorate(&self, res: &mut Response<Body>) {
+        self.policy.decorate(res);
+        if let Some(v) = &self.alt_svc {
+            res.headers_mut().insert(header::ALT_SVC, v.clone());
+        }
+    }
+
     /// The end of every request: listener headers, metrics, the span's head, the access log.
     /// (The response by reference: it is a few hundred bytes, copied on every move.)
     fn finish(
@@ -260,13 +268,10 @@ impl ConnService {
         route_name: &Arc<str>,
         metrics: &RouteMetrics,
     ) {
-        self.policy.decorate(res);
+        self.decorate(res);
         if res.status() == StatusCode::SWITCHING_PROTOCOLS {
             // The connection stops being HTTP/1 once this goes out: its framing checks stop.
             self.activity.switch_protocols();
-        }
-        if let Some(v) = &self.alt_svc {
-            res.headers_mut().insert(header::ALT_SVC, v.clone());
         }
         metrics.record(end.version, res.status(), end.start.elapsed());
         // A recorded span stays open until the response body has been sent.

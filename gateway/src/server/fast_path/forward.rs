@@ -140,7 +140,7 @@ impl Lane<'_> {
                 Err(res) => {
                     out.clear();
                     let status = res.status();
-                    let bytes = self.push_response(&res, (head_only, job.close), server, out);
+                    let bytes = self.push_response(res, (head_only, job.close), server, out);
                     self.record(route, status, bytes, job.start, observe, out);
                     return write(client.io, out).await;
                 }

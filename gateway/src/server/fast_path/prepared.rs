@@ -394,38 +394,32 @@ impl Lane<'_> {
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
     ) -> usize {
-        self.push_response(&crate::error::error_response(status), how, server, answers)
+        self.push_response(crate::error::error_response(status), how, server, answers)
     }
 
-    /// Appends a response the gateway made whole (an error page) as hyper writes it, to a
-    /// `HEAD` (`head`) or a `GET`, with `Connection: close` when it ends the connection
-    /// (`close`); returns the body's length.
+    /// Appends a response the gateway made whole (an error page) as the general path sends it
+    /// (the `Server` field when it has none, the listener's fields, the head encoded as
+    /// [`gateway_http1::response::push_head`] encodes every response), to a `HEAD` (`head`) or a
+    /// `GET`, with `Connection: close` when it ends the connection (`close`); returns the body's
+    /// length.
     pub(super) fn push_response(
         &self,
-        res: &http::Response<crate::body::Body>,
+        res: http::Response<crate::body::Body>,
         (head, close): (bool, bool),
         server: Option<&http::HeaderValue>,
         answers: &mut Answers,
     ) -> usize {
-        let status = res.status();
+        let mut res = crate::filter::with_server(res, server);
+        self.svc.decorate(&mut res);
         let body = res.body().as_full().cloned().unwrap_or_default();
-        let out = &mut answers.text;
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(status.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-        out.extend_from_slice(b"\r\n");
-        for (name, value) in res.headers() {
-            push_field(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-        if let Some(server) = server
-            && !res.headers().contains_key(http::header::SERVER)
-        {
-            push_field(out, b"server", server.as_bytes());
-        }
-        out.extend_from_slice(&self.listener_lines);
-        push_field(out, b"content-length", body.len().to_string().as_bytes());
-        end_head(out, close);
+        let length = gateway_http1::BodyLength::Known(body.len() as u64);
+        let to = gateway_http1::response::Answering {
+            head_only: head,
+            close,
+        };
+        let now = stream_proxy::clock::coarse_unix_secs();
+        let (status, headers) = (res.status(), res.headers());
+        gateway_http1::response::push_head(&mut answers.text, status, headers, length, to, now);
         if !head {
             answers.push_body(&body, None);
         }
