@@ -62,6 +62,19 @@ pub struct ServerSettings {
     /// Client connections that make a burst: once at least this many were open and three
     /// quarters of them have closed, the gateway returns its free memory to the kernel. 0 never.
     pub release_memory_after_burst: usize,
+    /// The form of the gateway's own log on stderr (not the access log).
+    pub log_format: LogFormat,
+}
+
+/// `server.log_format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One human-readable line per event, coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields and the enclosing spans.
+    Json,
 }
 
 impl ServerSettings {
@@ -77,6 +90,7 @@ impl Default for ServerSettings {
             server_header: "gateway".into(),
             watch_config: true,
             release_memory_after_burst: Self::DEFAULT_RELEASE_MEMORY_AFTER_BURST,
+            log_format: LogFormat::Text,
         }
     }
 }

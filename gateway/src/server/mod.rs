@@ -205,7 +205,9 @@ impl Gateway {
     /// the running configuration stays and the located error is returned.
     pub async fn reload(&self) -> Result<(), GatewayError> {
         let _serial = self.inner.reload_lock.lock().await;
+        crate::systemd::reloading();
         let result = self.try_reload().await;
+        crate::systemd::reloaded(result.is_ok());
         let t = &self.inner.cx.telemetry;
         match &result {
             Ok(()) => {
@@ -381,6 +383,7 @@ impl Gateway {
             }
         }
         tracing::info!("shutting down: draining connections");
+        crate::systemd::stopping();
         self.shutdown().await;
         tracing::info!("stopped");
     }

@@ -29,6 +29,7 @@ mod rate_limit_fast_path;
 mod reload;
 mod request_entry;
 mod security;
+mod service;
 mod smuggling;
 mod static_files;
 mod streams;
