@@ -126,7 +126,6 @@ fn main() -> ExitCode {
             let code = rt.block_on(async move {
                 match gateway::Gateway::start(loaded).await {
                     Ok(gw) => {
-                        gateway::systemd::ready();
                         gw.run_until_signal().await;
                         ExitCode::SUCCESS
                     }

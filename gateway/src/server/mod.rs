@@ -357,7 +357,8 @@ impl Gateway {
     }
 
     /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
-    /// reopens the access log (for logrotate).
+    /// reopens the access log (for logrotate). Tells a service manager it is ready once the
+    /// signal handlers are in place.
     pub async fn run_until_signal(self) {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut hup), Ok(mut usr1)) = (
@@ -366,10 +367,14 @@ impl Gateway {
             signal(SignalKind::user_defined1()),
         ) else {
             tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
+            crate::systemd::ready();
             let _ = tokio::signal::ctrl_c().await;
             self.shutdown().await;
             return;
         };
+        // Only now: a SIGHUP sent as soon as the service manager hears of readiness must find
+        // the handler installed, or its default action would end the process.
+        crate::systemd::ready();
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
