@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// Appends the process series and the build info in Prometheus text.
-pub fn render_prometheus(out: &mut String) {
+pub(super) fn render_prometheus(out: &mut String) {
     let _ = writeln!(
         out,
         "# HELP gateway_build_info The gateway's version, always 1.\n# TYPE gateway_build_info gauge\ngateway_build_info{{version=\"{}\"}} 1",
