@@ -13,6 +13,7 @@ mod error;
 mod locate;
 pub mod model;
 mod nesting;
+mod otel_env;
 mod runtime;
 pub mod units;
 mod validate;

@@ -128,6 +128,9 @@ pub struct AdminConfig {
 pub struct TelemetryConfig {
     /// `service.name` resource attribute.
     pub service_name: Option<String>,
+    /// More resource attributes for spans and metrics (`deployment.environment: prod`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub resource_attributes: IndexMap<String, String>,
     /// OTLP trace export.
     pub traces: Option<TracesConfig>,
     /// OTLP metrics export (the `/metrics` registry, pushed periodically).
@@ -145,10 +148,18 @@ pub struct MetricsExportConfig {
     /// Time between exports.
     #[serde(default = "default_metrics_interval")]
     pub interval: Duration,
+    /// Headers sent with every export (a collector's API key).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub headers: IndexMap<String, String>,
+}
+
+impl MetricsExportConfig {
+    /// `interval` when neither the file nor the environment sets it.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 }
 
 fn default_metrics_interval() -> Duration {
-    Duration::from_secs(10)
+    MetricsExportConfig::DEFAULT_INTERVAL
 }
 
 /// `telemetry.traces`.
@@ -157,13 +168,20 @@ fn default_metrics_interval() -> Duration {
 pub struct TracesConfig {
     /// Collector endpoint; a URL ending in `/v1/traces` means OTLP/HTTP protobuf, else OTLP/gRPC.
     pub otlp_endpoint: String,
-    /// Parent-based sampling ratio for new traces.
-    #[serde(default = "one")]
-    pub sample_ratio: f64,
+    /// Parent-based sampling ratio for new traces (1.0 when neither the file nor
+    /// `OTEL_TRACES_SAMPLER` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_ratio: Option<f64>,
+    /// Headers sent with every export (a collector's API key).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub headers: IndexMap<String, String>,
 }
 
-fn one() -> f64 {
-    1.0
+impl TracesConfig {
+    /// The sampling ratio in force.
+    pub fn ratio(&self) -> f64 {
+        self.sample_ratio.unwrap_or(1.0)
+    }
 }
 
 /// `telemetry.access_log`.

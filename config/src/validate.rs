@@ -115,9 +115,11 @@ pub(crate) fn validate(
     {
         log.path = c.path(Path::new(&log.path)).display().to_string();
     }
-    let telemetry = raw.telemetry.clone().unwrap_or_default();
+    let mut telemetry = raw.telemetry.clone().unwrap_or_default();
+    crate::otel_env::apply(&mut telemetry, &|name| std::env::var(name).ok())
+        .map_err(|(variable, message)| ConfigError::Environment { variable, message })?;
     if let Some(t) = &telemetry.traces {
-        if !(0.0..=1.0).contains(&t.sample_ratio) {
+        if !(0.0..=1.0).contains(&t.ratio()) {
             return c.err(
                 "telemetry.traces.sample_ratio",
                 "must be between 0.0 and 1.0",

@@ -159,8 +159,7 @@ fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
     gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
-    gateway::telemetry::trace::check(&config.telemetry)
-        .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m))?;
+    gateway::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;
     gateway::telemetry::metrics_export::check(&config.telemetry)
         .map_err(|(key, m)| config.error(key, m))?;
     Ok(())

@@ -432,11 +432,12 @@ fn stream_error(e: stream_proxy::StreamError) -> GatewayError {
     }
 }
 
-/// The tracer for `config` (the running one when unchanged), its endpoint error located.
+/// The tracer for `config` (the running one when unchanged), its error located.
 fn tracer_for(
     telemetry: &Telemetry,
     config: &Config,
 ) -> Result<Option<Arc<crate::telemetry::Tracer>>, GatewayError> {
+    crate::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;
     telemetry
         .tracer_for(&config.telemetry)
         .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m).into())
