@@ -166,6 +166,30 @@ impl OriginPattern {
     }
 }
 
+/// The fuzz target's check (`fuzz/fuzz_targets/origin.rs`, replayed on its seed corpus by a
+/// test): any text parses or not without a panic; an origin that parses is matched by itself as
+/// an entry; what a subdomain wildcard matches is a host under its domain, with its scheme and
+/// nothing after the host but a port.
+#[doc(hidden)]
+pub fn fuzz_origin(text: &str) {
+    let _ = OriginPattern::parse(text);
+    let Some(origin) = Origin::parse(text) else {
+        return;
+    };
+    let exact = OriginPattern::parse(text).expect("an origin is a valid entry");
+    assert!(exact.matches(&origin), "{text}");
+    let wildcard = OriginPattern::parse("https://*.example.com").expect("pattern");
+    if wildcard.matches(&origin) {
+        let host = origin.host.to_ascii_lowercase();
+        assert!(origin.scheme.eq_ignore_ascii_case("https"), "{text}");
+        assert!(
+            host.ends_with(".example.com") && host.len() > ".example.com".len(),
+            "{text}"
+        );
+        assert!(!host.contains(['/', '@', '?', '#', ' ']), "{text}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
