@@ -137,11 +137,16 @@ impl Policy {
         self.origins.iter().any(|p| p.matches(&origin))
     }
 
+    /// Whether a preflight may ask for `method`, a single token (it may be echoed).
     fn allows_method(&self, method: &HeaderValue) -> bool {
         let Ok(m) = method.to_str() else {
             return false;
         };
-        self.any_method || SAFELISTED_METHODS.contains(&m) || self.methods.iter().any(|c| c == m)
+        !m.contains(',')
+            && is_token_list(m.as_bytes())
+            && (self.any_method
+                || SAFELISTED_METHODS.contains(&m)
+                || self.methods.iter().any(|c| c == m))
     }
 
     /// `Access-Control-Allow-Origin` for an allowed origin.
@@ -350,10 +355,34 @@ mod tests {
                 "{origin} {method}"
             );
         }
+        let policy = CorsConfig {
+            allow_methods: vec!["*".into()],
+            ..star_config()
+        };
+        let any = CorsFilterFactory::new("r", &policy, &Registry::new()).unwrap();
+        for bad in ["GET, PUT", "", "P UT"] {
+            assert!(
+                !any.policy
+                    .allows_method(&HeaderValue::from_str(bad).unwrap()),
+                "{bad}"
+            );
+        }
+        assert!(any.policy.allows_method(&HeaderValue::from_static("PATCH")));
         assert_eq!(f.policy.preflights_denied.get(), 3);
         // Safelisted methods pass whatever the list says, as in the Fetch standard.
         let res = preflight(&f, "https://app.example.com", "POST");
         assert!(res.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+    }
+
+    fn star_config() -> CorsConfig {
+        CorsConfig {
+            allow_origins: vec!["*".into()],
+            allow_methods: vec![],
+            allow_headers: vec![],
+            expose_headers: vec![],
+            allow_credentials: false,
+            max_age: None,
+        }
     }
 
     #[test]
@@ -362,21 +391,11 @@ mod tests {
         let res = preflight(&f, "https://any.example", "PUT");
         assert_eq!(res.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], "*");
         assert!(!res.headers().contains_key(VARY));
-        assert!(
-            CorsFilterFactory::new(
-                "r",
-                &CorsConfig {
-                    allow_origins: vec!["*".into()],
-                    allow_methods: vec![],
-                    allow_headers: vec![],
-                    expose_headers: vec![],
-                    allow_credentials: true,
-                    max_age: None,
-                },
-                &Registry::new()
-            )
-            .is_err()
-        );
+        let credentials = CorsConfig {
+            allow_credentials: true,
+            ..star_config()
+        };
+        assert!(CorsFilterFactory::new("r", &credentials, &Registry::new()).is_err());
     }
 
     #[test]
