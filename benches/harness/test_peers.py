@@ -50,7 +50,9 @@ def server(kind: str, work: Path, base: int = 28000) -> Server:
     return Server(kind, kind, base, env_in(work), binary=binary)
 
 
-class Configs(unittest.TestCase):
+class ConfigCase(unittest.TestCase):
+    """A scratch dir per test, and `nginx -t` on the configs written there."""
+
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         self.work = Path(self.tmp.name)
@@ -71,6 +73,8 @@ class Configs(unittest.TestCase):
         )
         self.assertEqual(check.returncode, 0, check.stderr)
 
+
+class Configs(ConfigCase):
     def test_nginx_api_route_does_the_same_work(self) -> None:
         self_signed(self.work)
         config = server("nginx", self.work).write_config()
@@ -178,7 +182,7 @@ class Commands(unittest.TestCase):
         self.assertEqual(cmd[3:], ["h2o", "--conf", str(Path(d) / "h2o.conf")])
 
 
-class Expansion(unittest.TestCase):
+class PlanCase(unittest.TestCase):
     """Which targets a scenario becomes on a full set of servers (none started)."""
 
     def targets(self, name: str, gateway_sections: set[str]) -> tuple[list[str], list[str]]:
@@ -193,6 +197,8 @@ class Expansion(unittest.TestCase):
         out = bench.targets_for(BY_NAME[name], servers, args, skipped)
         return [f"{t.label} {t.url.split('/', 3)[3]}" for t in out], skipped
 
+
+class Expansion(PlanCase):
     def test_api_route_is_each_servers_route_beside_its_bare_route(self) -> None:
         labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS))
         self.assertEqual(
@@ -200,8 +206,10 @@ class Expansion(unittest.TestCase):
             [
                 "gateway bare proxy/hello",
                 "gateway api api/hello",
+                "gateway cors api/cors/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",
+                "nginx cors api/cors/hello",
                 "pingora bare proxy/hello",
                 "pingora api api/hello",
             ],

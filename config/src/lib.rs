@@ -9,6 +9,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cors;
 mod error;
 mod locate;
 pub mod model;

@@ -887,6 +887,10 @@ pub enum FilterConfig {
     Plugin(String),
     /// Header edits.
     Headers(HeadersFilterConfig),
+    /// Cross-origin resource sharing: preflights answered, CORS headers on answers.
+    Cors(CorsConfig),
+    /// Compression of the route's answers.
+    Compress(CompressConfig),
 }
 
 /// `rate_limit:` filter settings.
@@ -941,6 +945,78 @@ pub struct HeadersFilterConfig {
     /// Response headers removed.
     #[serde(default)]
     pub response_remove: Vec<String>,
+}
+
+/// `cors:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Origins allowed: exact (`https://app.example.com`), `*`, or a subdomain wildcard
+    /// (`https://*.example.com`).
+    pub allow_origins: Vec<String>,
+    /// Methods a preflight may ask for (`*`: any). GET, HEAD and POST are always allowed, as
+    /// in the Fetch standard.
+    #[serde(default = "default_cors_methods")]
+    pub allow_methods: Vec<String>,
+    /// Request headers a preflight may ask for (`*`: the ones asked for).
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    /// Response headers the browser lets scripts read.
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    /// Whether requests with cookies or HTTP authentication are allowed.
+    #[serde(default)]
+    pub allow_credentials: bool,
+    /// How long a browser may cache a preflight's answer.
+    pub max_age: Option<Duration>,
+}
+
+fn default_cors_methods() -> Vec<String> {
+    ["GET", "HEAD", "POST"].map(String::from).to_vec()
+}
+
+/// `compress:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressConfig {
+    /// Codings offered, in the server's order of preference (used when the client's weights tie).
+    #[serde(default = "default_compress")]
+    pub algorithms: Vec<ContentEncoding>,
+    /// Answers stating a smaller `Content-Length` are sent as they are.
+    #[serde(default = "default_compress_filter_min_size")]
+    pub min_size: ByteSize,
+    /// Media types compressed: `type/subtype`, `type/*` or `*`. Default: text and the usual
+    /// text-like application, font and image types.
+    pub types: Option<Vec<String>>,
+    /// Compression levels per coding.
+    #[serde(default)]
+    pub level: CompressLevels,
+}
+
+fn default_compress_filter_min_size() -> ByteSize {
+    ByteSize(1024)
+}
+
+/// `compress.level`: a level per coding; the defaults favour speed, as a proxy should.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompressLevels {
+    /// gzip, 1-9.
+    pub gzip: u32,
+    /// Brotli, 0-11.
+    pub br: u32,
+    /// Zstandard, 1-19.
+    pub zstd: u32,
+}
+
+impl Default for CompressLevels {
+    fn default() -> Self {
+        Self {
+            gzip: 5,
+            br: 4,
+            zstd: 3,
+        }
+    }
 }
 
 /// `routes[].proxy`.

@@ -550,6 +550,7 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod http_filters;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -869,6 +870,14 @@ fn validate_routes(
                         h.response_remove.iter().map(|k| (k, None)),
                     )?;
                     Filter::Headers(h.clone())
+                }
+                FilterConfig::Cors(cors) => {
+                    http_filters::cors(c, &format!("{fkey}.cors"), cors)?;
+                    Filter::Cors(cors.clone())
+                }
+                FilterConfig::Compress(cfg) => {
+                    http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
+                    Filter::Compress(cfg.clone())
                 }
             });
         }
