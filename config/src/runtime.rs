@@ -12,6 +12,9 @@ use crate::Location;
 use crate::locate::SourceMap;
 use crate::model::*;
 
+mod jwt;
+pub use jwt::{JwksSource, Jwt, JwtAlgorithm, TokenSource};
+
 /// A whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -319,6 +322,8 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// JWT authentication.
+    Jwt(Jwt),
 }
 
 /// What a rate limit counts by.

@@ -548,6 +548,7 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod jwt;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -653,7 +654,7 @@ fn valid_upgrade_protocol(protocol: &str) -> bool {
     }
 }
 
-fn valid_header_value(value: &str) -> bool {
+pub(crate) fn valid_header_value(value: &str) -> bool {
     value
         .bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
@@ -867,6 +868,9 @@ fn validate_routes(
                         h.response_remove.iter().map(|k| (k, None)),
                     )?;
                     Filter::Headers(h.clone())
+                }
+                FilterConfig::Jwt(j) => {
+                    Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                 }
             });
         }

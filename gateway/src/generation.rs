@@ -123,6 +123,17 @@ impl Generation {
                                 .map_err(|m| config.error(format!("{fkey}.waf"), m))?,
                         ));
                     }
+                    Filter::Jwt(jwt) => {
+                        factories.push(Arc::new(
+                            crate::filter::JwtFilterFactory::new(
+                                jwt,
+                                &route.name,
+                                &telemetry.registry,
+                                purpose == Purpose::Serve,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.jwt"), m))?,
+                        ));
+                    }
                     Filter::RateLimit { settings, key } => {
                         factories.push(Arc::new(
                             crate::filter::RateLimitFilterFactory::new(

@@ -8,6 +8,7 @@
 
 mod chain;
 mod headers;
+pub mod jwt;
 pub mod rate_limit;
 pub mod waf;
 
@@ -16,6 +17,7 @@ use http::{Response, request, response};
 
 pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use headers::HeadersFilterFactory;
+pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
 

@@ -9,6 +9,7 @@ mod core;
 mod fast_path;
 mod faults;
 mod h3;
+mod jwt;
 mod limits;
 mod observability;
 mod ocsp;
