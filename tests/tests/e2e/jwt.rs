@@ -345,3 +345,39 @@ routes:
         .collect();
     assert_eq!(users, [Value::Null, json!("bob"), Value::Null], "{text}");
 }
+
+/// A Wasm plugin after the filter reads the verified claims as `jwt.claims.NAME` properties.
+#[tokio::test]
+async fn plugins_read_the_verified_claims_as_properties() {
+    let key = SigningKey::generate(JwtAlgorithm::Es256, "k");
+    let dir = temp_dir();
+    write_file(dir.path(), "jwks.json", jwks(&[&key]));
+    crate::wasm::install(dir.path(), "late_reader", "late.wasm");
+    let yaml = r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+plugins:
+  late: { wasm: late.wasm }
+routes:
+  - name: hello
+    match: { path_prefix: / }
+    filters:
+      - jwt: { jwks: { file: jwks.json }, required: false }
+      - plugin: late
+    respond: { status: 200, body: "hello" }
+"#;
+    let gw = TestGateway::start_in(dir, yaml).await;
+    for mut c in [http1(gw.addr("main")).await, http2c(gw.addr("main")).await] {
+        let token = key.sign(&json!({ "sub": "carol", "exp": now() + 60 }));
+        let req = Request::get("/")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = c.send(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.header("x-late-jwt-sub"), "carol");
+        let res = c.get("/").await;
+        assert_eq!((res.status(), res.header("x-late-jwt-sub")), (200, ""));
+    }
+}
