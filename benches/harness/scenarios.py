@@ -25,7 +25,21 @@ BROWSER_HEADERS = [
 # on the way up; add `X-Content-Type-Options` and hide the backend's `X-Powered-By` on the way
 # down). Measured beside the same proxy route bare, on every server that has both.
 API_PATH = "/api/hello"
-API_HEADERS = ["X-Debug: 1"]
+# The `jwt` variant: the bare proxy route behind a `jwt` filter (RS256, the key cached), sent one
+# valid token made when the harness starts (`jwt_fixture`). Every target of the scenario gets the
+# same request, token included; nginx's open-source build has no JWT, so the comparison is the
+# gateway's own bare route.
+JWT_PATH = "/jwt/hello"
+JWT_PLACEHOLDER = "{{JWT}}"
+API_HEADERS = ["X-Debug: 1", f"Authorization: Bearer {JWT_PLACEHOLDER}"]
+
+
+def with_token(headers: list[str], token: str) -> list[str]:
+    """`headers` with the harness's token in place of its placeholder; without a token, the
+    header that would carry it is left out."""
+    if not token:
+        return [h for h in headers if JWT_PLACEHOLDER not in h]
+    return [h.replace(JWT_PLACEHOLDER, token) for h in headers]
 
 
 # The static files' modification time, set when they are written, so that a revalidation's date
@@ -104,7 +118,8 @@ SCENARIOS = [
              "proxy route, keep-alive", "wrk", "http", "", "proxy", [50, 200], [200],
              headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],
              variants=[Variant("bare", "/proxy/hello", "proxy"),
-                       Variant("api", API_PATH, "api-route")]),
+                       Variant("api", API_PATH, "api-route"),
+                       Variant("jwt", JWT_PATH, "jwt")]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",
