@@ -3,7 +3,9 @@
 //! HTTP/1.1 (through the fast path) and HTTP/2. Covers the 401 challenges, claims set as
 //! headers (and the client's forged copies removed), key rotation without a reload (an unknown
 //! `kid` fetches the set again at once, rate-limited), a dead endpoint (the last good keys
-//! stay), keys from a file with the token in a cookie, and the access log's user.
+//! stay), no keys at all (a bounded wait, then 401), keys from a file with the token in a
+//! cookie, the access log's user, the claims as a Wasm plugin's properties, and a reload that
+//! keeps the keys it had.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,8 +18,8 @@ use gateway::filter::jwt::testing::{SigningKey, jwks, now};
 use gateway_config::JwtAlgorithm;
 use gateway_tests::backend::Backend;
 use gateway_tests::{
-    Client, TestGateway, counter_value, fast_path_chain_count, http1, http2c, refusing_addr,
-    temp_dir, write_file,
+    Client, TestGateway, admin_request, counter_value, fast_path_chain_count, http1, http2c,
+    refusing_addr, temp_dir, write_file,
 };
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -380,4 +382,40 @@ routes:
         let res = c.get("/").await;
         assert_eq!((res.status(), res.header("x-late-jwt-sub")), (200, ""));
     }
+}
+
+/// A reload builds new filters on the same key source: no refetch, no window without keys.
+#[tokio::test]
+async fn a_reload_keeps_the_fetched_keys() {
+    let key = SigningKey::generate(JwtAlgorithm::Rs512, "k");
+    let (idp, _backend, gw, mut c) = start(&[&key], "1h").await;
+    assert_eq!(get(&mut c, Some(&key.sign(&claims())), &[]).await.0, 200);
+    let path = gw.dir().join("gateway.yaml");
+    let admin = gw.gateway().admin_addr().unwrap().port();
+    let main = gw.addr("main").port();
+    let yaml = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen(
+            "bind: 127.0.0.1:0 }",
+            &format!("bind: 127.0.0.1:{admin} }}"),
+            1,
+        )
+        .replacen(
+            "bind: 127.0.0.1:0\n",
+            &format!("bind: 127.0.0.1:{main}\n"),
+            1,
+        );
+    std::fs::write(
+        &path,
+        yaml.replace("audiences: [orders]", "audiences: [orders, more]"),
+    )
+    .unwrap();
+    let (status, body) = admin_request(&gw, "POST", "/reload", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(get(&mut c, Some(&key.sign(&claims())), &[]).await.0, 200);
+    assert_eq!(
+        idp.hits(),
+        1,
+        "the reloaded filter uses the keys already fetched"
+    );
 }
