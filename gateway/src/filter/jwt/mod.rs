@@ -441,5 +441,30 @@ impl HttpFilter for JwtFilter {
     }
 }
 
+/// Untrusted bytes through every parser of the filter, as a token (decoded, verified against a
+/// fixed key set, its claims checked) and as a key set: none may panic. The `jwt` fuzz target.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn check_untrusted(data: &[u8]) {
+    static KEYS: std::sync::OnceLock<KeySet> = std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let key = testing::SigningKey::generate(JwtAlgorithm::Es256, "k");
+        KeySet::parse(testing::jwks(&[&key]).as_bytes()).expect("a key set")
+    });
+    let _ = KeySet::parse(data);
+    let text = String::from_utf8_lossy(data);
+    if let Ok(token) = Token::parse(&text, &JwtAlgorithm::ALL) {
+        let _ = token.verify(keys);
+        if let Ok(claims) = token.claims() {
+            let audiences = ["a".to_owned()];
+            let rules = Rules {
+                issuer: Some("i"),
+                audiences: &audiences,
+                skew: Duration::from_secs(60),
+            };
+            let _ = rules.check(&claims, 1.0e9);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
