@@ -104,19 +104,25 @@ class Configs(unittest.TestCase):
         self.assertEqual(text.count('return 200 "Hello, world!\\n";'), 2)
         self.nginx_accepts(config)
 
-    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
-        self.assertEqual(GATEWAY_SECTIONS["api-route"], "api-route")
+    def section_routes(self, section: str, route: str) -> dict | None:
+        """The gateway's routes with only `section` kept, by name, after checking that the
+        section holds the route `route`; None without PyYAML."""
+        self.assertEqual(GATEWAY_SECTIONS[section], section)
         text = (CONFIGS / "gateway.yaml").read_text()
-        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {"api-route"})
-        dropped = drop_sections(text, set(GATEWAY_SECTIONS))
-        self.assertIn("name: api\n", kept)
-        self.assertNotIn("name: api\n", dropped)
+        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {section})
+        self.assertIn(f"name: {route}\n", kept)
+        self.assertNotIn(f"name: {route}\n", drop_sections(text, set(GATEWAY_SECTIONS)))
         try:
             import yaml
         except ImportError:
+            return None
+        return {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
+                ["routes"]}  # fmt: skip
+
+    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
+        routes = self.section_routes("api-route", "api")
+        if routes is None:
             return
-        routes = {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
-                  ["routes"]}  # fmt: skip
         api, bare = routes["api"], routes["proxy"]
         self.assertEqual(api["proxy"], bare["proxy"])
         self.assertNotIn("filters", bare)
@@ -130,17 +136,9 @@ class Configs(unittest.TestCase):
         self.assertEqual(headers["response_remove"], ["x-powered-by"])
 
     def test_the_gateway_jwt_route_is_the_bare_route_behind_the_filter(self) -> None:
-        self.assertEqual(GATEWAY_SECTIONS["jwt"], "jwt")
-        text = (CONFIGS / "gateway.yaml").read_text()
-        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {"jwt"})
-        self.assertIn("name: jwt\n", kept)
-        self.assertNotIn("name: jwt\n", drop_sections(text, set(GATEWAY_SECTIONS)))
-        try:
-            import yaml
-        except ImportError:
+        routes = self.section_routes("jwt", "jwt")
+        if routes is None:
             return
-        routes = {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
-                  ["routes"]}  # fmt: skip
         jwt, bare = routes["jwt"], routes["proxy"]
         self.assertEqual(jwt["proxy"], bare["proxy"])
         [f] = jwt["filters"]
