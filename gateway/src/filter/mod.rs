@@ -10,6 +10,7 @@ mod chain;
 pub mod compress;
 pub mod cors;
 mod headers;
+pub mod jwt;
 pub mod rate_limit;
 pub mod waf;
 
@@ -20,6 +21,7 @@ pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use compress::CompressFilterFactory;
 pub use cors::CorsFilterFactory;
 pub use headers::HeadersFilterFactory;
+pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
 
