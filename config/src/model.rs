@@ -7,12 +7,13 @@ use std::path::PathBuf;
 
 use indexmap::IndexMap;
 use ipnet::IpNet;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::units::{ByteSize, Duration};
 
 /// The whole file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// Process-wide settings (drain timeout, worker threads).
@@ -48,7 +49,7 @@ pub struct RawConfig {
 }
 
 /// `server:` process-wide settings (an extension of the contract).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     /// How long a shutdown or reload waits for in-flight work before closing connections.
@@ -67,7 +68,7 @@ pub struct ServerSettings {
 }
 
 /// `server.log_format`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// One human-readable line per event, coloured only when stderr is a terminal.
@@ -96,7 +97,7 @@ impl Default for ServerSettings {
 }
 
 /// `admin:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin listener.
@@ -123,7 +124,7 @@ pub struct AdminConfig {
 }
 
 /// `telemetry:`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// `service.name` resource attribute.
@@ -140,7 +141,7 @@ pub struct TelemetryConfig {
 }
 
 /// `telemetry.metrics`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsExportConfig {
     /// Collector endpoint; a URL ending in `/v1/metrics` means OTLP/HTTP protobuf, else OTLP/gRPC.
@@ -163,7 +164,7 @@ fn default_metrics_interval() -> Duration {
 }
 
 /// `telemetry.traces`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TracesConfig {
     /// Collector endpoint; a URL ending in `/v1/traces` means OTLP/HTTP protobuf, else OTLP/gRPC.
@@ -185,7 +186,7 @@ impl TracesConfig {
 }
 
 /// `telemetry.access_log`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLogConfig {
     /// `stdout`, `stderr` or a file path.
@@ -201,7 +202,7 @@ fn stdout() -> String {
 }
 
 /// Access log line format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessLogFormat {
     /// One JSON object per line.
@@ -212,7 +213,7 @@ pub enum AccessLogFormat {
 }
 
 /// A named certificate: PEM files (`cert` and `key`), or `acme` to have it issued and renewed.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateConfig {
     /// PEM certificate chain, leaf first.
@@ -230,7 +231,7 @@ pub struct CertificateConfig {
 }
 
 /// `certificates.NAME.acme`: automatic issuance and renewal (RFC 8555).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeConfig {
     /// DNS names the certificate covers (the first is its subject).
@@ -254,7 +255,7 @@ pub struct AcmeConfig {
 }
 
 /// An ACME challenge type.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum AcmeChallenge {
     /// Answered on the TLS listener itself (ALPN `acme-tls/1`, port 443 as the CA sees it).
     #[default]
@@ -266,7 +267,7 @@ pub enum AcmeChallenge {
 }
 
 /// An HTTP protocol a listener speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpProtocol {
     /// HTTP/1.1 (and 1.0).
@@ -278,7 +279,7 @@ pub enum HttpProtocol {
 }
 
 /// One entry of `listeners:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Unique name, referenced by routes.
@@ -343,7 +344,7 @@ pub struct ListenerConfig {
 /// `listeners[].path_normalization`: the one form of a request's path that routes, filters,
 /// plugins and (by default) the upstream see. Dot segments are always removed and escapes of
 /// unreserved characters always decoded.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathNormalization {
     /// Merge runs of `/` into one (`/a//b` is `/a/b`).
@@ -365,7 +366,7 @@ impl Default for PathNormalization {
 }
 
 /// `path_normalization.escaped_slashes`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EscapedSlashesAction {
     /// Refuse the request with `400`.
@@ -378,7 +379,7 @@ pub enum EscapedSlashesAction {
 }
 
 /// `path_normalization.forward`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PathForward {
     /// The normalized path.
@@ -411,7 +412,7 @@ fn default_write_timeout() -> Duration {
 }
 
 /// Per-listener HTTP/2 settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http2Settings {
     /// SETTINGS_MAX_CONCURRENT_STREAMS.
@@ -433,7 +434,7 @@ impl Default for Http2Settings {
 }
 
 /// Per-listener HTTP/3 (QUIC) settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http3Settings {
     /// Concurrent request streams (bidirectional) a client may open on one connection.
@@ -470,7 +471,7 @@ impl Default for Http3Settings {
 }
 
 /// A QUIC congestion controller.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CongestionControl {
     /// CUBIC (RFC 9438), the usual TCP default.
@@ -483,7 +484,7 @@ pub enum CongestionControl {
 }
 
 /// `listeners[].tls`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerTlsConfig {
     /// Names from `certificates:`; SNI picks among them.
@@ -499,7 +500,7 @@ pub struct ListenerTlsConfig {
 }
 
 /// `listeners[].tls.hsts`: HTTP Strict Transport Security (RFC 6797).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HstsConfig {
     /// How long browsers remember to use HTTPS only (`max-age`).
@@ -522,7 +523,7 @@ impl Default for HstsConfig {
 }
 
 /// A TLS protocol version.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum TlsVersion {
     /// TLS 1.2.
     #[default]
@@ -534,7 +535,7 @@ pub enum TlsVersion {
 }
 
 /// One entry of `upstreams:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Target addresses, each `host:port` or `{address, weight}`.
@@ -576,7 +577,7 @@ fn default_upstream_timeout() -> Duration {
 }
 
 /// A target written as a plain address or with a weight.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum TargetConfig {
     /// `127.0.0.1:9001`.
@@ -596,7 +597,7 @@ fn one_u32() -> u32 {
 }
 
 /// Balancing algorithm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Balance {
     /// Smooth weighted round robin.
@@ -611,7 +612,7 @@ pub enum Balance {
 }
 
 /// Protocol spoken to an upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UpstreamProtocol {
     /// HTTP/1.1 (over TLS when `tls` is set).
@@ -624,7 +625,7 @@ pub enum UpstreamProtocol {
 }
 
 /// `upstreams.*.tls`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     /// SNI and the name verified in the target's certificate.
@@ -641,7 +642,7 @@ pub struct UpstreamTlsConfig {
 }
 
 /// `upstreams.*.health_check`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthCheckConfig {
     /// Path for active checks; no active checks when absent.
@@ -676,7 +677,7 @@ impl Default for HealthCheckConfig {
 }
 
 /// `upstreams.*.health_check.passive`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PassiveHealthConfig {
     /// Statuses (`500`–`599`) that count as the target's failure when the target itself answers
@@ -686,7 +687,7 @@ pub struct PassiveHealthConfig {
 }
 
 /// `upstreams.*.pool`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// Idle keep-alive connections kept per target.
@@ -708,14 +709,16 @@ impl Default for PoolConfig {
 }
 
 /// One entry of `plugins:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Path of the .wasm module.
     pub wasm: PathBuf,
     /// Handed to the plugin as JSON at configure time.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub config: Option<serde_yaml::Value>,
     /// Handed to the plugin as VM configuration at start.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub vm_config: Option<serde_yaml::Value>,
     /// Per-call limits.
     #[serde(default)]
@@ -726,7 +729,7 @@ pub struct PluginConfig {
 }
 
 /// `plugins.*.limits`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginLimits {
     /// Linear memory cap per VM.
@@ -745,7 +748,7 @@ impl Default for PluginLimits {
 }
 
 /// One entry of `waf:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WafPolicyConfig {
     /// `block` or `detect`.
@@ -762,9 +765,11 @@ pub struct WafPolicyConfig {
     pub rules: Vec<WafRuleConfig>,
     /// Client networks that bypass the policy.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub allow: Vec<IpNet>,
     /// Client networks always refused.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub deny: Vec<IpNet>,
 }
 
@@ -773,7 +778,7 @@ fn default_waf_max_body() -> ByteSize {
 }
 
 /// WAF mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WafMode {
     /// Matches are answered with 403.
@@ -784,7 +789,7 @@ pub enum WafMode {
 }
 
 /// A built-in WAF detector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WafDetector {
     /// SQL injection.
@@ -802,7 +807,7 @@ pub enum WafDetector {
 }
 
 /// A custom WAF rule.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WafRuleConfig {
     /// Rule id, reported on a match.
@@ -819,7 +824,7 @@ pub struct WafRuleConfig {
 }
 
 /// A WAF rule's action.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WafAction {
     /// Refuse the request (in block mode).
@@ -830,7 +835,7 @@ pub enum WafAction {
 }
 
 /// One entry of `routes:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Name reported in logs, metrics and traces.
@@ -842,6 +847,7 @@ pub struct RouteConfig {
     pub matcher: RouteMatchConfig,
     /// Filters, in order (each a single-key map such as `- waf: strict`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[schemars(with = "Vec<FilterConfig>")]
     pub filters: Vec<FilterConfig>,
     /// Terminal: reverse proxy.
     pub proxy: Option<ProxyConfig>,
@@ -853,7 +859,7 @@ pub struct RouteConfig {
 }
 
 /// `routes[].match`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteMatchConfig {
     /// Exact host or `*.example.com`.
@@ -872,7 +878,7 @@ pub struct RouteMatchConfig {
 }
 
 /// An entry of `routes[].filters`: a single-key map naming the filter.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 #[allow(
     clippy::large_enum_variant,
@@ -896,7 +902,7 @@ pub enum FilterConfig {
 }
 
 /// `rate_limit:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Requests allowed per `per`.
@@ -926,7 +932,7 @@ fn client_ip() -> String {
 }
 
 /// `headers:` filter settings.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeadersFilterConfig {
     /// Request headers set (replacing any value).
@@ -950,7 +956,7 @@ pub struct HeadersFilterConfig {
 }
 
 /// `cors:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorsConfig {
     /// Origins allowed: exact (`https://app.example.com`), `*`, or a subdomain wildcard
@@ -978,7 +984,7 @@ fn default_cors_methods() -> Vec<String> {
 }
 
 /// `compress:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompressConfig {
     /// Codings offered, in the server's order of preference (used when the client's weights tie).
@@ -1000,7 +1006,7 @@ fn default_compress_filter_min_size() -> ByteSize {
 }
 
 /// `compress.level`: a level per coding; the defaults favour speed, as a proxy should.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompressLevels {
     /// gzip, 1-9.
@@ -1023,7 +1029,7 @@ impl Default for CompressLevels {
 
 /// `jwt:` filter settings: who may sign (`jwks`, `algorithms`), for whom (`issuer`,
 /// `audiences`), where the token is (`from`) and what the upstream learns (`claims_to_headers`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The `iss` a token must carry; not checked when absent.
@@ -1054,7 +1060,7 @@ pub struct JwtConfig {
 }
 
 /// `jwt.jwks`: a JSON Web Key Set from a URL or a file, refreshed on a period.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwksConfig {
     /// An `http://` or `https://` URL serving the set.
@@ -1087,7 +1093,7 @@ fn default_jwks_refresh() -> Duration {
 }
 
 /// `routes[].proxy`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
     /// Upstream name.
@@ -1114,7 +1120,7 @@ fn yes() -> bool {
 }
 
 /// `routes[].respond`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RespondConfig {
     /// Status code (default 200).
@@ -1133,7 +1139,7 @@ fn ok_status() -> u16 {
 }
 
 /// `routes[].static`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StaticConfig {
     /// Directory served.
@@ -1172,7 +1178,7 @@ fn default_compress_min_size() -> ByteSize {
 }
 
 /// `routes[].static.cache`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StaticCacheConfig {
     /// Files up to this size are cached in memory.
@@ -1198,7 +1204,7 @@ impl Default for StaticCacheConfig {
 }
 
 /// A content coding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ContentEncoding {
     /// Brotli (`.br`).
@@ -1210,7 +1216,7 @@ pub enum ContentEncoding {
 }
 
 /// One entry of `streams:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamConfig {
     /// Unique name.
@@ -1249,6 +1255,7 @@ pub struct StreamConfig {
     pub zero_copy: bool,
     /// Stream filters, in order (each a single-key map such as `- allow: [...]`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[schemars(with = "Vec<StreamFilterConfig>")]
     pub filters: Vec<StreamFilterConfig>,
 }
 
@@ -1257,7 +1264,7 @@ fn default_stream_idle() -> Duration {
 }
 
 /// L4 protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamProtocol {
     /// TCP.
@@ -1267,7 +1274,7 @@ pub enum StreamProtocol {
 }
 
 /// Behaviour when SNI routing finds nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SniFallback {
     /// Use `upstream`, or close when there is none.
@@ -1278,7 +1285,7 @@ pub enum SniFallback {
 }
 
 /// PROXY protocol version sent upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocolVersion {
     /// No header.
@@ -1291,13 +1298,13 @@ pub enum ProxyProtocolVersion {
 }
 
 /// An entry of `streams[].filters`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum StreamFilterConfig {
     /// Only these client networks are accepted.
-    Allow(Vec<IpNet>),
+    Allow(#[schemars(with = "Vec<String>")] Vec<IpNet>),
     /// These client networks are refused.
-    Deny(Vec<IpNet>),
+    Deny(#[schemars(with = "Vec<String>")] Vec<IpNet>),
     /// A proxy-wasm network filter by name.
     Plugin(String),
     /// New connections per client address.
@@ -1305,7 +1312,7 @@ pub enum StreamFilterConfig {
 }
 
 /// `connection_rate:` stream filter.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionRateConfig {
     /// Connections allowed per `per` and client address.
@@ -1319,7 +1326,7 @@ pub struct ConnectionRateConfig {
 
 /// `cluster:`: state shared by several gateway instances through one Redis server (global rate
 /// limits, plugin shared data, passive health). Without it every instance keeps its own.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]`.
@@ -1343,7 +1350,7 @@ fn default_cluster_timeout() -> Duration {
 }
 
 /// Where a rate limit or a plugin's shared data is kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// In this process.
@@ -1354,7 +1361,7 @@ pub enum Scope {
 }
 
 /// What a `global` rate limit does while Redis is unreachable.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RateLimitFallback {
     /// Fail open to the instance's own limiter (each instance allows the full limit).
@@ -1367,7 +1374,7 @@ pub enum RateLimitFallback {
 }
 
 /// The RateLimit header fields a `rate_limit` filter adds to its route's answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum RateLimitHeaders {
     /// The current IETF draft (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` and
     /// `RateLimit-Policy`, structured fields naming the policy.
@@ -1385,7 +1392,7 @@ pub enum RateLimitHeaders {
 }
 
 /// `plugins.*.shared_data`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SharedDataConfig {
     /// `local` (this process) or `global` (Redis; needs `cluster:`).

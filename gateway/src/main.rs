@@ -1,4 +1,4 @@
-//! The `gateway` command line: `run`, `validate`, `version`, `completions`, `manpage`.
+//! The `gateway` command line: `run`, `validate`, `version`, `schema`, `completions`, `manpage`.
 //! Everything else lives in the library.
 
 use std::path::PathBuf;
@@ -39,6 +39,8 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the JSON Schema (draft 2020-12) of the config file, for editors and CI checks.
+    Schema,
     /// Print the manual page (roff), made from this command line's own definition.
     Manpage {
         /// Write gateway.1 and a page per subcommand (gateway-run.1, ...) into this directory
@@ -69,6 +71,16 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Schema => match serde_json::to_string_pretty(&gateway_config::json_schema()) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Manpage { dir } => match manpage(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
