@@ -855,6 +855,36 @@ pub enum FilterConfig {
     Plugin(String),
     /// Header edits.
     Headers(HeadersFilterConfig),
+    /// HTTP Basic authentication against an htpasswd file.
+    BasicAuth(BasicAuthConfig),
+}
+
+/// `basic_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthConfig {
+    /// The realm named in `WWW-Authenticate`.
+    pub realm: String,
+    /// The htpasswd file (bcrypt or SHA-crypt entries), relative to the config file; watched
+    /// and reloaded when it changes.
+    pub htpasswd: PathBuf,
+    /// Keep the client's `Authorization` header on the request going on (default: removed, so
+    /// the password never reaches the upstream).
+    #[serde(default)]
+    pub forward_authorization: bool,
+    /// A request header set to the authenticated user name (the client's own copy is always
+    /// removed).
+    pub user_header: Option<String>,
+    /// How long a successful check is remembered, so that a logged-in user does not pay the
+    /// hash on every request; `0s` turns the cache off.
+    #[serde(default = "default_basic_auth_cache")]
+    pub cache: Duration,
+    /// Password checks running at once; beyond, requests get 503. Default: twice the CPUs.
+    pub max_concurrent_checks: Option<usize>,
+}
+
+fn default_basic_auth_cache() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// `rate_limit:` filter settings.

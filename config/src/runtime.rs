@@ -319,6 +319,9 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// Basic authentication (`htpasswd` resolved against the config file's directory and
+    /// present, `realm` and `user_header` valid).
+    BasicAuth(BasicAuthConfig),
 }
 
 /// What a rate limit counts by.

@@ -637,6 +637,36 @@ fn validate_waf(c: &Checker<'_>, raw: &RawConfig) -> Result<IndexMap<String, Waf
 }
 
 /// RFC 9110 token characters.
+/// A `basic_auth` filter: a realm that fits a quoted string, a valid user header, an htpasswd
+/// file that exists (its entries are checked when the filter is built).
+fn validate_basic_auth(c: &Checker<'_>, key: &str, b: &BasicAuthConfig) -> Result<BasicAuthConfig> {
+    if b.realm.is_empty()
+        || b.realm
+            .chars()
+            .any(|ch| ch.is_control() || ch == '"' || ch == '\\')
+    {
+        return c.err(
+            format!("{key}.realm"),
+            "must be non-empty, without quotes, backslashes or control characters",
+        );
+    }
+    if let Some(h) = &b.user_header
+        && !valid_header_name(h)
+    {
+        return c.err(
+            format!("{key}.user_header"),
+            format!("`{h}` is not a valid header name"),
+        );
+    }
+    if b.max_concurrent_checks == Some(0) {
+        return c.err(format!("{key}.max_concurrent_checks"), "must be at least 1");
+    }
+    let mut b = b.clone();
+    b.htpasswd = c.path(&b.htpasswd);
+    c.file_exists(&format!("{key}.htpasswd"), &b.htpasswd)?;
+    Ok(b)
+}
+
 pub(crate) fn valid_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -867,6 +897,9 @@ fn validate_routes(
                         h.response_remove.iter().map(|k| (k, None)),
                     )?;
                     Filter::Headers(h.clone())
+                }
+                FilterConfig::BasicAuth(b) => {
+                    Filter::BasicAuth(validate_basic_auth(c, &format!("{fkey}.basic_auth"), b)?)
                 }
             });
         }

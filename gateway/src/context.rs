@@ -25,6 +25,9 @@ pub struct RequestCx {
     /// one of the route's filters asks ([`crate::filter::FilterFactory::reads_request_later`]):
     /// moved in when the terminal only looks at the head, copied when the terminal takes it.
     pub request_head: Option<Arc<http::request::Parts>>,
+    /// The user an authentication filter (`basic_auth`) let in, for later filters and the
+    /// access log.
+    pub user: Option<Arc<str>>,
 }
 
 impl RequestCx {
@@ -38,3 +41,8 @@ impl RequestCx {
         if self.conn.tls { "https" } else { "http" }
     }
 }
+
+/// The user an authentication filter let in, carried on the response's extensions to the
+/// access log (which sees the response, not the filters' context).
+#[derive(Debug, Clone)]
+pub struct AuthenticatedUser(pub Arc<str>);

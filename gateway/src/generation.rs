@@ -95,6 +95,7 @@ impl Generation {
         let upstreams = Upstreams::build(&config)?;
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
+        let mut watched = Vec::new();
         for (i, route) in config.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
             let matcher =
@@ -107,6 +108,21 @@ impl Generation {
                         factories.push(Arc::new(
                             HeadersFilterFactory::new(h).map_err(|m| config.error(fkey, m))?,
                         ));
+                    }
+                    Filter::BasicAuth(b) => {
+                        let f = Arc::new(
+                            crate::filter::BasicAuthFilterFactory::new(
+                                &route.name,
+                                b,
+                                b.htpasswd
+                                    .strip_prefix(&config.base_dir)
+                                    .unwrap_or(&b.htpasswd),
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.basic_auth.htpasswd"), m))?,
+                        );
+                        watched.push(f.clone());
+                        factories.push(f);
                     }
                     Filter::Plugin(name) => {
                         let handle = plugins.get(name).ok_or_else(|| {
@@ -189,6 +205,7 @@ impl Generation {
                 }
             }
             plugins.watch();
+            watched.iter().for_each(|f| f.watch());
         }
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),

@@ -6,6 +6,7 @@
 //! Phase order is drawn in `docs/phases.md`: request headers → request body → terminal →
 //! response headers (reverse order) → response body (reverse order) → log.
 
+pub mod basic_auth;
 mod chain;
 mod headers;
 pub mod rate_limit;
@@ -14,6 +15,7 @@ pub mod waf;
 use bytes::Bytes;
 use http::{Response, request, response};
 
+pub use basic_auth::BasicAuthFilterFactory;
 pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;

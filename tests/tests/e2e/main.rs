@@ -2,6 +2,7 @@
 
 mod acme;
 mod admin;
+mod basic_auth;
 mod cli;
 mod cluster;
 mod conformance;

@@ -131,6 +131,7 @@ fn cx() -> RequestCx {
         start: tokio::time::Instant::now(),
         trace: None,
         request_head: None,
+        user: None,
     }
 }
 

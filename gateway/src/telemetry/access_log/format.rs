@@ -53,13 +53,22 @@ impl Formatter {
             push(out, ",\"trace_id\":");
             push_json_str(out, t);
         }
+        if let Some(u) = &r.user {
+            push(out, ",\"user\":");
+            push_json_str(out, u);
+        }
         push(out, "}\n");
     }
 
     /// The combined-format line of a request (Apache's and nginx's `combined`).
     pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut Vec<u8>) {
         push_ip(out, r.client);
-        push(out, " - - [");
+        push(out, " - ");
+        match &r.user {
+            Some(u) => push_clf_str_or_dash(out, u),
+            None => out.push(b'-'),
+        }
+        push(out, " [");
         self.push_clf(r.time, out);
         push(out, "] \"");
         push(out, r.method.as_str());
@@ -339,6 +348,7 @@ mod tests {
             duration: Duration::from_nanos(1_234_567),
             route: Arc::from("files"),
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+            user: None,
         }
     }
 
