@@ -857,6 +857,35 @@ pub enum FilterConfig {
     Headers(HeadersFilterConfig),
     /// HTTP Basic authentication against an htpasswd file.
     BasicAuth(BasicAuthConfig),
+    /// Asks an authentication service about each request (Traefik's ForwardAuth, nginx's
+    /// `auth_request`).
+    ForwardAuth(ForwardAuthConfig),
+}
+
+/// `forward_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardAuthConfig {
+    /// The service's URL (`http://` or `https://`); or `upstream` and `path`.
+    pub url: Option<String>,
+    /// An upstream by name (its pools, balancing, health checks and TLS).
+    pub upstream: Option<String>,
+    /// The path (and query) asked of `upstream`; default `/`.
+    pub path: Option<String>,
+    /// Client request headers copied onto the auth request.
+    #[serde(default)]
+    pub request_headers: Vec<String>,
+    /// Headers of a 2xx auth answer copied onto the request going on; the client's own
+    /// copies are always removed.
+    #[serde(default)]
+    pub response_headers: Vec<String>,
+    /// The whole auth call (answer and body); past it the client gets 504.
+    #[serde(default = "default_forward_auth_timeout")]
+    pub timeout: Duration,
+}
+
+fn default_forward_auth_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 /// `basic_auth:` filter settings.

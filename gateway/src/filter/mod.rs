@@ -8,6 +8,7 @@
 
 pub mod basic_auth;
 mod chain;
+pub mod forward_auth;
 mod headers;
 pub mod rate_limit;
 pub mod waf;
@@ -17,6 +18,7 @@ use http::{Response, request, response};
 
 pub use basic_auth::BasicAuthFilterFactory;
 pub use chain::{Chain, Pending, Started, Tail, with_server};
+pub use forward_auth::ForwardAuthFilterFactory;
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;

@@ -9,6 +9,7 @@ mod conformance;
 mod core;
 mod fast_path;
 mod faults;
+mod forward_auth;
 mod h3;
 mod limits;
 mod observability;
