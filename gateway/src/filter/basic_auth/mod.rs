@@ -171,7 +171,8 @@ impl Shared {
         }
         if let Some(name) = &self.user_header {
             req.headers.remove(name);
-            if let Ok(v) = HeaderValue::from_str(&user) {
+            // `from_bytes`: a UTF-8 name beyond ASCII is a valid field value (obs-text).
+            if let Ok(v) = HeaderValue::from_bytes(user.as_bytes()) {
                 req.headers.insert(name.clone(), v);
             }
         }
@@ -401,6 +402,42 @@ impl HttpFilter for BasicAuthFilter {
             (true, false) => Ok(shared.refuse(Outcome::BadPassword)),
             (false, _) => Ok(shared.refuse(Outcome::UnknownUser)),
         }
+    }
+}
+
+/// The fuzz check (`gateway::fuzzing::basic_auth`): the first byte picks the input. Odd: the
+/// rest is an `Authorization` value, and credentials read from it have a non-empty user
+/// without control characters and come back from their own encoding. Even: the rest is an
+/// htpasswd file, which parses or names a line it has, without panicking.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fuzz(data: &[u8]) {
+    let [control, rest @ ..] = data else {
+        return;
+    };
+    if control & 1 == 1 {
+        let Ok(value) = HeaderValue::from_bytes(rest) else {
+            return;
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, value);
+        if let Ok(c) = credentials(&headers) {
+            assert!(!c.user.is_empty() && !c.user.contains(char::is_control));
+            let mut raw = c.user.clone().into_bytes();
+            raw.push(b':');
+            raw.extend(&c.password);
+            let again = base64::engine::general_purpose::STANDARD.encode(&raw);
+            let mut headers = HeaderMap::new();
+            let Ok(v) = HeaderValue::from_str(&format!("Basic {again}")) else {
+                panic!("a re-encoded credential is not a field value");
+            };
+            headers.insert(AUTHORIZATION, v);
+            let back = credentials(&headers).expect("re-encoded credentials read");
+            assert_eq!((back.user, back.password), (c.user, c.password));
+        }
+    } else if let Ok(text) = std::str::from_utf8(rest)
+        && let Err((line, _)) = Htpasswd::parse(text)
+    {
+        assert!(line >= 1 && line <= text.lines().count(), "line {line}");
     }
 }
 
