@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use gateway_tests::backend::{Backend, Seen};
 use gateway_tests::{
-    Client, TestGateway, TestResponse, counter_value, http1, http2c, refusing_addr,
+    Client, TestCa, TestGateway, TestResponse, counter_value, fast_path_chain_count, http1, http2c,
+    refusing_addr, temp_dir, write_file,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -22,7 +23,8 @@ use hyper_util::rt::TokioIo;
 
 /// An auth service deciding by the `Authorization` it is sent: `Bearer good` → 200 with
 /// `x-user-id: alice`; `Bearer slow` → no answer for 10 s; `Bearer busy` → its own 503;
-/// anything else → 401 with a challenge, a reason header and a body.
+/// `Bearer huge` → 403 with a 100 KiB body; anything else → 401 with a challenge, a reason
+/// header and a body.
 struct AuthService {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -89,6 +91,10 @@ async fn decide(log: &Mutex<Vec<Seen>>, req: Request<Incoming>) -> Response<Full
             tokio::time::sleep(Duration::from_secs(10)).await;
             Response::builder().body(Full::new(Bytes::new()))
         }
+        "Bearer huge" => Response::builder()
+            .status(403)
+            .header("x-reason", "too much")
+            .body(Full::new(Bytes::from(vec![b'x'; 100 * 1024]))),
         "Bearer busy" => Response::builder()
             .status(503)
             .body(Full::new(Bytes::from_static(b"auth says busy"))),
@@ -233,13 +239,21 @@ async fn refusals_reach_the_client_as_the_service_wrote_them() {
             // The service's own 503 is its answer, not the service being down.
             let res = send(&mut c, "GET", path, "busy").await;
             assert_eq!((res.status(), res.text().as_str()), (503, "auth says busy"));
+            // A body past the bound is dropped; the status and headers still go.
+            let res = send(&mut c, "GET", path, "huge").await;
+            assert_eq!((res.status(), res.body.len()), (403, 0), "{proto} {path}");
+            assert_eq!(res.header("x-reason"), "too much");
         }
     }
     assert_eq!(backend.requests(), 0);
-    assert_eq!(counter_value(&gw, &series("by-url", "denied")).await, 4);
+    assert_eq!(counter_value(&gw, &series("by-url", "denied")).await, 6);
     assert_eq!(
         counter_value(&gw, &series("by-upstream", "denied")).await,
-        4
+        6
+    );
+    assert!(
+        fast_path_chain_count(&gw, "main").await >= 6,
+        "HTTP/1.1 went by the fast path"
     );
 }
 
@@ -285,4 +299,42 @@ async fn auth_requests_reuse_their_connection() {
         assert_eq!(send(&mut c, "GET", "/url/a", "bad").await.status(), 401);
     }
     assert_eq!(auth.connections.load(Relaxed), 1);
+}
+
+#[tokio::test]
+async fn https_services_are_verified() {
+    let ca = TestCa::new();
+    let tls_service = Backend::start_tls("auth", &ca).await;
+    let backend = Backend::start("app").await;
+    let dir = temp_dir();
+    write_file(dir.path(), "ca.pem", &ca.pem);
+    let (svc, app) = (tls_service.addr(), backend.addr());
+    let yaml = format!(
+        r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  app: {{ targets: [{app}] }}
+  auth: {{ targets: [{svc}], tls: {{ ca: ca.pem, server_name: localhost }} }}
+routes:
+  - match: {{ path_prefix: /trusted }}
+    filters: [ {{ forward_auth: {{ upstream: auth, path: /allowed }} }} ]
+    proxy: {{ upstream: app }}
+  - match: {{ path_prefix: /refused }}
+    filters: [ {{ forward_auth: {{ upstream: auth, path: /status/403 }} }} ]
+    proxy: {{ upstream: app }}
+  - match: {{ path_prefix: /unknown-ca }}
+    filters: [ {{ forward_auth: {{ url: "https://{svc}/allowed" }} }} ]
+    proxy: {{ upstream: app }}
+"#
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/trusted").await.status(), 200);
+    assert_eq!(tls_service.last().unwrap().uri.path(), "/allowed");
+    assert_eq!(c.get("/refused").await.status(), 403);
+    // The URL form verifies against the public roots, which do not know the test CA.
+    assert_eq!(c.get("/unknown-ca").await.status(), 503);
+    assert_eq!(backend.requests(), 1);
 }
