@@ -12,6 +12,9 @@ use crate::Location;
 use crate::locate::SourceMap;
 use crate::model::*;
 
+mod jwt;
+pub use jwt::{JwksSource, Jwt, JwtAlgorithm, TokenSource};
+
 /// A whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -319,6 +322,13 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// CORS (origins parse as [`crate::cors::OriginPattern`]s; methods and header names are
+    /// tokens; no `*` origin with credentials).
+    Cors(CorsConfig),
+    /// Compression (codings listed once, types well formed, levels in range).
+    Compress(CompressConfig),
+    /// JWT authentication.
+    Jwt(Jwt),
     /// Basic authentication (`htpasswd` resolved against the config file's directory and
     /// present, `realm` and `user_header` valid).
     BasicAuth(BasicAuthConfig),

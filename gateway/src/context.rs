@@ -25,12 +25,30 @@ pub struct RequestCx {
     /// one of the route's filters asks ([`crate::filter::FilterFactory::reads_request_later`]):
     /// moved in when the terminal only looks at the head, copied when the terminal takes it.
     pub request_head: Option<Arc<http::request::Parts>>,
+    /// The claims of the token a `jwt` filter verified, for later filters, plugins and the
+    /// access log.
+    pub jwt: Option<Arc<crate::filter::jwt::JwtClaims>>,
     /// The user an authentication filter (`basic_auth`) let in, for later filters and the
     /// access log.
     pub user: Option<Arc<str>>,
 }
 
 impl RequestCx {
+    /// A request's context on a plain listener from 127.0.0.1, on route `r`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn test() -> Self {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().expect("address");
+        Self {
+            conn: Arc::new(ConnInfo::new(addr, addr, Arc::from("l"), false, None)),
+            route: Arc::from("r"),
+            start: Instant::now(),
+            trace: None,
+            request_head: None,
+            jwt: None,
+            user: None,
+        }
+    }
+
     /// The client's IP address.
     pub fn client_ip(&self) -> std::net::IpAddr {
         self.conn.client.ip()
@@ -42,7 +60,7 @@ impl RequestCx {
     }
 }
 
-/// The user an authentication filter let in, carried on the response's extensions to the
-/// access log (which sees the response, not the filters' context).
+/// The user an authentication filter (`jwt`, `basic_auth`) let in, carried on the response's
+/// extensions to the access log (which sees the response, not the filters' context).
 #[derive(Debug, Clone)]
 pub struct AuthenticatedUser(pub Arc<str>);

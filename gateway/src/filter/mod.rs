@@ -8,8 +8,11 @@
 
 pub mod basic_auth;
 mod chain;
+pub mod compress;
+pub mod cors;
 pub mod forward_auth;
 mod headers;
+pub mod jwt;
 pub mod rate_limit;
 pub mod waf;
 
@@ -18,8 +21,11 @@ use http::{Response, request, response};
 
 pub use basic_auth::BasicAuthFilterFactory;
 pub use chain::{Chain, Pending, Started, Tail, with_server};
+pub use compress::CompressFilterFactory;
+pub use cors::CorsFilterFactory;
 pub use forward_auth::ForwardAuthFilterFactory;
 pub use headers::HeadersFilterFactory;
+pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
 

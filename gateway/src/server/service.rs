@@ -229,6 +229,7 @@ impl ConnService {
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
+            jwt: None,
             user: None,
         }
     }

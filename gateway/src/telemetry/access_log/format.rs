@@ -66,7 +66,7 @@ impl Formatter {
         push(out, " - ");
         match &r.user {
             Some(u) => push_clf_str_or_dash(out, u),
-            None => out.push(b'-'),
+            None => push(out, "-"),
         }
         push(out, " [");
         self.push_clf(r.time, out);
@@ -433,6 +433,21 @@ mod tests {
             "10.0.200.7 - - [14/Nov/2023:22:13:20 +0000] \"GET /a?b=\\\"c\\\" HTTP/1.1\" 200 1024 \
              \"-\" \"agent\\1\t\u{1}é\"\n"
         );
+    }
+
+    #[test]
+    fn the_authenticated_user_in_both_formats() {
+        let mut r = record();
+        r.user = Some(Arc::from("alice"));
+        let json = text(|out| Formatter::default().http_json(&r, out));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["user"], "alice");
+        let line = text(|out| Formatter::default().http_combined(&r, out));
+        assert!(
+            line.starts_with("10.0.200.7 - alice [14/Nov/2023"),
+            "{line}"
+        );
+        assert!(!text(|out| Formatter::default().http_json(&record(), out)).contains("\"user\""));
     }
 
     #[test]
