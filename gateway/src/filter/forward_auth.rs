@@ -118,6 +118,10 @@ impl Shared {
                     Outcome::Unavailable
                 });
             }
+            if res.status().is_informational() {
+                // Not a decision, and a `101` passed on would end the client's HTTP.
+                return Err(Outcome::Unavailable);
+            }
             let (parts, body) = res.into_parts();
             // Read to its end so the connection goes back to its pool; too large a body is
             // dropped, and a body that breaks off leaves the answer's status standing.

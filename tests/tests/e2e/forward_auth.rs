@@ -14,7 +14,7 @@ use bytes::Bytes;
 use gateway_tests::backend::{Backend, Seen};
 use gateway_tests::{
     Client, TestCa, TestGateway, TestResponse, counter_value, fast_path_chain_count, http1, http2c,
-    refusing_addr, temp_dir, write_file,
+    raw_target, refusing_addr, temp_dir, write_file,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -336,5 +336,47 @@ routes:
     assert_eq!(c.get("/refused").await.status(), 403);
     // The URL form verifies against the public roots, which do not know the test CA.
     assert_eq!(c.get("/unknown-ca").await.status(), 503);
+    assert_eq!(backend.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_hostile_service_fails_closed() {
+    let backend = Backend::start("app").await;
+    let switching = raw_target(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+    )
+    .await;
+    let garbage = raw_target(b"not HTTP at all\r\n\r\n").await;
+    let cut = raw_target(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").await;
+    let app = backend.addr();
+    let yaml = format!(
+        r#"
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  app: {{ targets: [{app}] }}
+routes:
+  - match: {{ path_prefix: /switching }}
+    filters: [ {{ forward_auth: {{ url: "http://{switching}/", timeout: 1s }} }} ]
+    proxy: {{ upstream: app }}
+  - match: {{ path_prefix: /garbage }}
+    filters: [ {{ forward_auth: {{ url: "http://{garbage}/", timeout: 1s }} }} ]
+    proxy: {{ upstream: app }}
+  - match: {{ path_prefix: /cut }}
+    filters: [ {{ forward_auth: {{ url: "http://{cut}/", timeout: 1s }} }} ]
+    proxy: {{ upstream: app }}
+"#
+    );
+    let gw = TestGateway::start(&yaml).await;
+    for path in ["/switching", "/garbage"] {
+        let mut c = http1(gw.addr("main")).await;
+        assert_eq!(c.get(path).await.status(), 503, "{path}");
+        // The client's connection is still good.
+        assert_eq!(c.get(path).await.status(), 503, "{path}");
+    }
+    // An allowing answer whose body breaks off is still an answer: the request goes on.
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/cut").await.status(), 200);
     assert_eq!(backend.requests(), 1);
 }
