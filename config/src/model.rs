@@ -899,6 +899,65 @@ pub enum FilterConfig {
     Compress(CompressConfig),
     /// JSON Web Token authentication.
     Jwt(JwtConfig),
+    /// HTTP Basic authentication against an htpasswd file.
+    BasicAuth(BasicAuthConfig),
+    /// Asks an authentication service about each request (Traefik's ForwardAuth, nginx's
+    /// `auth_request`).
+    ForwardAuth(ForwardAuthConfig),
+}
+
+/// `forward_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardAuthConfig {
+    /// The service's URL (`http://` or `https://`); or `upstream` and `path`.
+    pub url: Option<String>,
+    /// An upstream by name (its pools, balancing, health checks and TLS).
+    pub upstream: Option<String>,
+    /// The path (and query) asked of `upstream`; default `/`.
+    pub path: Option<String>,
+    /// Client request headers copied onto the auth request.
+    #[serde(default)]
+    pub request_headers: Vec<String>,
+    /// Headers of a 2xx auth answer copied onto the request going on; the client's own
+    /// copies are always removed.
+    #[serde(default)]
+    pub response_headers: Vec<String>,
+    /// The whole auth call (answer and body); past it the client gets 504.
+    #[serde(default = "default_forward_auth_timeout")]
+    pub timeout: Duration,
+}
+
+fn default_forward_auth_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// `basic_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthConfig {
+    /// The realm named in `WWW-Authenticate`.
+    pub realm: String,
+    /// The htpasswd file (bcrypt or SHA-crypt entries), relative to the config file; watched
+    /// and reloaded when it changes.
+    pub htpasswd: PathBuf,
+    /// Keep the client's `Authorization` header on the request going on (default: removed, so
+    /// the password never reaches the upstream).
+    #[serde(default)]
+    pub forward_authorization: bool,
+    /// A request header set to the authenticated user name (the client's own copy is always
+    /// removed).
+    pub user_header: Option<String>,
+    /// How long a successful check is remembered, so that a logged-in user does not pay the
+    /// hash on every request; `0s` turns the cache off.
+    #[serde(default = "default_basic_auth_cache")]
+    pub cache: Duration,
+    /// Password checks running at once; beyond, requests get 503. Default: twice the CPUs.
+    pub max_concurrent_checks: Option<usize>,
+}
+
+fn default_basic_auth_cache() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// `rate_limit:` filter settings.

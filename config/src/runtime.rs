@@ -329,6 +329,32 @@ pub enum Filter {
     Compress(CompressConfig),
     /// JWT authentication.
     Jwt(Jwt),
+    /// Basic authentication (`htpasswd` resolved against the config file's directory and
+    /// present, `realm` and `user_header` valid).
+    BasicAuth(BasicAuthConfig),
+    /// Forward authentication.
+    ForwardAuth(ForwardAuth),
+}
+
+/// A validated `forward_auth` filter.
+#[derive(Debug, Clone)]
+pub struct ForwardAuth {
+    /// Settings as written, header names lowercased.
+    pub settings: ForwardAuthConfig,
+    /// Where the auth request goes.
+    pub service: AuthService,
+    /// The path and query asked.
+    pub path: String,
+}
+
+/// The service a `forward_auth` filter asks.
+#[derive(Debug, Clone)]
+pub enum AuthService {
+    /// An upstream of `upstreams:` (exists).
+    Upstream(String),
+    /// The host of a `url`, as an upstream of its own (one target, resolved at load, TLS for
+    /// `https`, no retries).
+    Url(Box<Upstream>),
 }
 
 /// What a rate limit counts by.

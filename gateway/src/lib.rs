@@ -11,6 +11,7 @@ pub mod collectors;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub(crate) mod file_watch;
 pub mod filter;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

@@ -50,7 +50,10 @@ enum HashOn {
 }
 
 impl Upstream {
-    fn build(config: &Config, u: &gateway_config::Upstream) -> Result<Self, GatewayError> {
+    pub(crate) fn build(
+        config: &Config,
+        u: &gateway_config::Upstream,
+    ) -> Result<Self, GatewayError> {
         let key = |k: &str| format!("upstreams.{}.{k}", u.name);
         let s = &u.settings;
         let connector = Connector::new(s.protocol, s.tls.as_ref(), s.connect_timeout.get())
@@ -268,6 +271,12 @@ impl Upstreams {
         self.by_name
             .values()
             .for_each(|up| up.spawn_background(&self.background));
+    }
+
+    /// Starts the background tasks of an upstream built outside the config's `upstreams:` (a
+    /// `forward_auth` URL's), stopped with the others.
+    pub(crate) fn start_private(&self, up: &Arc<Upstream>) {
+        up.spawn_background(&self.background);
     }
 
     /// An upstream by name.

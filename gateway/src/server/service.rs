@@ -230,6 +230,7 @@ impl ConnService {
             trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
             jwt: None,
+            user: None,
         }
     }
 
@@ -290,7 +291,7 @@ impl ConnService {
             );
             record.user = res
                 .extensions()
-                .get::<crate::filter::jwt::AuthenticatedUser>()
+                .get::<crate::context::AuthenticatedUser>()
                 .map(|u| u.0.clone());
             log.log_traced(record, open.as_ref());
         }

@@ -2,6 +2,7 @@
 
 mod acme;
 mod admin;
+mod basic_auth;
 mod cli;
 mod cluster;
 mod compress;
@@ -10,6 +11,7 @@ mod core;
 mod cors;
 mod fast_path;
 mod faults;
+mod forward_auth;
 mod h3;
 mod jwt;
 mod limits;
