@@ -907,7 +907,7 @@ pub enum FilterConfig {
 }
 
 /// `forward_auth:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardAuthConfig {
     /// The service's URL (`http://` or `https://`); or `upstream` and `path`.
@@ -933,7 +933,7 @@ fn default_forward_auth_timeout() -> Duration {
 }
 
 /// `basic_auth:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuthConfig {
     /// The realm named in `WWW-Authenticate`.
