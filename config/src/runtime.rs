@@ -64,6 +64,27 @@ impl Config {
         }
     }
 
+    /// Refuses a configuration that would serve nothing: no HTTP listener and no stream. Such a
+    /// file is almost always a mistake (the wrong file, a section indented under another), and
+    /// a gateway started on it would run without answering anything. The command line checks
+    /// it on `validate`, `run` and every reload; building a configuration does not, so a test or
+    /// a program embedding the gateway may start one with only its admin API.
+    pub fn check_serves_something(&self) -> Result<(), crate::ConfigError> {
+        if self.listeners.is_empty() && self.streams.is_empty() {
+            return Err(crate::ConfigError::Invalid {
+                location: Location {
+                    file: self.file.clone(),
+                    line: 1,
+                    column: 1,
+                },
+                key: "listeners".into(),
+                message: "the configuration serves nothing: it has no `listeners` and no `streams`"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Builds a located error for `key`.
     pub fn error(&self, key: impl Into<String>, message: impl Into<String>) -> crate::ConfigError {
         let key = key.into();

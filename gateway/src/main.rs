@@ -99,7 +99,10 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => {
-            let loaded = match gateway_config::load(&config) {
+            let loaded = match gateway_config::load(&config).and_then(|c| {
+                c.check_serves_something()?;
+                Ok(c)
+            }) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -169,6 +172,7 @@ fn manpage(dir: Option<PathBuf>) -> std::io::Result<()> {
 /// port already in use) is left to `run`.
 fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
+    config.check_serves_something()?;
     gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
     gateway::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;
