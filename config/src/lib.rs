@@ -26,6 +26,7 @@ pub use model::RawConfig;
 pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
+pub use validate::is_origin_path;
 
 /// Loads and validates a config file; relative paths resolve against its directory.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {

@@ -319,6 +319,55 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// Path and host rewrite.
+    Rewrite(Rewrite),
+}
+
+/// A validated `rewrite` filter: one path rule at most, and the host.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// The new path, when the path changes.
+    pub path: Option<PathRewrite>,
+    /// The new `Host` (a valid `name[:port]`).
+    pub host: Option<String>,
+}
+
+/// How a `rewrite` or `redirect` changes the path.
+#[derive(Debug, Clone)]
+pub enum PathRewrite {
+    /// The whole path replaced (starts with `/`).
+    Replace(String),
+    /// The route's matched prefix (`match.path_prefix`, as written) replaced by `with`.
+    ReplacePrefix {
+        /// The route's `match.path_prefix`.
+        prefix: String,
+        /// What replaces it.
+        with: String,
+    },
+    /// When the expression matches, the path becomes `to` with its groups substituted.
+    Regex {
+        /// The expression.
+        regex: regex::Regex,
+        /// The template (`$1`..`$9` name groups the expression has; `$$` is `$`).
+        to: String,
+    },
+}
+
+/// A validated `redirect` terminal.
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    /// `http` or `https`, when it changes.
+    pub scheme: Option<String>,
+    /// The host (lower-case, without port), when it changes.
+    pub host: Option<String>,
+    /// The port, when given.
+    pub port: Option<u16>,
+    /// The new path, when the path changes (never `Regex`).
+    pub path: Option<PathRewrite>,
+    /// Drop the query.
+    pub strip_query: bool,
+    /// One of 301, 302, 303, 307, 308.
+    pub status: u16,
 }
 
 /// What a rate limit counts by.
@@ -339,6 +388,8 @@ pub enum RouteAction {
     Respond(RespondConfig),
     /// Static files (root absolute and a directory).
     Static(StaticConfig),
+    /// A redirect.
+    Redirect(Redirect),
 }
 
 /// A validated L4 stream.

@@ -548,6 +548,9 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod rewrite;
+
+pub use rewrite::is_origin_path;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -868,6 +871,12 @@ fn validate_routes(
                     )?;
                     Filter::Headers(h.clone())
                 }
+                FilterConfig::Rewrite(rw) => Filter::Rewrite(rewrite::rewrite(
+                    c,
+                    &format!("{fkey}.rewrite"),
+                    rw,
+                    m.path_prefix.as_deref(),
+                )?),
             });
         }
 
@@ -875,11 +884,24 @@ fn validate_routes(
             r.proxy.is_some(),
             r.respond.is_some(),
             r.static_files.is_some(),
+            r.redirect.is_some(),
         ];
         let action = match terminals.iter().filter(|x| **x).count() {
-            0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
+            0 => {
+                return c.err(
+                    &key,
+                    "a route needs one of `proxy`, `respond`, `static` or `redirect`",
+                );
+            }
             1 => {
-                if let Some(p) = r.proxy.as_mut() {
+                if let Some(rd) = &r.redirect {
+                    RouteAction::Redirect(rewrite::redirect(
+                        c,
+                        &format!("{key}.redirect"),
+                        rd,
+                        r.matcher.path_prefix.as_deref(),
+                    )?)
+                } else if let Some(p) = r.proxy.as_mut() {
                     c.reference(
                         &format!("{key}.proxy.upstream"),
                         "upstream",
@@ -941,7 +963,7 @@ fn validate_routes(
             _ => {
                 return c.err(
                     &key,
-                    "a route has exactly one of `proxy`, `respond` or `static`",
+                    "a route has exactly one of `proxy`, `respond`, `static` or `redirect`",
                 );
             }
         };

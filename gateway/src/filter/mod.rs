@@ -9,6 +9,7 @@
 mod chain;
 mod headers;
 pub mod rate_limit;
+mod rewrite;
 pub mod waf;
 
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use http::{Response, request, response};
 pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
+pub use rewrite::RewriteFilterFactory;
 pub use waf::WafFilterFactory;
 
 use crate::body::{Body, BoxError};

@@ -415,13 +415,12 @@ impl ProxyRoute {
         let Some(prefix) = &self.strip_prefix else {
             return target.into();
         };
-        match path.strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = &target[path.len()..];
-                let rest = if rest.is_empty() { "/" } else { rest };
-                format!("{rest}{query}").into()
+        match crate::router::replace_prefix(prefix, "", path) {
+            Some(mut rest) => {
+                rest.push_str(&target[path.len()..]);
+                rest.into()
             }
-            _ => target.into(),
+            None => target.into(),
         }
     }
 

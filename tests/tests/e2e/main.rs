@@ -26,6 +26,7 @@ mod proxy_trailers;
 mod proxy_ws;
 mod rate_limit;
 mod rate_limit_fast_path;
+mod redirect_rewrite;
 mod reload;
 mod request_entry;
 mod security;

@@ -161,6 +161,9 @@ impl Lane<'_> {
                     }));
                 }
             }
+            // A redirect's `Location` is made from the request's host and path: the service
+            // makes it, as for every protocol, from the request the general path reads.
+            Terminal::Redirect(_) => return routed(),
             Terminal::Proxy(proxy) => {
                 return match self.rewrite(req, proxy, &generation, index, start) {
                     Some(job) => Outcome::Forwards(job),
