@@ -287,6 +287,9 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
+    /// Peers (CIDRs, or bare addresses) whose `X-Forwarded-For` / `Forwarded` name the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// Plain HTTP/1.1 `GET`/`HEAD` requests for a fixed response or a cached static file are
     /// answered without the general HTTP/1 machinery (see docs/architecture.md); `false`
     /// sends every request through it.

@@ -153,6 +153,8 @@ pub struct Listener {
     pub http3: bool,
     /// TLS settings.
     pub tls: Option<ListenerTlsConfig>,
+    /// `trusted_proxies`, a bare address as its /32 or /128.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Everything else, as written.
     pub settings: ListenerConfig,
 }

@@ -389,6 +389,10 @@ fn validate_listeners(
         if l.max_header_size.bytes() < 1024 {
             return c.err(format!("{key}.max_header_size"), "must be at least 1KiB");
         }
+        let mut trusted_proxies = Vec::with_capacity(l.trusted_proxies.len());
+        for (j, net) in l.trusted_proxies.iter().enumerate() {
+            trusted_proxies.push(network(c, &format!("{key}.trusted_proxies[{j}]"), net)?);
+        }
         out.push(Listener {
             name: l.name.clone(),
             addr,
@@ -396,10 +400,26 @@ fn validate_listeners(
             http2,
             http3,
             tls: l.tls.clone(),
+            trusted_proxies,
             settings: l.clone(),
         });
     }
     Ok(out)
+}
+
+/// A CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a bare address (its /32 or /128).
+fn network(c: &Checker<'_>, key: &str, text: &str) -> Result<ipnet::IpNet> {
+    let text = text.trim();
+    if let Ok(net) = text.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    match text.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(ipnet::IpNet::from(ip)),
+        Err(_) => c.err(
+            key,
+            format!("`{text}` is not an address or a CIDR (e.g. 10.0.0.0/8, 192.0.2.7, ::1)"),
+        ),
+    }
 }
 
 /// QUIC limits: quinn takes windows as 62-bit varints and needs at least one request stream.

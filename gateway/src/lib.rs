@@ -12,6 +12,7 @@ pub mod connection;
 pub mod context;
 pub mod error;
 pub mod filter;
+pub mod forwarded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod gcra;

@@ -194,7 +194,7 @@ impl ProxyRoute {
         parts.headers.remove(header::EXPECT);
         headers::add_forwarding(
             &mut parts.headers,
-            cx.conn.client_text(),
+            cx.conn.peer_text(),
             client_host.as_ref(),
             parts.version,
         );

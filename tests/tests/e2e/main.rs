@@ -34,6 +34,7 @@ mod smuggling;
 mod static_files;
 mod streams;
 mod tls;
+mod trusted_proxies;
 mod waf;
 mod wasm;
 mod wasm_auth;

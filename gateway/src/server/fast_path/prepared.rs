@@ -36,8 +36,10 @@ impl Lane<'_> {
             return Outcome::HandOff;
         }
         // A request the entry rules would refuse or change goes to the service, which applies
-        // them (`crate::request`).
+        // them (`crate::request`); so does one whose trusted proxy names its client, which the
+        // service makes the request's (`ListenerPolicy::client_of`).
         if req.general
+            || (self.trusted_peer && crate::forwarded::names_a_client(req.headers))
             || req.target.len() > svc.policy.max_uri
             || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
         {
