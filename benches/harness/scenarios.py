@@ -23,8 +23,10 @@ BROWSER_HEADERS = [
 # The route an API gateway runs: a local rate limit keyed by client IP that refuses nothing, then
 # the proxy with header edits both ways (set `X-Api-Version` and remove the client's `X-Debug`
 # on the way up; add `X-Content-Type-Options` and hide the backend's `X-Powered-By` on the way
-# down). Measured beside the same proxy route bare, on every server that has both.
+# down). Measured beside the same proxy route bare, on every server that has both; on the gateway
+# also with a `rewrite` filter added (the path's prefix replaced), for what a rewrite costs.
 API_PATH = "/api/hello"
+API_REWRITE_PATH = "/api-rewrite/hello"
 API_HEADERS = ["X-Debug: 1"]
 
 
@@ -104,7 +106,8 @@ SCENARIOS = [
              "proxy route, keep-alive", "wrk", "http", "", "proxy", [50, 200], [200],
              headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],
              variants=[Variant("bare", "/proxy/hello", "proxy"),
-                       Variant("api", API_PATH, "api-route")]),
+                       Variant("api", API_PATH, "api-route"),
+                       Variant("rewrite", API_REWRITE_PATH, "rewrite")]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",

@@ -52,6 +52,7 @@ GATEWAY_SECTIONS = {
     "waf": "waf",
     "rate-limit": "rate-limit",
     "api-route": "api-route",
+    "rewrite": "rewrite",
     "general": "general",
 }
 

@@ -200,6 +200,7 @@ class Expansion(unittest.TestCase):
             [
                 "gateway bare proxy/hello",
                 "gateway api api/hello",
+                "gateway rewrite api-rewrite/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",
                 "pingora bare proxy/hello",
