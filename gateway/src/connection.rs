@@ -152,3 +152,21 @@ impl ClientText {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_client_keeps_the_peer_for_the_forwarding_headers() {
+        let peer: SocketAddr = "10.0.0.1:40000".parse().unwrap();
+        let conn = ConnInfo::new(peer, "10.0.0.2:80".parse().unwrap(), "l".into(), true, None);
+        let client: SocketAddr = "[2001:db8::7]:0".parse().unwrap();
+        let req = conn.for_client(client);
+        assert_eq!((req.client, req.peer), (client, peer));
+        assert_eq!(req.peer_text().ip, "10.0.0.1");
+        assert_eq!(&*req.peer_text().element, "for=10.0.0.1;proto=https");
+        assert_eq!(req.client_hash(), client_ip_hash(client.ip()));
+        assert_ne!(req.client_hash(), conn.client_hash());
+    }
+}

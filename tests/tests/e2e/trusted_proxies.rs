@@ -1,7 +1,7 @@
 //! `listeners[].trusted_proxies` end to end, on real sockets from several loopback addresses:
 //! an untrusting edge gateway in front of a trusting inner one, the client they name in the
-//! inner one's rate-limit keys, WAF lists, access log and forwarding headers; HTTP/1.1 (the
-//! fast path and hyper's server) and h2c; `Forwarded`; malformed fields counted.
+//! inner one's rate-limit keys, WAF lists, access log, spans and forwarding headers; HTTP/1.1
+//! (the fast path and hyper's server), h2c and HTTP/3; `Forwarded`; malformed fields counted.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -228,4 +228,79 @@ async fn malformed_fields_stop_at_the_last_good_hop_and_are_counted() {
     assert_eq!(clients, ["10.0.0.2", "127.0.0.1", "127.0.0.1"]);
     let series = r#"gateway_http_forwarded_invalid_total{listener="inner"}"#;
     assert_eq!(counter_value(&inner, series).await, 3);
+}
+
+#[tokio::test]
+async fn spans_name_the_client_a_trusted_proxy_reports() {
+    let collector = gateway_tests::otlp::OtlpReceiver::start().await;
+    let yaml = format!(
+        r#"
+telemetry:
+  traces: {{ otlp_endpoint: "{}", sample_ratio: 1.0 }}
+listeners:
+  - name: inner
+    bind: 127.0.0.1:0
+    trusted_proxies: [127.0.0.1]
+routes:
+  - name: hello
+    match: {{ path: /hello }}
+    respond: {{ body: hi }}
+"#,
+        collector.grpc_endpoint()
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let tp = format!("00-{trace}-00f067aa0ba902b7-01");
+    let mut c = h1_from("127.0.0.1", &gw, "inner").await;
+    let fields = [
+        ("traceparent", tp.as_str()),
+        ("x-forwarded-for", "192.0.2.33"),
+    ];
+    assert_eq!(c.send(get("/hello", &fields)).await.unwrap().status(), 200);
+    let spans = collector.trace(trace, 1).await;
+    let a = &spans[0].span.attributes;
+    assert_eq!(
+        gateway_tests::otlp::attr_str(a, "client.address"),
+        "192.0.2.33"
+    );
+}
+
+#[tokio::test]
+async fn http3_requests_from_a_trusted_peer_name_their_client() {
+    let ca = gateway_tests::TestCa::new();
+    let dir = temp_dir();
+    ca.write(
+        dir.path(),
+        "site",
+        &["site.test"],
+        gateway_tests::KeyKind::Ecdsa,
+    );
+    let yaml = r#"
+certificates:
+  site: { cert: site.pem, key: site.key }
+listeners:
+  - name: web
+    bind: 127.0.0.1:0
+    protocols: [http1, http2, http3]
+    tls: { certificates: [site] }
+    trusted_proxies: [127.0.0.1]
+waf:
+  blocklist: { mode: block, deny: [192.0.2.44/32] }
+routes:
+  - name: guarded
+    match: { path_prefix: /guarded }
+    filters:
+      - waf: blocklist
+    respond: { body: ok }
+"#;
+    let gw = TestGateway::start_in(dir, yaml).await;
+    let c = gateway_tests::h3::connect(gw.addr("web"), "site.test", &ca).await;
+    for (client, want) in [("192.0.2.44", 403), ("192.0.2.45", 200)] {
+        let req = c
+            .request("GET", "/guarded")
+            .header("x-forwarded-for", client)
+            .body(Bytes::new())
+            .unwrap();
+        assert_eq!(c.send(req).await.unwrap().status(), want, "{client}");
+    }
 }
