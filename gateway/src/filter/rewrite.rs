@@ -90,8 +90,7 @@ impl HttpFilter for RewriteFilter {
 impl Rewriter {
     /// Rewrites `req`; `Err` carries the path a rule made that cannot be sent.
     fn apply(&self, req: &mut request::Parts) -> Result<(), String> {
-        let mut uri = req.uri.clone().into_parts();
-        let mut changed = false;
+        let mut target = None;
         if let Some(rule) = &self.path {
             let path = req.uri.path();
             // Bounded for the log: a path may be long.
@@ -99,27 +98,30 @@ impl Rewriter {
                 .apply(path)
                 .map_err(|bad| bad.0.chars().take(256).collect::<String>())?;
             if new != path {
-                let target = match req.uri.query() {
+                let text = match req.uri.query() {
                     Some(q) => format!("{new}?{q}"),
                     None => new.into_owned(),
                 };
-                uri.path_and_query =
-                    Some(PathAndQuery::try_from(target).map_err(|e| e.to_string())?);
-                // The upstream gets the rewritten path, not the client's original target.
-                req.extensions.remove::<OriginalTarget>();
-                changed = true;
+                target = Some(PathAndQuery::try_from(text).map_err(|e| e.to_string())?);
             }
         }
-        if let Some((value, authority)) = &self.host {
+        let mut authority = None;
+        if let Some((value, new)) = &self.host {
             req.headers.insert(http::header::HOST, value.clone());
-            if uri.authority.is_some() {
-                uri.authority = Some(authority.clone());
-                changed = true;
-            }
+            authority = req.uri.authority().map(|_| new.clone());
         }
-        if changed {
-            req.uri = Uri::from_parts(uri).map_err(|e| e.to_string())?;
+        // The URI is taken apart only when a part of it changes.
+        if target.is_none() && authority.is_none() {
+            return Ok(());
         }
+        if target.is_some() {
+            // The upstream gets the rewritten path, not the client's original target.
+            req.extensions.remove::<OriginalTarget>();
+        }
+        let mut uri = std::mem::take(&mut req.uri).into_parts();
+        uri.path_and_query = target.or(uri.path_and_query);
+        uri.authority = authority.or(uri.authority);
+        req.uri = Uri::from_parts(uri).map_err(|e| e.to_string())?;
         Ok(())
     }
 }
