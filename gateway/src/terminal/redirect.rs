@@ -23,6 +23,10 @@ pub struct Redirect {
     strip_query: bool,
     /// The nginx-like page (not sent for `HEAD`).
     body: Bytes,
+    /// The HTTP/1.1 fast path's status line and `Content-Type`, made at load.
+    wire_head: Bytes,
+    /// `content-length: N` CRLF, for the fast path.
+    wire_length: Bytes,
     /// Redirects answered.
     answered: Counter,
 }
@@ -54,7 +58,14 @@ impl Redirect {
             "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1>\
              </center>\r\n</body>\r\n</html>\r\n"
         );
+        let wire_head = format!(
+            "HTTP/1.1 {} {}\r\n",
+            status.as_str(),
+            status.canonical_reason().unwrap_or("<none>")
+        );
         Self {
+            wire_head: wire_head.into(),
+            wire_length: format!("content-length: {}\r\n", body.len()).into(),
             status,
             scheme: cfg.scheme.as_deref().map(|s| match s {
                 "https" => "https",
@@ -108,6 +119,23 @@ impl Redirect {
         *res.status_mut() = self.status;
         *res.headers_mut() = headers;
         res
+    }
+
+    /// The status answered.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Appends the head's start as the HTTP/1.1 fast path writes it (the status line,
+    /// `Location` and `Content-Type`, in the order of [`Redirect::response`]'s fields), counts
+    /// the redirect, and returns the `content-length` line and the body for the caller to add
+    /// after the server's own fields.
+    pub fn push_wire_head(&self, out: &mut Vec<u8>, location: &HeaderValue) -> (&Bytes, &Bytes) {
+        self.answered.inc();
+        out.extend_from_slice(&self.wire_head);
+        gateway_http1::fields::push_field(out, b"location", location.as_bytes());
+        gateway_http1::fields::push_field(out, b"content-type", b"text/html");
+        (&self.wire_length, &self.body)
     }
 
     /// The `Location` for a request, `None` when the request's host is not one to write.

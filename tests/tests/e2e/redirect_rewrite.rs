@@ -1,12 +1,13 @@
-//! The `redirect` terminal and the `rewrite` filter end to end, over HTTP/1.1 (the fast path
-//! and the general path) and h2c: every status and every part of a `Location`, HTTP→HTTPS,
+//! The `redirect` terminal and the `rewrite` filter end to end, over HTTP/1.1 (the fast path's
+//! own answers, its general path and hyper's server) and h2c: every status and every part of a `Location`, HTTP→HTTPS,
 //! `HEAD`, a redirect behind filters; rewritten paths and hosts as a real backend and static
 //! files see them, and a rewrite that makes no valid path.
 
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
 use gateway_tests::{
-    Client, TestGateway, counter_value, http1, http2c, raw, raw_status, temp_dir, write_file,
+    Client, TestGateway, counter_value, fast_path_chain_count, fast_path_count, http1, http2c, raw,
+    raw_status, temp_dir, write_file,
 };
 use http::Request;
 use http_body_util::Full;
@@ -111,6 +112,10 @@ async fn every_status_and_part_of_a_redirect_over_http1_and_http2() {
         r#"gateway_http_redirects_total{route="s301",status="301"}"#,
     );
     assert_eq!(counted.await, 4, "GET and HEAD on two protocols");
+    // HTTP/1.1: every body-less request is the fast path's (the POST is hyper's); a redirect
+    // without filters is its own answer, one behind filters goes through the chain.
+    assert_eq!(fast_path_count(&gw, "main").await, 10);
+    assert_eq!(fast_path_chain_count(&gw, "main").await, 1);
 }
 
 #[tokio::test]
