@@ -108,6 +108,11 @@ SCENARIOS = [
              variants=[Variant("bare", "/proxy/hello", "proxy"),
                        Variant("api", API_PATH, "api-route"),
                        Variant("rewrite", API_REWRITE_PATH, "rewrite")]),
+    # A redirect made from the request (the path's prefix replaced, host and query kept): what
+    # a `redirect` route costs beside `hello`'s fixed answer.
+    Scenario("redirect", "Redirect (301, Location from the request's host and path), keep-alive",
+             "wrk", "http", "/old/hello", "redirect", [200], [200], status=301,
+             peers=["gateway", "nginx"]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",

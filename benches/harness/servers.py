@@ -32,7 +32,9 @@ CONFIGS = HERE / "configs"
 CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
-    "nginx": {"hello", "static", "static-small", "proxy", "api-route", "tls", "h2", "l4"},
+    "nginx": {
+        "hello", "static", "static-small", "proxy", "api-route", "redirect", "tls", "h2", "l4"
+    },
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
     # A file server with a strong TLS stack; `hello` from its mruby handler.
@@ -53,6 +55,7 @@ GATEWAY_SECTIONS = {
     "rate-limit": "rate-limit",
     "api-route": "api-route",
     "rewrite": "rewrite",
+    "redirect": "redirect",
     "general": "general",
 }
 
