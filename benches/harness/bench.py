@@ -32,6 +32,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import loadgen
 import procstat
-from scenarios import FILES_MTIME, SCENARIOS, STATIC_FILES, Scenario
+from scenarios import FILES_MTIME, SCENARIOS, STATIC_FILES, TEXT_FILE, TEXT_SIZE, Scenario
 from servers import Env, Server, have, port_free
 
 HERE = Path(__file__).resolve().parent
@@ -174,6 +175,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 # === set-up ===
 
 
+def json_text(size: int) -> bytes:
+    """`size` bytes of an API's JSON answer: records whose fields repeat and whose values vary
+    (as real answers compress: neither random nor one repeated line), the same on every run."""
+    rng = random.Random(62)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    out = bytearray(b"[")
+    i = 0
+    while len(out) < size:
+        out += (
+            f'{{"id":{i},"name":"{rng.choice(words)} {rng.choice(words)}",'
+            f'"price":{rng.randint(1, 99999) / 100},"stock":{rng.randint(0, 500)},'
+            f'"tags":["{rng.choice(words)}","{rng.choice(words)}"]}},\n'
+        ).encode()
+        i += 1
+    return bytes(out[: size - 1]) + b"]"
+
+
 def prepare_files(work: Path) -> Env:
     """Document root and certificate; the scratch dir is world-readable because nginx's worker
     runs as an unprivileged user when started as root."""
@@ -184,6 +202,8 @@ def prepare_files(work: Path) -> Env:
         (root / "static" / name).write_bytes(os.urandom(size))
         os.utime(root / "static" / name, (FILES_MTIME, FILES_MTIME))
     (root / "static" / "index.html").write_text("<!doctype html><title>bench</title>\n")
+    (root / "text").mkdir()
+    (root / "text" / TEXT_FILE).write_bytes(json_text(TEXT_SIZE))
     # Served by a route whose cache (the default, 256 KiB) does not take it: sent from disk.
     (root / "disk").mkdir()
     (root / "disk" / "1m.bin").write_bytes(os.urandom(1048576))

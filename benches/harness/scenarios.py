@@ -23,11 +23,22 @@ BROWSER_HEADERS = [
 # The route an API gateway runs: a local rate limit keyed by client IP that refuses nothing, then
 # the proxy with header edits both ways (set `X-Api-Version` and remove the client's `X-Debug`
 # on the way up; add `X-Content-Type-Options` and hide the backend's `X-Powered-By` on the way
-# down). Measured beside the same proxy route bare, on every server that has both; on the gateway
-# also with a `rewrite` filter added (the path's prefix replaced), for what a rewrite costs.
+# down). Measured beside the same proxy route bare, on every server that has both. The `cors`
+# variant is the API route behind a CORS policy that allows the requests' origin (the answer
+# gets `Access-Control-Allow-Origin`, `-Allow-Credentials`, `-Expose-Headers` and `Vary`).
 API_PATH = "/api/hello"
+API_CORS_PATH = "/api/cors/hello"
+# The API route with a `rewrite` filter added (the path's prefix replaced), on the gateway only.
 API_REWRITE_PATH = "/api-rewrite/hello"
-API_HEADERS = ["X-Debug: 1"]
+CORS_ORIGIN = "https://app.example.com"
+API_HEADERS = ["X-Debug: 1", f"Origin: {CORS_ORIGIN}"]
+
+# A compressible answer (JSON text) the backend serves from the document root, proxied and
+# gzip-compressed on the way at the same level by the gateway and by nginx (`gzip on`); the
+# report compares the uncompressed bytes each serves per second per fully-used core.
+TEXT_FILE = "64k.json"
+TEXT_SIZE = 65536
+GZIP_LEVEL = 5
 
 
 # The static files' modification time, set when they are written, so that a revalidation's date
@@ -107,7 +118,11 @@ SCENARIOS = [
              headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],
              variants=[Variant("bare", "/proxy/hello", "proxy"),
                        Variant("api", API_PATH, "api-route"),
+                       Variant("cors", API_CORS_PATH, "api-cors"),
                        Variant("rewrite", API_REWRITE_PATH, "rewrite")]),
+    Scenario("compress-gzip", f"Proxied {TEXT_SIZE // 1024} KiB JSON gzip-compressed on the way "
+             f"(level {GZIP_LEVEL}), keep-alive", "wrk", "http", f"/text/{TEXT_FILE}", "compress",
+             [50], [50], headers=["Accept-Encoding: gzip"], peers=["gateway", "nginx"]),
     # A redirect made from the request (the path's prefix replaced, host and query kept): what
     # a `redirect` route costs beside `hello`'s fixed answer.
     Scenario("redirect", "Redirect (301, Location from the request's host and path), keep-alive",

@@ -23,7 +23,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import procstat
-from scenarios import FILES_MTIME, STATIC_FILES
+from scenarios import CORS_ORIGIN, FILES_MTIME, GZIP_LEVEL, STATIC_FILES
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
@@ -32,9 +32,8 @@ CONFIGS = HERE / "configs"
 CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
-    "nginx": {
-        "hello", "static", "static-small", "proxy", "api-route", "redirect", "tls", "h2", "l4"
-    },
+    "nginx": {"hello", "static", "static-small", "proxy", "api-route", "api-cors", "compress",
+              "redirect", "tls", "h2", "l4"},
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
     # A file server with a strong TLS stack; `hello` from its mruby handler.
@@ -54,6 +53,8 @@ GATEWAY_SECTIONS = {
     "waf": "waf",
     "rate-limit": "rate-limit",
     "api-route": "api-route",
+    "api-cors": "api-cors",
+    "compress": "compress",
     "rewrite": "rewrite",
     "redirect": "redirect",
     "general": "general",
@@ -183,6 +184,8 @@ class Server:
             "L4": str(self.ports["l4"]),
             "H3": str(self.ports["h3"]),
             "GENERAL": str(self.ports["general"]),
+            "CORS_ORIGIN": CORS_ORIGIN,
+            "GZIP_LEVEL": str(GZIP_LEVEL),
             # For a server that does not derive a file's validators itself (HAProxy): the
             # values nginx sends for the harness's files (ETag: mtime and size in hex).
             "LAST_MODIFIED": formatdate(FILES_MTIME, usegmt=True),

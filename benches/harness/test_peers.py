@@ -50,7 +50,9 @@ def server(kind: str, work: Path, base: int = 28000) -> Server:
     return Server(kind, kind, base, env_in(work), binary=binary)
 
 
-class Configs(unittest.TestCase):
+class ConfigCase(unittest.TestCase):
+    """A scratch dir per test, and `nginx -t` on the configs written there."""
+
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         self.work = Path(self.tmp.name)
@@ -71,6 +73,8 @@ class Configs(unittest.TestCase):
         )
         self.assertEqual(check.returncode, 0, check.stderr)
 
+
+class Configs(ConfigCase):
     def test_nginx_api_route_does_the_same_work(self) -> None:
         self_signed(self.work)
         config = server("nginx", self.work).write_config()
@@ -187,7 +191,7 @@ class Commands(unittest.TestCase):
         self.assertEqual(cmd[3:], ["h2o", "--conf", str(Path(d) / "h2o.conf")])
 
 
-class Expansion(unittest.TestCase):
+class PlanCase(unittest.TestCase):
     """Which targets a scenario becomes on a full set of servers (none started)."""
 
     def targets(self, name: str, gateway_sections: set[str]) -> tuple[list[str], list[str]]:
@@ -202,6 +206,8 @@ class Expansion(unittest.TestCase):
         out = bench.targets_for(BY_NAME[name], servers, args, skipped)
         return [f"{t.label} {t.url.split('/', 3)[3]}" for t in out], skipped
 
+
+class Expansion(PlanCase):
     def test_redirect_runs_on_the_gateway_and_nginx_expecting_a_301(self) -> None:
         labels, skipped = self.targets("redirect", set(GATEWAY_SECTIONS))
         self.assertEqual(labels, ["gateway old/hello", "nginx old/hello"])
@@ -215,9 +221,11 @@ class Expansion(unittest.TestCase):
             [
                 "gateway bare proxy/hello",
                 "gateway api api/hello",
+                "gateway cors api/cors/hello",
                 "gateway rewrite api-rewrite/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",
+                "nginx cors api/cors/hello",
                 "pingora bare proxy/hello",
                 "pingora api api/hello",
             ],

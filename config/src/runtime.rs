@@ -321,6 +321,11 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// CORS (origins parse as [`crate::cors::OriginPattern`]s; methods and header names are
+    /// tokens; no `*` origin with credentials).
+    Cors(CorsConfig),
+    /// Compression (codings listed once, types well formed, levels in range).
+    Compress(CompressConfig),
     /// Path and host rewrite.
     Rewrite(Rewrite),
 }

@@ -115,9 +115,11 @@ pub(crate) fn validate(
     {
         log.path = c.path(Path::new(&log.path)).display().to_string();
     }
-    let telemetry = raw.telemetry.clone().unwrap_or_default();
+    let mut telemetry = raw.telemetry.clone().unwrap_or_default();
+    crate::otel_env::apply(&mut telemetry, &|name| std::env::var(name).ok())
+        .map_err(|(variable, message)| ConfigError::Environment { variable, message })?;
     if let Some(t) = &telemetry.traces {
-        if !(0.0..=1.0).contains(&t.sample_ratio) {
+        if !(0.0..=1.0).contains(&t.ratio()) {
             return c.err(
                 "telemetry.traces.sample_ratio",
                 "must be between 0.0 and 1.0",
@@ -568,6 +570,7 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod http_filters;
 mod rewrite;
 
 pub use rewrite::is_origin_path;
@@ -890,6 +893,14 @@ fn validate_routes(
                         h.response_remove.iter().map(|k| (k, None)),
                     )?;
                     Filter::Headers(h.clone())
+                }
+                FilterConfig::Cors(cors) => {
+                    http_filters::cors(c, &format!("{fkey}.cors"), cors)?;
+                    Filter::Cors(cors.clone())
+                }
+                FilterConfig::Compress(cfg) => {
+                    http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
+                    Filter::Compress(cfg.clone())
                 }
                 FilterConfig::Rewrite(rw) => Filter::Rewrite(rewrite::rewrite(
                     c,

@@ -7,6 +7,8 @@
 //! response headers (reverse order) → response body (reverse order) → log.
 
 mod chain;
+pub mod compress;
+pub mod cors;
 mod headers;
 pub mod rate_limit;
 mod rewrite;
@@ -16,6 +18,8 @@ use bytes::Bytes;
 use http::{Response, request, response};
 
 pub use chain::{Chain, Pending, Started, Tail, with_server};
+pub use compress::CompressFilterFactory;
+pub use cors::CorsFilterFactory;
 pub use headers::HeadersFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use rewrite::RewriteFilterFactory;
