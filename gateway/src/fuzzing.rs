@@ -9,6 +9,7 @@
 //!   real connection serving, service, router, filter chain (`headers`, `waf`) and `respond`:
 //!   no panic, no hang, and only HTTP/1 responses come back.
 //! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
+//! * [`forwarded`]: the client a trusted proxy's `X-Forwarded-For` or `Forwarded` names.
 //!
 //! The HTTP/1.1 codec's own targets (request framing, response heads, chunked bodies) live
 //! beside it, in `http1/fuzz/`.
@@ -32,8 +33,10 @@ use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 mod entry;
+mod forwarded;
 
 pub use entry::{host, path_normalize};
+pub use forwarded::forwarded;
 
 /// Routes for [`router`]: every kind of condition, on two listeners.
 const ROUTES: &str = r#"
@@ -352,5 +355,10 @@ mod tests {
     #[test]
     fn host_corpus_replays() {
         replay("host", super::host);
+    }
+
+    #[test]
+    fn forwarded_corpus_replays() {
+        replay("forwarded", super::forwarded);
     }
 }
