@@ -1,8 +1,9 @@
 //! Terminals produce a route's response: a synthetic `respond`, a `redirect`, static files, or
-//! the reverse proxy. Dispatch is a plain `match`. A synthetic response to a bodiless request, and a static
-//! file served from the cache, are made at once, without a future; the other paths are boxed,
-//! so a [`TerminalFuture`] is a response or a pointer, whatever the terminal (the static and
-//! proxy futures are kilobytes, and one allocation per request is noise next to their work).
+//! the reverse proxy. Dispatch is a plain `match`. A synthetic response or a redirect to a
+//! bodiless request, and a static file served from the cache, are made at once, without a
+//! future; the other paths are boxed, so a [`TerminalFuture`] is a response or a pointer,
+//! whatever the terminal (the static and proxy futures are kilobytes, and one allocation per
+//! request is noise next to their work).
 
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;

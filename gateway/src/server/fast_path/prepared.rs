@@ -1,7 +1,8 @@
 //! The answers the fast path makes itself, for a route without filters: a `respond` route's
-//! fixed response, a `redirect` (its `Location` made from the head's host and path), a static file (cached, or looked up here and sent from disk), a range of it
-//! (206), its 304 and the general path's error pages, each recorded in the route's metrics, the
-//! access log and the trace as the general path records it. Other requests go on to
+//! fixed response, a `redirect` (its `Location` made from the head's host and path), a static
+//! file (cached, or looked up here and sent from disk), a range of it (206), its 304 and the
+//! general path's error pages, each recorded in the route's metrics, the access log and the
+//! trace as the general path records it. Other requests go on to
 //! [`super::forward`] or [`super::general`].
 
 use std::sync::Arc;
@@ -493,8 +494,6 @@ pub(super) struct Observed {
     pub(super) span: Option<ServerSpan>,
 }
 
-/// Ends a response head: `Connection: close` when the connection ends with it (hyper's line
-/// for such an answer), the `Date` line and the blank line.
 /// What a redirect's `Location` is made from, read off the request's head.
 fn origin<'r>(req: &Plain<'r>, conn: &crate::connection::ConnInfo) -> Origin<'r> {
     Origin {
@@ -509,6 +508,8 @@ fn origin<'r>(req: &Plain<'r>, conn: &crate::connection::ConnInfo) -> Origin<'r>
     }
 }
 
+/// Ends a response head: `Connection: close` when the connection ends with it (hyper's line
+/// for such an answer), the `Date` line and the blank line.
 fn end_head(out: &mut Vec<u8>, close: bool) {
     if close {
         out.extend_from_slice(b"connection: close\r\n");
