@@ -285,6 +285,13 @@ def targets_section(res: Results) -> list[str]:
         0.05,
         "the same, on the general path (HTTP/2, requests with bodies, other filters)",
     )
+    cost(
+        "api-route",
+        "bare",
+        "jwt",
+        0.15,
+        "`jwt` (RS256, cached key) costs ≤ 15% over the bare proxied route",
+    )
     cost("wasm", "native", "wasm", 0.10, "Wasm plugin vs native filter costs ≤ 10% of req/s")
     cost(
         "wasm-proxy",
@@ -367,35 +374,15 @@ def api_route_section(res: Results) -> list[str]:
     same server's bare proxy route, and how many requests a core serves against nginx's; then
     the same for its `cors` variant, with the CORS filter's own share (cors over api)."""
     sc = "api-route"
-    servers = [t.removesuffix(" api") for t in res.targets.get(sc, []) if t.endswith(" api")]
     rows = []
     for c in res.conns(sc):
-        for s in servers:
-            bare = f"{s} bare"
-            for v in ("api", "cors"):
-                route = f"{s} {v}"
-                if res.cell(sc, c, route) is None:
-                    continue
-                filters = res.paired(sc, c, route, bare, "cpu_us_per_req")
-                cost = "—" if filters is None else f"{filters - 1:+.1%}"
-                alone = res.paired(sc, c, route, f"{s} api", "cpu_us_per_req")
-                if v == "cors" and alone is not None:
-                    cost += f" (cors {alone - 1:+.1%})"
-                # nginx's own row would say 1×: its figures are the reference.
-                vs = [
-                    res.paired(sc, c, f"{s} {w}", f"nginx {w}", "req_per_core")
-                    for w in (v, "bare")
-                    if s != "nginx"
-                ] or [None, None]
-                rows.append(
-                    f"| {c} | {s if v == 'api' else route} | {fmt_k(res.med(sc, c, route, 'rps'))} "
-                    f"| {fmt_k(res.med(sc, c, route, 'req_per_core'))} "
-                    f"({fmt_k(res.med(sc, c, bare, 'req_per_core'))}) "
-                    f"| {fmt_ms(res.med(sc, c, route, 'cpu_us_per_req'))} "
-                    f"({fmt_ms(res.med(sc, c, bare, 'cpu_us_per_req'))}) "
-                    f"| {cost} "
-                    f"| {fmt_ratio(vs[0])} ({fmt_ratio(vs[1])}) |"
-                )
+        # The API route on every server, behind CORS where the server has that variant, then
+        # the gateway's `jwt` route (no peer has one: its "vs nginx" is the bare route's only).
+        for variant, shown in (("api", "{}"), ("cors", "{} cors"), ("jwt", "{} (jwt)")):
+            suffix = f" {variant}"
+            targets = res.targets.get(sc, [])
+            servers = [t.removesuffix(suffix) for t in targets if t.endswith(suffix)]
+            rows += api_route_rows(res, c, servers, variant, shown)
     if not rows:
         return []
     return [
@@ -407,7 +394,8 @@ def api_route_section(res: Results) -> list[str]:
         "route's; vs nginx: requests per fully-used core over nginx's on the same route "
         "(medians of the per-round ratios). The `cors` rows are the API route behind a CORS "
         "policy allowing the requests' origin; in brackets, the CORS filter's own share (its "
-        "CPU per request over the API route's).",
+        "CPU per request over the API route's). `(jwt)`: the gateway's bare route behind a "
+        "`jwt` filter (RS256, cached key), sent one valid token.",
         "",
         "| conns | server | req/s | req/s per core | CPU µs/req | filters' CPU per request "
         "| req/s per core vs nginx |",
@@ -449,6 +437,38 @@ def compress_section(res: Results) -> list[str]:
         *rows,
         "",
     ]
+
+
+def api_route_rows(
+    res: Results, c: int, servers: list[str], variant: str, shown: str
+) -> list[str]:
+    """The `api-route` rows of one variant at `c` connections, one per server measured."""
+    sc, rows = "api-route", []
+    for s in servers:
+        route, bare = f"{s} {variant}", f"{s} bare"
+        if res.cell(sc, c, route) is None:
+            continue
+        filters = res.paired(sc, c, route, bare, "cpu_us_per_req")
+        cost = "—" if filters is None else f"{filters - 1:+.1%}"
+        alone = res.paired(sc, c, route, f"{s} api", "cpu_us_per_req")
+        if variant == "cors" and alone is not None:
+            cost += f" (cors {alone - 1:+.1%})"
+        # nginx's own row would say 1×: its figures are the reference.
+        vs = [
+            res.paired(sc, c, f"{s} {v}", f"nginx {v}", "req_per_core")
+            for v in (variant, "bare")
+            if s != "nginx"
+        ] or [None, None]
+        rows.append(
+            f"| {c} | {shown.format(s)} | {fmt_k(res.med(sc, c, route, 'rps'))} "
+            f"| {fmt_k(res.med(sc, c, route, 'req_per_core'))} "
+            f"({fmt_k(res.med(sc, c, bare, 'req_per_core'))}) "
+            f"| {fmt_ms(res.med(sc, c, route, 'cpu_us_per_req'))} "
+            f"({fmt_ms(res.med(sc, c, bare, 'cpu_us_per_req'))}) "
+            f"| {cost} "
+            f"| {fmt_ratio(vs[0])} ({fmt_ratio(vs[1])}) |"
+        )
+    return rows
 
 
 def kernel_floor_section(res: Results) -> list[str]:

@@ -31,7 +31,6 @@ API_CORS_PATH = "/api/cors/hello"
 # The API route with a `rewrite` filter added (the path's prefix replaced), on the gateway only.
 API_REWRITE_PATH = "/api-rewrite/hello"
 CORS_ORIGIN = "https://app.example.com"
-API_HEADERS = ["X-Debug: 1", f"Origin: {CORS_ORIGIN}"]
 
 # A compressible answer (JSON text) the backend serves from the document root, proxied and
 # gzip-compressed on the way at the same level by the gateway and by nginx (`gzip on`); the
@@ -39,6 +38,22 @@ API_HEADERS = ["X-Debug: 1", f"Origin: {CORS_ORIGIN}"]
 TEXT_FILE = "64k.json"
 TEXT_SIZE = 65536
 GZIP_LEVEL = 5
+
+# The `jwt` variant: the bare proxy route behind a `jwt` filter (RS256, the key cached), sent one
+# valid token made when the harness starts (`jwt_fixture`). Every target of the scenario gets the
+# same request, token included; nginx's open-source build has no JWT, so the comparison is the
+# gateway's own bare route.
+JWT_PATH = "/jwt/hello"
+JWT_PLACEHOLDER = "{{JWT}}"
+API_HEADERS = ["X-Debug: 1", f"Origin: {CORS_ORIGIN}", f"Authorization: Bearer {JWT_PLACEHOLDER}"]
+
+
+def with_token(headers: list[str], token: str) -> list[str]:
+    """`headers` with the harness's token in place of its placeholder; without a token, the
+    header that would carry it is left out."""
+    if not token:
+        return [h for h in headers if JWT_PLACEHOLDER not in h]
+    return [h.replace(JWT_PLACEHOLDER, token) for h in headers]
 
 
 # The static files' modification time, set when they are written, so that a revalidation's date
@@ -119,7 +134,8 @@ SCENARIOS = [
              variants=[Variant("bare", "/proxy/hello", "proxy"),
                        Variant("api", API_PATH, "api-route"),
                        Variant("cors", API_CORS_PATH, "api-cors"),
-                       Variant("rewrite", API_REWRITE_PATH, "rewrite")]),
+                       Variant("rewrite", API_REWRITE_PATH, "rewrite"),
+                       Variant("jwt", JWT_PATH, "jwt")]),
     Scenario("compress-gzip", f"Proxied {TEXT_SIZE // 1024} KiB JSON gzip-compressed on the way "
              f"(level {GZIP_LEVEL}), keep-alive", "wrk", "http", f"/text/{TEXT_FILE}", "compress",
              [50], [50], headers=["Accept-Encoding: gzip"], peers=["gateway", "nginx"]),

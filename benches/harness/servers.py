@@ -55,6 +55,7 @@ GATEWAY_SECTIONS = {
     "api-route": "api-route",
     "api-cors": "api-cors",
     "compress": "compress",
+    "jwt": "jwt",
     "rewrite": "rewrite",
     "redirect": "redirect",
     "general": "general",
@@ -74,6 +75,8 @@ class Env:
     backend_port: int
     server_cpu: str
     backend_cpu: str
+    # The key set of the `jwt` section (written by `jwt_fixture`), when there is one.
+    jwks: Path | None = None
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -178,6 +181,7 @@ class Server:
             "KEY": str(e.key),
             "PEM": str(e.pem),
             "PLUGIN": str(e.plugin or ""),
+            "JWKS": str(e.jwks or ""),
             "BACKEND": str(e.backend_port),
             "HTTP": str(self.ports["http"]),
             "TLS": str(self.ports["tls"]),
@@ -223,6 +227,9 @@ class Server:
         if self.env.plugin is None:
             self.skipped_sections["wasm"] = "no add-header.wasm was built"
             wanted.discard("wasm")
+        if self.env.jwks is None:
+            self.skipped_sections["jwt"] = "no jwt_fixture was built"
+            wanted.discard("jwt")
         ok, err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS) - wanted), path)
         if not ok:
             base_ok, base_err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS)), path)

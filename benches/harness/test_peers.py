@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from scenarios import BY_NAME  # noqa: E402
+from scenarios import BY_NAME, with_token  # noqa: E402
 from servers import (  # noqa: E402
     CAPABILITIES,
     CONFIGS,
@@ -117,19 +117,25 @@ class Configs(ConfigCase):
         self.assertEqual(text.count('return 200 "Hello, world!\\n";'), 2)
         self.nginx_accepts(config)
 
-    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
-        self.assertEqual(GATEWAY_SECTIONS["api-route"], "api-route")
+    def section_routes(self, section: str, route: str) -> dict | None:
+        """The gateway's routes with only `section` kept, by name, after checking that the
+        section holds the route `route`; None without PyYAML."""
+        self.assertEqual(GATEWAY_SECTIONS[section], section)
         text = (CONFIGS / "gateway.yaml").read_text()
-        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {"api-route"})
-        dropped = drop_sections(text, set(GATEWAY_SECTIONS))
-        self.assertIn("name: api\n", kept)
-        self.assertNotIn("name: api\n", dropped)
+        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {section})
+        self.assertIn(f"name: {route}\n", kept)
+        self.assertNotIn(f"name: {route}\n", drop_sections(text, set(GATEWAY_SECTIONS)))
         try:
             import yaml
         except ImportError:
+            return None
+        return {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
+                ["routes"]}  # fmt: skip
+
+    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
+        routes = self.section_routes("api-route", "api")
+        if routes is None:
             return
-        routes = {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
-                  ["routes"]}  # fmt: skip
         api, bare = routes["api"], routes["proxy"]
         self.assertEqual(api["proxy"], bare["proxy"])
         self.assertNotIn("filters", bare)
@@ -141,6 +147,31 @@ class Configs(ConfigCase):
         self.assertEqual(headers["request_remove"], ["x-debug"])
         self.assertEqual(headers["response_add"], {"x-content-type-options": "nosniff"})
         self.assertEqual(headers["response_remove"], ["x-powered-by"])
+
+    def test_the_gateway_jwt_route_is_the_bare_route_behind_the_filter(self) -> None:
+        routes = self.section_routes("jwt", "jwt")
+        if routes is None:
+            return
+        jwt, bare = routes["jwt"], routes["proxy"]
+        self.assertEqual(jwt["proxy"], bare["proxy"])
+        [f] = jwt["filters"]
+        self.assertEqual(f["jwt"]["algorithms"], ["RS256"])
+        self.assertEqual(f["jwt"]["jwks"], {"file": "JWKS"})
+
+    def test_without_a_key_set_the_jwt_section_is_skipped_and_says_why(self) -> None:
+        s = server("gateway", self.work)
+        self.assertIsNone(s.env.jwks)
+        s._validate = lambda text, path: (True, "")  # type: ignore[method-assign]
+        config = s.write_config()
+        assert config is not None
+        self.assertNotIn("name: jwt\n", config.read_text())
+        self.assertNotIn("jwt", s.capabilities)
+        self.assertEqual(s.skipped_sections["jwt"], "no jwt_fixture was built")
+        s.env.jwks = self.work / "jwks.json"
+        s.skipped_sections.clear()
+        text = s.write_config().read_text()  # type: ignore[union-attr]
+        self.assertIn(f'jwks: {{ file: "{self.work / "jwks.json"}" }}', text)
+        self.assertIn("jwt", s.capabilities)
 
     def test_h2o_config_is_filled_and_accepted(self) -> None:
         self_signed(self.work)
@@ -223,6 +254,7 @@ class Expansion(PlanCase):
                 "gateway api api/hello",
                 "gateway cors api/cors/hello",
                 "gateway rewrite api-rewrite/hello",
+                "gateway jwt jwt/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",
                 "nginx cors api/cors/hello",
@@ -236,6 +268,14 @@ class Expansion(PlanCase):
         sc = BY_NAME["api-route"]
         self.assertEqual((sc.port, sc.tool, sc.close), ("http", "wrk", False))
         self.assertIn("X-Debug: 1", sc.headers)
+
+    def test_every_api_route_target_is_sent_the_token_or_none_without_one(self) -> None:
+        headers = BY_NAME["api-route"].headers
+        origin = "Origin: https://app.example.com"
+        self.assertEqual(
+            with_token(headers, "h.p.s"), ["X-Debug: 1", origin, "Authorization: Bearer h.p.s"]
+        )
+        self.assertEqual(with_token(headers, ""), ["X-Debug: 1", origin])
 
     def test_a_gateway_without_the_section_says_why(self) -> None:
         labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS) - {"api-route"})

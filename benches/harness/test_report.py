@@ -160,6 +160,19 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(verdict, "met", measured)
         self.assertIn("**8.0% fewer req/s**", measured)
 
+    def test_the_jwt_filter_is_judged_against_the_bare_proxy_route(self) -> None:
+        what = "`jwt` (RS256, cached key) costs ≤ 15% over the bare proxied route"
+        rows = [
+            row("api-route", 200, "gateway bare", 50_000, 80.0),
+            row("api-route", 200, "gateway api", 45_000, 80.0),
+            row("api-route", 200, "gateway jwt", 46_000, 80.0),
+        ]
+        measured, verdict = self.targets(rows)[what]
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("**CPU per request +8.7%**", measured)
+        rows[2] = row("api-route", 200, "gateway jwt", 40_000, 80.0)
+        self.assertEqual(self.targets(rows)[what][1], "not met")
+
     def test_a_feature_that_gains_says_so(self) -> None:
         measured, verdict = self.targets(
             [
@@ -209,6 +222,24 @@ class ApiRoute(unittest.TestCase):
         self.assertEqual(vs_nginx, "0.800× (0.833×)")
         self.assertEqual(out[("200", "nginx")][3:], ["+20.0%", "— (—)"])
         self.assertEqual(out[("200", "pingora")][3:], ["+50.0%", "0.400× (0.500×)"])
+
+    def test_the_gateways_jwt_route_has_a_row_of_its_own(self) -> None:
+        rows = [
+            row("api-route", 200, "gateway bare", 50_000, 100.0),
+            row("api-route", 200, "gateway api", 40_000, 100.0),
+            row("api-route", 200, "gateway jwt", 45_000, 100.0),
+            row("api-route", 200, "nginx bare", 60_000, 100.0),
+            row("api-route", 200, "nginx api", 50_000, 100.0),
+        ]
+        out = self.rows(rows)
+        self.assertEqual(
+            set(out), {("200", "gateway"), ("200", "nginx"), ("200", "gateway (jwt)")}
+        )
+        rps, per_core, cpu, filters, vs_nginx = out[("200", "gateway (jwt)")]
+        self.assertEqual((rps, per_core, cpu), ("45.0k", "45.0k (50.0k)", "22.2 (20.0)"))
+        self.assertEqual(filters, "+11.1%")
+        # No peer has a JWT route: only the bare routes compare.
+        self.assertEqual(vs_nginx, "— (0.833×)")
 
     def test_a_server_without_its_bare_route_has_no_cost(self) -> None:
         out = self.rows(

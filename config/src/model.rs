@@ -896,6 +896,8 @@ pub enum FilterConfig {
     Cors(CorsConfig),
     /// Compression of the route's answers.
     Compress(CompressConfig),
+    /// JSON Web Token authentication.
+    Jwt(JwtConfig),
     /// Path and host rewrite, for the terminal (the route matched on the original).
     Rewrite(RewriteConfig),
 }
@@ -1040,6 +1042,71 @@ impl Default for CompressLevels {
             zstd: 3,
         }
     }
+}
+
+/// `jwt:` filter settings: who may sign (`jwks`, `algorithms`), for whom (`issuer`,
+/// `audiences`), where the token is (`from`) and what the upstream learns (`claims_to_headers`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The `iss` a token must carry; not checked when absent.
+    pub issuer: Option<String>,
+    /// Accepted `aud` values (a token's must name one); not checked when empty.
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// Where the verification keys come from.
+    pub jwks: JwksConfig,
+    /// Signature algorithms accepted (default: every supported one).
+    #[serde(default = "default_jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Where the token is: `bearer` (`Authorization: Bearer`, the default), `header:NAME`,
+    /// `cookie:NAME` or `query:NAME`.
+    #[serde(default = "default_jwt_from")]
+    pub from: String,
+    /// Request headers set from verified claims (claim name to header name).
+    #[serde(default)]
+    pub claims_to_headers: IndexMap<String, String>,
+    /// Leeway on `exp`, `nbf` and `iat`.
+    #[serde(default = "default_clock_skew")]
+    pub clock_skew: Duration,
+    /// Whether a request without a token is refused (a bad token always is).
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// The realm named in `WWW-Authenticate` (default: the route's name).
+    pub realm: Option<String>,
+}
+
+/// `jwt.jwks`: a JSON Web Key Set from a URL or a file, refreshed on a period.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwksConfig {
+    /// An `http://` or `https://` URL serving the set.
+    pub url: Option<String>,
+    /// A file holding the set.
+    pub file: Option<PathBuf>,
+    /// How often the set is fetched again.
+    #[serde(default = "default_jwks_refresh")]
+    pub refresh: Duration,
+}
+
+fn default_jwt_algorithms() -> Vec<String> {
+    [
+        "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn default_jwt_from() -> String {
+    "bearer".into()
+}
+
+fn default_clock_skew() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_jwks_refresh() -> Duration {
+    Duration::from_secs(600)
 }
 
 /// `routes[].proxy`.

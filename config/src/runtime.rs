@@ -12,6 +12,9 @@ use crate::Location;
 use crate::locate::SourceMap;
 use crate::model::*;
 
+mod jwt;
+pub use jwt::{JwksSource, Jwt, JwtAlgorithm, TokenSource};
+
 /// A whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -326,6 +329,8 @@ pub enum Filter {
     Cors(CorsConfig),
     /// Compression (codings listed once, types well formed, levels in range).
     Compress(CompressConfig),
+    /// JWT authentication.
+    Jwt(Jwt),
     /// Path and host rewrite.
     Rewrite(Rewrite),
 }

@@ -571,6 +571,7 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 mod admin;
 mod cluster;
 mod http_filters;
+mod jwt;
 mod rewrite;
 
 pub use rewrite::is_origin_path;
@@ -679,7 +680,7 @@ fn valid_upgrade_protocol(protocol: &str) -> bool {
     }
 }
 
-fn valid_header_value(value: &str) -> bool {
+pub(crate) fn valid_header_value(value: &str) -> bool {
     value
         .bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
@@ -901,6 +902,9 @@ fn validate_routes(
                 FilterConfig::Compress(cfg) => {
                     http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
                     Filter::Compress(cfg.clone())
+                }
+                FilterConfig::Jwt(j) => {
+                    Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                 }
                 FilterConfig::Rewrite(rw) => Filter::Rewrite(rewrite::rewrite(
                     c,

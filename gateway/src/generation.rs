@@ -150,6 +150,17 @@ impl Generation {
                             &telemetry.registry,
                         )));
                     }
+                    Filter::Jwt(jwt) => {
+                        factories.push(Arc::new(
+                            crate::filter::JwtFilterFactory::new(
+                                jwt,
+                                &route.name,
+                                &telemetry.registry,
+                                purpose == Purpose::Serve,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.jwt"), m))?,
+                        ));
+                    }
                     Filter::RateLimit { settings, key } => {
                         factories.push(Arc::new(
                             crate::filter::RateLimitFilterFactory::new(

@@ -236,6 +236,7 @@ impl ConnService {
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
+            jwt: None,
         }
     }
 
@@ -286,7 +287,7 @@ impl ConnService {
             .span
             .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(facts)) = (end.log, end.facts) {
-            let record = (*facts).into_record(
+            let mut record = (*facts).into_record(
                 end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
                 res.status(),
@@ -294,6 +295,10 @@ impl ConnService {
                 end.start.elapsed(),
                 route_name.clone(),
             );
+            record.user = res
+                .extensions()
+                .get::<crate::filter::jwt::AuthenticatedUser>()
+                .map(|u| u.0.clone());
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
@@ -427,6 +432,7 @@ impl RequestFacts {
             duration,
             route,
             trace_id: None,
+            user: None,
         }
     }
 }

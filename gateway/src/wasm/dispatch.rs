@@ -58,6 +58,7 @@ impl Dispatch {
             start: Instant::now(),
             trace: None,
             request_head: None,
+            jwt: None,
         };
         Self { routes, cx }
     }

@@ -11,6 +11,7 @@ mod cors;
 mod fast_path;
 mod faults;
 mod h3;
+mod jwt;
 mod limits;
 mod observability;
 mod ocsp;

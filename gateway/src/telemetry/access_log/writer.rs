@@ -93,6 +93,7 @@ mod tests {
             duration: Duration::ZERO,
             route: "r".into(),
             trace_id: None,
+            user: None,
         }
     }
 
