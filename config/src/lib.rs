@@ -28,6 +28,7 @@ pub use model::RawConfig;
 pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
+pub use validate::is_origin_path;
 
 /// The JSON Schema (draft 2020-12) of the config file, made from the serde model and its doc
 /// comments: every key with its type, allowed values, default and description. Editors use it

@@ -320,6 +320,9 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
+    /// Peers (CIDRs, or bare addresses) whose `X-Forwarded-For` / `Forwarded` name the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// Plain HTTP/1.1 `GET`/`HEAD` requests for a fixed response or a cached static file are
     /// answered without the general HTTP/1 machinery (see docs/architecture.md); `false`
     /// sends every request through it.
@@ -856,6 +859,8 @@ pub struct RouteConfig {
     /// Terminal: static files.
     #[serde(rename = "static")]
     pub static_files: Option<StaticConfig>,
+    /// Terminal: a redirect.
+    pub redirect: Option<RedirectConfig>,
 }
 
 /// `routes[].match`.
@@ -904,6 +909,8 @@ pub enum FilterConfig {
     /// Asks an authentication service about each request (Traefik's ForwardAuth, nginx's
     /// `auth_request`).
     ForwardAuth(ForwardAuthConfig),
+    /// Path and host rewrite, for the terminal (the route matched on the original).
+    Rewrite(RewriteConfig),
 }
 
 /// `forward_auth:` filter settings.
@@ -958,6 +965,22 @@ pub struct BasicAuthConfig {
 
 fn default_basic_auth_cache() -> Duration {
     Duration::from_secs(300)
+}
+
+/// `rewrite:` filter settings: at most one of `path`, `replace_prefix`, `path_regex`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteConfig {
+    /// The whole path replaced by this one (the query is kept).
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// A regular expression on the path; the path becomes `to` when it matches.
+    pub path_regex: Option<String>,
+    /// The new path for `path_regex`, with `$1`..`$9` for its groups and `$$` for `$`.
+    pub to: Option<String>,
+    /// The `Host` (and HTTP/2 or HTTP/3 `:authority`) the terminal sees, `name[:port]`.
+    pub host: Option<String>,
 }
 
 /// `rate_limit:` filter settings.
@@ -1176,6 +1199,32 @@ fn default_upgrades() -> Vec<String> {
 
 fn yes() -> bool {
     true
+}
+
+/// `routes[].redirect`: parts not given are kept from the request.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectConfig {
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    /// Host name or address, without a port.
+    pub host: Option<String>,
+    /// Port; the default port of the scheme is left out of `Location`.
+    pub port: Option<u16>,
+    /// The whole path replaced by this one.
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// Drop the request's query string.
+    #[serde(default)]
+    pub strip_query: bool,
+    /// 301, 302, 303, 307 or 308 (default 302).
+    #[serde(default = "found_status")]
+    pub status: u16,
+}
+
+fn found_status() -> u16 {
+    302
 }
 
 /// `routes[].respond`.

@@ -177,6 +177,8 @@ pub struct Listener {
     pub http3: bool,
     /// TLS settings.
     pub tls: Option<ListenerTlsConfig>,
+    /// `trusted_proxies`, a bare address as its /32 or /128.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Everything else, as written.
     pub settings: ListenerConfig,
 }
@@ -355,6 +357,8 @@ pub enum Filter {
     BasicAuth(BasicAuthConfig),
     /// Forward authentication.
     ForwardAuth(ForwardAuth),
+    /// Path and host rewrite.
+    Rewrite(Rewrite),
 }
 
 /// A validated `forward_auth` filter.
@@ -378,6 +382,53 @@ pub enum AuthService {
     Url(Box<Upstream>),
 }
 
+/// A validated `rewrite` filter: one path rule at most, and the host.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// The new path, when the path changes.
+    pub path: Option<PathRewrite>,
+    /// The new `Host` (a valid `name[:port]`).
+    pub host: Option<String>,
+}
+
+/// How a `rewrite` or `redirect` changes the path.
+#[derive(Debug, Clone)]
+pub enum PathRewrite {
+    /// The whole path replaced (starts with `/`).
+    Replace(String),
+    /// The route's matched prefix (`match.path_prefix`, as written) replaced by `with`.
+    ReplacePrefix {
+        /// The route's `match.path_prefix`.
+        prefix: String,
+        /// What replaces it.
+        with: String,
+    },
+    /// When the expression matches, the path becomes `to` with its groups substituted.
+    Regex {
+        /// The expression.
+        regex: regex::Regex,
+        /// The template (`$1`..`$9` name groups the expression has; `$$` is `$`).
+        to: String,
+    },
+}
+
+/// A validated `redirect` terminal.
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    /// `http` or `https`, when it changes.
+    pub scheme: Option<String>,
+    /// The host (lower-case, without port), when it changes.
+    pub host: Option<String>,
+    /// The port, when given.
+    pub port: Option<u16>,
+    /// The new path, when the path changes (never `Regex`).
+    pub path: Option<PathRewrite>,
+    /// Drop the query.
+    pub strip_query: bool,
+    /// One of 301, 302, 303, 307, 308.
+    pub status: u16,
+}
+
 /// What a rate limit counts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateLimitKey {
@@ -396,6 +447,8 @@ pub enum RouteAction {
     Respond(RespondConfig),
     /// Static files (root absolute and a directory).
     Static(StaticConfig),
+    /// A redirect.
+    Redirect(Redirect),
 }
 
 /// A validated L4 stream.

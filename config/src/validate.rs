@@ -391,6 +391,10 @@ fn validate_listeners(
         if l.max_header_size.bytes() < 1024 {
             return c.err(format!("{key}.max_header_size"), "must be at least 1KiB");
         }
+        let mut trusted_proxies = Vec::with_capacity(l.trusted_proxies.len());
+        for (j, net) in l.trusted_proxies.iter().enumerate() {
+            trusted_proxies.push(network(c, &format!("{key}.trusted_proxies[{j}]"), net)?);
+        }
         out.push(Listener {
             name: l.name.clone(),
             addr,
@@ -398,10 +402,26 @@ fn validate_listeners(
             http2,
             http3,
             tls: l.tls.clone(),
+            trusted_proxies,
             settings: l.clone(),
         });
     }
     Ok(out)
+}
+
+/// A CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a bare address (its /32 or /128).
+fn network(c: &Checker<'_>, key: &str, text: &str) -> Result<ipnet::IpNet> {
+    let text = text.trim();
+    if let Ok(net) = text.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    match text.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(ipnet::IpNet::from(ip)),
+        Err(_) => c.err(
+            key,
+            format!("`{text}` is not an address or a CIDR (e.g. 10.0.0.0/8, 192.0.2.7, ::1)"),
+        ),
+    }
 }
 
 /// QUIC limits: quinn takes windows as 62-bit varints and needs at least one request stream.
@@ -552,6 +572,9 @@ mod admin;
 mod cluster;
 mod http_filters;
 mod jwt;
+mod rewrite;
+
+pub use rewrite::is_origin_path;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -1055,6 +1078,12 @@ fn validate_routes(
                     f,
                     upstreams,
                 )?),
+                FilterConfig::Rewrite(rw) => Filter::Rewrite(rewrite::rewrite(
+                    c,
+                    &format!("{fkey}.rewrite"),
+                    rw,
+                    m.path_prefix.as_deref(),
+                )?),
             });
         }
 
@@ -1062,11 +1091,24 @@ fn validate_routes(
             r.proxy.is_some(),
             r.respond.is_some(),
             r.static_files.is_some(),
+            r.redirect.is_some(),
         ];
         let action = match terminals.iter().filter(|x| **x).count() {
-            0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
+            0 => {
+                return c.err(
+                    &key,
+                    "a route needs one of `proxy`, `respond`, `static` or `redirect`",
+                );
+            }
             1 => {
-                if let Some(p) = r.proxy.as_mut() {
+                if let Some(rd) = &r.redirect {
+                    RouteAction::Redirect(rewrite::redirect(
+                        c,
+                        &format!("{key}.redirect"),
+                        rd,
+                        r.matcher.path_prefix.as_deref(),
+                    )?)
+                } else if let Some(p) = r.proxy.as_mut() {
                     c.reference(
                         &format!("{key}.proxy.upstream"),
                         "upstream",
@@ -1128,7 +1170,7 @@ fn validate_routes(
             _ => {
                 return c.err(
                     &key,
-                    "a route has exactly one of `proxy`, `respond` or `static`",
+                    "a route has exactly one of `proxy`, `respond`, `static` or `redirect`",
                 );
             }
         };

@@ -151,6 +151,16 @@ impl Generation {
                             .map_err(|m| config.error(format!("{fkey}.forward_auth"), m))?,
                         ));
                     }
+                    Filter::Rewrite(rw) => {
+                        factories.push(Arc::new(
+                            crate::filter::RewriteFilterFactory::new(
+                                &route.name,
+                                rw,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.rewrite"), m))?,
+                        ));
+                    }
                     Filter::Plugin(name) => {
                         let handle = plugins.get(name).ok_or_else(|| {
                             config.error(format!("{fkey}.plugin"), "no such plugin")
@@ -218,6 +228,9 @@ impl Generation {
                 RouteAction::Static(s) => Terminal::Static(Arc::new(
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,
+                )),
+                RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
+                    crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
                 )),
                 RouteAction::Proxy(p) => {
                     let upstream = upstreams.get(&p.upstream).ok_or_else(|| {

@@ -203,7 +203,7 @@ impl ProxyRoute {
         parts.headers.remove(header::EXPECT);
         headers::add_forwarding(
             &mut parts.headers,
-            cx.conn.client_text(),
+            cx.conn.peer_text(),
             client_host.as_ref(),
             parts.version,
         );
@@ -427,13 +427,12 @@ impl ProxyRoute {
         let Some(prefix) = &self.strip_prefix else {
             return target.into();
         };
-        match path.strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = &target[path.len()..];
-                let rest = if rest.is_empty() { "/" } else { rest };
-                format!("{rest}{query}").into()
+        match crate::router::replace_prefix(prefix, "", path) {
+            Some(mut rest) => {
+                rest.push_str(&target[path.len()..]);
+                rest.into()
             }
-            _ => target.into(),
+            None => target.into(),
         }
     }
 

@@ -93,6 +93,9 @@ struct RequestEnd {
     // box and touched on every request.
     facts: Option<Box<RequestFacts>>,
     span: Option<Box<ServerSpan>>,
+    /// The request's own facts, when a trusted proxy named its client (the connection's
+    /// otherwise).
+    client: Option<Arc<ConnInfo>>,
     /// Counts the request in flight on the connection until the response head (or until the
     /// request is abandoned).
     _in_flight: Option<InFlight>,
@@ -154,6 +157,9 @@ impl ConnService {
     ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
+        // Behind a trusted proxy the client is the request's: named before anything records it.
+        let client = self.policy.client_of(&self.conn, req.headers());
+        let conn = client.as_ref().unwrap_or(&self.conn);
         let end = RequestEnd {
             start: Instant::now(),
             version: req.version(),
@@ -165,8 +171,9 @@ impl ConnService {
                 .telemetry
                 .tracer
                 .load_full()
-                .map(|t| Box::new(ServerSpan::start(&t, &req, &self.conn))),
+                .map(|t| Box::new(ServerSpan::start(&t, &req, conn))),
             _in_flight: in_flight,
+            client,
         };
         let (generation, index) = match routed {
             Some(routed) => {
@@ -224,7 +231,7 @@ impl ConnService {
 
     fn request_cx(&self, end: &RequestEnd, route: &CompiledRoute) -> RequestCx {
         RequestCx {
-            conn: self.conn.clone(),
+            conn: end.client.as_ref().unwrap_or(&self.conn).clone(),
             route: route.name.clone(),
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
@@ -282,7 +289,7 @@ impl ConnService {
             .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(facts)) = (end.log, end.facts) {
             let mut record = (*facts).into_record(
-                &self.conn,
+                end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
                 res.status(),
                 body_bytes(res),
