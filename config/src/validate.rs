@@ -548,6 +548,9 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod proxy;
+
+use proxy::validate_backends;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -880,12 +883,7 @@ fn validate_routes(
             0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
             1 => {
                 if let Some(p) = r.proxy.as_mut() {
-                    c.reference(
-                        &format!("{key}.proxy.upstream"),
-                        "upstream",
-                        &p.upstream,
-                        upstreams,
-                    )?;
+                    validate_backends(c, &format!("{key}.proxy"), p, upstreams)?;
                     if let Some(sp) = &p.strip_prefix
                         && !sp.starts_with('/')
                     {

@@ -9,7 +9,7 @@ use gateway_config::{Config, Filter, RouteAction};
 use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
-use crate::proxy::{ProxyRoute, Upstreams};
+use crate::proxy::Upstreams;
 use crate::router::{Matcher, Router};
 use crate::telemetry::stream_observer::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
@@ -148,12 +148,14 @@ impl Generation {
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,
                 )),
-                RouteAction::Proxy(p) => {
-                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
-                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
-                    })?;
-                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
-                }
+                RouteAction::Proxy(p) => crate::proxy::terminal(
+                    &config,
+                    &format!("{key}.proxy"),
+                    &route.name,
+                    p,
+                    &upstreams,
+                    &telemetry.registry,
+                )?,
             };
             routes.push((
                 matcher,

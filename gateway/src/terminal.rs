@@ -33,6 +33,8 @@ pub enum Terminal {
     Static(Arc<crate::static_files::StaticFiles>),
     /// The reverse proxy.
     Proxy(Arc<crate::proxy::ProxyRoute>),
+    /// The reverse proxy to upstreams picked by weight.
+    Split(Arc<crate::proxy::Split>),
 }
 
 impl Terminal {
@@ -45,6 +47,20 @@ impl Terminal {
             Self::Respond(r) => Either::Right(Box::pin(respond_after_body(r.clone(), req))),
             Self::Static(s) => Either::Right(Box::pin(s.clone().serve(req))),
             Self::Proxy(p) => Either::Right(Box::pin(p.forward(req, cx))),
+            Self::Split(s) => Either::Right(Box::pin(s.forward(req, cx))),
+        }
+    }
+
+    /// The upstream that answered `res`, for the access log: the route's one, or the one a
+    /// split picked; `None` for other terminals.
+    pub fn served_by(&self, res: &Response<Body>) -> Option<Arc<str>> {
+        match self {
+            Self::Proxy(p) => Some(p.upstream_name().clone()),
+            Self::Split(_) => res
+                .extensions()
+                .get::<crate::proxy::ServedBy>()
+                .map(|s| s.0.clone()),
+            _ => None,
         }
     }
 

@@ -191,7 +191,7 @@ impl ProxyRoute {
             text.extend_from_slice(host);
         }
         // `GET` and `HEAD` are idempotent and carry no body here: every one may be retried.
-        let retries = up.retries as usize;
+        let retries = self.retries as usize;
         Some(Forwarding {
             text,
             line,
@@ -242,6 +242,7 @@ impl ProxyRoute {
                             upstream: up.clone(),
                             selection,
                             deadline,
+                            timeout: self.timeout,
                             span: None,
                         },
                     };
@@ -319,8 +320,8 @@ impl ProxyRoute {
         out: &mut Vec<u8>,
     ) -> Result<(BareResponseHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
         let up = &self.upstream;
-        let timeout = up.timeout.unwrap_or_default();
-        let mut deadline = super::deadline::start(up.timeout);
+        let timeout = self.timeout.unwrap_or_default();
+        let mut deadline = super::deadline::start(self.timeout);
         let host = fwd.host_for(pool.endpoint.host.as_bytes());
         // A pooled connection the peer closed while idle did not take the request; try again
         // on another (a fresh one, once the idle ones run out).

@@ -189,6 +189,12 @@ impl Upstream {
         Some(h.finish())
     }
 
+    /// Whether [`super::ProxyRoute::rewrite_text`] takes every request to this upstream: an
+    /// HTTP/1.1 upstream that does not balance by a cookie.
+    pub(crate) fn forwards_as_text(&self) -> bool {
+        !self.connector.is_h2() && !matches!(self.hash_on, Some(HashOn::Cookie(_)))
+    }
+
     /// Connections open to each target (for tests and metrics).
     pub fn open_connections(&self) -> Vec<usize> {
         self.pools.iter().map(|p| p.open()).collect()
