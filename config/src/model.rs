@@ -527,6 +527,10 @@ pub struct UpstreamConfig {
     /// Extra attempts on another target for idempotent requests.
     #[serde(default)]
     pub retries: u32,
+    /// Re-resolve host-name targets this often, off the request path; resolved once at load
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_every: Option<Duration>,
     /// Health checking; passive checks always run, and never eject the last selectable
     /// target.
     #[serde(default)]

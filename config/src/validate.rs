@@ -3,7 +3,7 @@
 //! relative paths resolved against the config file's directory.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -427,20 +427,44 @@ fn validate_http3(c: &Checker<'_>, key: &str, h3: &Http3Settings) -> Result<()> 
     Ok(())
 }
 
-fn resolve_target(c: &Checker<'_>, key: &str, authority: &str) -> Result<SocketAddr> {
+/// A target's host and port, and its address when the host is an IP address. A name is only
+/// checked for its shape here; the gateway resolves it when it loads the config.
+fn parse_target(
+    c: &Checker<'_>,
+    key: &str,
+    authority: &str,
+) -> Result<(String, u16, Option<SocketAddr>)> {
     if let Ok(a) = authority.parse::<SocketAddr>() {
-        return Ok(a);
+        return Ok((a.ip().to_string(), a.port(), Some(a)));
     }
-    match authority.to_socket_addrs() {
-        Ok(mut addrs) => match addrs.next() {
-            Some(a) => Ok(a),
-            None => c.err(key, format!("`{authority}` resolves to no address")),
-        },
-        Err(e) => c.err(
+    let bad = || {
+        c.err(
             key,
-            format!("`{authority}` is not a host:port that resolves: {e}"),
-        ),
+            format!(
+                "`{authority}` is not a host:port (e.g. 127.0.0.1:9001, [::1]:9001 or \
+                 users.internal:9001)"
+            ),
+        )
+    };
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return bad();
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return bad();
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if port == 0 || name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return bad();
     }
+    Ok((host.to_ascii_lowercase(), port, None))
 }
 
 fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Upstream>> {
@@ -460,9 +484,11 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
             if weight == 0 {
                 return c.err(format!("{tkey}.weight"), "must be at least 1");
             }
-            let addr = resolve_target(c, &tkey, &authority)?;
+            let (host, port, addr) = parse_target(c, &tkey, &authority)?;
             targets.push(Target {
                 authority,
+                host,
+                port,
                 addr,
                 weight,
             });
@@ -488,6 +514,9 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
                 })
             }
         };
+        if u.resolve_every.is_some_and(|d| d.get().is_zero()) {
+            return c.err(format!("{key}.resolve_every"), "must be greater than 0");
+        }
         if u.balance == Balance::ConsistentHash && hash_on.is_none() {
             return c.err(format!("{key}.balance"), "consistent_hash needs `hash_on`");
         }

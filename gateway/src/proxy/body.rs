@@ -45,7 +45,9 @@ impl Lease {
     /// The exchange broke (`error_type`: `response_error` or `timeout`): the target is
     /// charged (the body that failed drops, and closes, its connection).
     fn fail(self, error_type: &'static str) {
-        self.upstream.targets.report_failure(self.selection.index());
+        self.upstream
+            .targets
+            .report_failure_on(self.selection.state());
         if let Some(span) = self.span {
             span.fail(error_type);
         }

@@ -333,7 +333,9 @@ impl ProxyRoute {
                 };
                 let index = selection.index();
                 let retry_left = tried.len() < req.retries;
-                let pool = &up.pools[index];
+                let Some(pool) = Upstream::pool(&selection) else {
+                    return self.fail(GatewayError::NoHealthyTarget(up.name.to_string()));
+                };
                 let span;
                 // The request is made and moved into the attempt in this block, so the state
                 // kept across the attempt does not hold it a second time.
@@ -377,7 +379,7 @@ impl ProxyRoute {
                 match attempt.await {
                     Ok(sent) => {
                         let status = sent.response.status();
-                        up.report_answer(index, status);
+                        up.report_answer(&selection, status);
                         let retry =
                             matches!(status.as_u16(), 502..=504) && retry_left && req.body_empty;
                         if retry {
@@ -395,7 +397,7 @@ impl ProxyRoute {
                         break self.respond(sent, selection, span, &mut req);
                     }
                     Err(Failed { error, unsent }) => {
-                        up.report_error(index, &error);
+                        up.report_error(&selection, &error);
                         tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                         if let Some(unsent) = unsent {
                             req.body = Some(unsent);

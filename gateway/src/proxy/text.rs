@@ -228,11 +228,13 @@ impl ProxyRoute {
             };
             let index = selection.index();
             let retry_left = tried.len() < fwd.retries;
-            let pool = &up.pools[index];
+            let Some(pool) = super::Upstream::pool(&selection) else {
+                return Err(self.fail(GatewayError::NoHealthyTarget(up.name.to_string())));
+            };
             match self.attempt_text(pool, fwd, replaced, out).await {
                 Ok((head, written, body, deadline)) => {
                     let status = head.status;
-                    up.report_answer(index, status);
+                    up.report_answer(&selection, status);
                     let replaceable = matches!(status.as_u16(), 502..=504);
                     let answered = Answered {
                         head,
@@ -256,7 +258,7 @@ impl ProxyRoute {
                     break answered;
                 }
                 Err(error) => {
-                    up.report_error(index, &error);
+                    up.report_error(&selection, &error);
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                     if retry_left && error.retryable() {
                         up.retries_total

@@ -415,3 +415,84 @@ async fn a_route_timeout_and_retries_override_the_upstreams() {
     }
     assert!(statuses.contains(&502), "{statuses:?}");
 }
+
+/// The loopback addresses `localhost` has here (127.0.0.1, and ::1 where the system says so).
+fn localhost_addrs() -> Vec<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    let mut ips: Vec<_> = ("localhost", 0)
+        .to_socket_addrs()
+        .expect("localhost resolves")
+        .map(|a| a.ip())
+        .filter(|ip| ip.is_loopback())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+/// A backend on each address `localhost` has, all on one port (`localhost:PORT` names them all).
+async fn localhost_backends() -> (u16, Vec<Backend>) {
+    let ips = localhost_addrs();
+    for _ in 0..20 {
+        let first = Backend::start_on("127.0.0.1", SocketAddr::from(([127, 0, 0, 1], 0))).await;
+        let port = first.addr().port();
+        let others: Vec<_> = ips.iter().filter(|ip| !ip.is_ipv4()).collect();
+        // The port may be taken on the other address: then take another.
+        if others
+            .iter()
+            .any(|ip| std::net::TcpListener::bind(SocketAddr::new(**ip, port)).is_err())
+        {
+            continue;
+        }
+        let mut backends = vec![first];
+        for ip in others {
+            backends.push(Backend::start_on(&ip.to_string(), SocketAddr::new(*ip, port)).await);
+        }
+        return (port, backends);
+    }
+    panic!("no port free on every loopback address");
+}
+
+#[tokio::test]
+async fn a_host_name_target_is_every_address_it_has_for_routes_and_streams() {
+    let (port, backends) = localhost_backends().await;
+    let gw = TestGateway::start(&format!(
+        "{}streams:\n  - {{ name: raw, bind: 127.0.0.1:0, protocol: tcp, upstream: app }}\n",
+        gateway(
+            &format!("  app: {{ targets: [localhost:{port}], resolve_every: 100ms }}\n"),
+            "  - { name: app, match: { path_prefix: / }, proxy: { upstream: app } }\n",
+        )
+    ))
+    .await;
+    let mut c = http1(gw.addr("main")).await;
+    let per_address = 20;
+    let t = tally(&mut c, "/", per_address * backends.len()).await;
+    for b in &backends {
+        assert_eq!(t[b.name()], per_address, "{t:?}");
+    }
+    // Each address is a target of its own in the metrics, named after the written target.
+    let series = format!(
+        "gateway_upstream_attempts_total{{upstream=\"app\",target=\"localhost:{port}@127.0.0.1\"}}"
+    );
+    assert_eq!(counter_value(&gw, &series).await, per_address as u64);
+    assert_eq!(
+        counter_value(
+            &gw,
+            "gateway_upstream_resolve_failures_total{upstream=\"app\"}"
+        )
+        .await,
+        0
+    );
+    // Refreshes that find the same addresses change nothing for requests.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let mut c = http2c(gw.addr("main")).await;
+    let t = tally(&mut c, "/", per_address * backends.len()).await;
+    assert_eq!(t.len(), backends.len(), "{t:?}");
+    // The stream proxy shares the upstream's targets.
+    let answer = gateway_tests::raw(
+        gw.stream_addr("raw"),
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
