@@ -134,7 +134,7 @@ struct Set {
 /// An upstream's targets with their balancer and health.
 pub struct Targets {
     name: Arc<str>,
-    set: ArcSwap<Set>,
+    set: SetCell,
     balance: Balance,
     policy: HealthPolicy,
     epoch: Instant,
@@ -150,12 +150,54 @@ impl std::fmt::Debug for Targets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Targets")
             .field("name", &self.name)
-            .field("set", &self.set.load())
+            .field("set", &*self.set.load())
             .finish_non_exhaustive()
     }
 }
 
 struct Listener(EjectionListener);
+
+/// Where the current set lives: a set of addresses only never changes, and is read without the
+/// swap's cost on every selection; a set with host names is swapped when they resolve anew.
+enum SetCell {
+    Fixed(Arc<Set>),
+    Changing(ArcSwap<Set>),
+}
+
+/// The current set, borrowed or guarded.
+enum Current<'a> {
+    Fixed(&'a Arc<Set>),
+    Changing(arc_swap::Guard<Arc<Set>>),
+}
+
+impl Current<'_> {
+    fn clone_arc(&self) -> Arc<Set> {
+        match self {
+            Self::Fixed(set) => Arc::clone(set),
+            Self::Changing(guard) => Arc::clone(guard),
+        }
+    }
+}
+
+impl std::ops::Deref for Current<'_> {
+    type Target = Set;
+
+    fn deref(&self) -> &Set {
+        match self {
+            Self::Fixed(set) => set,
+            Self::Changing(guard) => guard,
+        }
+    }
+}
+
+impl SetCell {
+    fn load(&self) -> Current<'_> {
+        match self {
+            Self::Fixed(set) => Current::Fixed(set),
+            Self::Changing(swap) => Current::Changing(swap.load()),
+        }
+    }
+}
 
 /// A chosen target. It counts as in flight (for `least_requests` and `random`) until dropped,
 /// so hold it for as long as the request or connection uses the target.
@@ -227,12 +269,14 @@ impl Targets {
         lookup: Lookup,
         attacher: Option<Attacher>,
     ) -> Self {
-        let targets = Self {
+        let fixed = entries.iter().all(Entry::is_fixed);
+        let empty = Arc::new(Set {
+            targets: Box::new([]),
+            balancer: Balancer::new(balance, &[]),
+        });
+        let mut targets = Self {
             name: Arc::from(name),
-            set: ArcSwap::from_pointee(Set {
-                targets: Box::new([]),
-                balancer: Balancer::new(balance, &[]),
-            }),
+            set: SetCell::Changing(ArcSwap::new(empty)),
             balance,
             policy,
             epoch: Instant::now(),
@@ -243,6 +287,9 @@ impl Targets {
             resolve_failures: AtomicU64::new(0),
         };
         targets.refresh();
+        if fixed {
+            targets.set = SetCell::Fixed(targets.set.load().clone_arc());
+        }
         targets
     }
 
@@ -297,7 +344,11 @@ impl Targets {
         if !current.targets.is_empty() {
             tracing::info!(upstream = %self.name, targets = targets.len(), "upstream targets changed");
         }
-        self.set.store(Arc::new(Set { targets, balancer }));
+        match &self.set {
+            SetCell::Changing(swap) => swap.store(Arc::new(Set { targets, balancer })),
+            // Only sets of addresses are fixed, and their addresses never change.
+            SetCell::Fixed(_) => return false,
+        }
         true
     }
 

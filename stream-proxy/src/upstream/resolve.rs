@@ -90,6 +90,11 @@ impl Entry {
         }
     }
 
+    /// Whether the entry is written as an address (it never changes).
+    pub(super) fn is_fixed(&self) -> bool {
+        matches!(self, Self::Fixed(_))
+    }
+
     /// `host:port` as written.
     pub(super) fn authority(&self) -> &str {
         match self {
