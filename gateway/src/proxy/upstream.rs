@@ -447,6 +447,47 @@ mod tests {
         );
     }
 
+    /// A name that does not resolve when the config loads: the upstream is built without a
+    /// target for it and its requests get `503` (no healthy target), not a failed start.
+    #[tokio::test]
+    async fn a_name_not_resolved_yet_is_answered_503() {
+        let lookup: Lookup = Arc::new(|_| Err(std::io::Error::other("no such host")));
+        let yaml = "upstreams:\n  app:\n    targets: [app.internal:8080]\n\
+                    routes:\n  - match: { path_prefix: / }\n    proxy: { upstream: app }\n";
+        let config = gateway_config::load_str(yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+        let upstreams = Upstreams::build_with(&config, &lookup).unwrap();
+        let up = upstreams.get("app").unwrap().clone();
+        assert_eq!((up.targets.len(), up.targets.resolve_failures()), (0, 1));
+        let gateway_config::RouteAction::Proxy(p) = &config.routes[0].action else {
+            panic!("not a proxy route");
+        };
+        let route = Arc::new(super::super::ProxyRoute::new(p, up));
+        let fields = [httparse::Header {
+            name: "host",
+            value: b"example.com",
+        }];
+        let request = super::super::TextRequest {
+            head: false,
+            target: "/",
+            path: "/",
+            host: Some(b"example.com"),
+            fields: &fields,
+            close: false,
+        };
+        let ip: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let client = crate::connection::ClientText::new(ip, false);
+        let fwd = route.rewrite_text(&request, &client, ip).unwrap();
+        let replaced = super::super::Replaced {
+            hsts: false,
+            alt_svc: false,
+        };
+        let answer = route.forward_text(&fwd, replaced, &mut Vec::new()).await;
+        let Err(res) = answer else {
+            panic!("answered without a target");
+        };
+        assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    }
+
     #[test]
     fn cookie_lookup() {
         let mut h = http::HeaderMap::new();

@@ -362,3 +362,35 @@ fn localhost_resolves_to_a_target_per_address() {
     );
     assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
 }
+
+#[test]
+fn a_vanished_target_and_its_attachment_go_when_its_last_selection_ends() {
+    let (answer, lookup) = feed();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.1"), ip("10.0.0.2")]);
+    let live = Arc::new(());
+    let attacher: Attacher = {
+        let live = live.clone();
+        Arc::new(move |_: &TargetSpec| {
+            let a: Attachment = Arc::new(live.clone());
+            Some(a)
+        })
+    };
+    let t = Targets::from_config_with(&named("round_robin"), lookup, Some(attacher));
+    // The test's and the attacher's, and one attachment for each of the name's two addresses
+    // and the address target.
+    assert_eq!(Arc::strong_count(&live), 5);
+    let held = t.select(0, &[1, 2]).unwrap();
+    assert_eq!(held.target().addr.ip(), ip("10.0.0.1"));
+    assert!(held.state().attachment::<Arc<()>>().is_some());
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.2")]);
+    assert!(t.refresh());
+    assert_eq!(t.len(), 2);
+    assert_eq!(
+        Arc::strong_count(&live),
+        5,
+        "kept while a selection holds it"
+    );
+    drop(held);
+    assert_eq!(Arc::strong_count(&live), 4);
+}
