@@ -29,6 +29,7 @@ only=("$@")
 # crate directory : target
 all=(
   config:load
+  config:origin
   http1:request_framing
   http1:h1_differential
   http1:response_head

@@ -15,6 +15,8 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # jemalloc, the gateway binary's allocator, is built from source with make.
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# The service unit in dist/systemd is checked with `systemd-analyze verify`.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     log "installing Debian packages: ${need_apt[*]}"

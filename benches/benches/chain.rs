@@ -63,6 +63,7 @@ fn request_cx() -> RequestCx {
         start: tokio::time::Instant::now(),
         trace: None,
         request_head: None,
+        jwt: None,
     }
 }
 

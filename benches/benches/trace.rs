@@ -34,13 +34,12 @@ fn tracer(ratio: f64) -> Arc<Tracer> {
         .and_then(|l| l.local_addr())
         .expect("a free port");
     let cfg = TelemetryConfig {
-        service_name: None,
         traces: Some(TracesConfig {
             otlp_endpoint: format!("http://{dead}"),
-            sample_ratio: ratio,
+            sample_ratio: Some(ratio),
+            headers: Default::default(),
         }),
-        metrics: None,
-        access_log: None,
+        ..TelemetryConfig::default()
     };
     Tracer::start(&cfg, &Registry::new())
         .expect("tracer")

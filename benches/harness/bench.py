@@ -32,6 +32,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -45,7 +46,8 @@ from pathlib import Path
 
 import loadgen
 import procstat
-from scenarios import FILES_MTIME, SCENARIOS, STATIC_FILES, Scenario
+from scenarios import (FILES_MTIME, SCENARIOS, STATIC_FILES, TEXT_FILE, TEXT_SIZE, Scenario,
+                       with_token)
 from servers import Env, Server, have, port_free
 
 HERE = Path(__file__).resolve().parent
@@ -148,6 +150,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--plugin", type=Path, default=REPO / "plugins/target/wasm32-wasip1/release/add_header.wasm"
     )
     p.add_argument(
+        "--jwt-fixture",
+        type=Path,
+        default=REPO / "target/release/jwt_fixture",
+        help="writes the key set and prints the token of the `jwt` variant (built by run.sh)",
+    )
+    p.add_argument(
         "--port-base",
         type=int,
         default=21000,
@@ -162,7 +170,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = p.parse_args(argv)
     # Servers start in a scratch directory: make every path absolute first.
-    for name in ("gateway", "compare", "hyper", "h3load", "pingora", "plugin"):
+    for name in ("gateway", "compare", "hyper", "h3load", "pingora", "plugin", "jwt_fixture"):
         if getattr(args, name) is not None:
             setattr(args, name, getattr(args, name).resolve())
     args.rounds = args.rounds or (2 if args.quick else 5)
@@ -172,6 +180,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 # === set-up ===
+
+
+def json_text(size: int) -> bytes:
+    """`size` bytes of an API's JSON answer: records whose fields repeat and whose values vary
+    (as real answers compress: neither random nor one repeated line), the same on every run."""
+    rng = random.Random(62)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    out = bytearray(b"[")
+    i = 0
+    while len(out) < size:
+        out += (
+            f'{{"id":{i},"name":"{rng.choice(words)} {rng.choice(words)}",'
+            f'"price":{rng.randint(1, 99999) / 100},"stock":{rng.randint(0, 500)},'
+            f'"tags":["{rng.choice(words)}","{rng.choice(words)}"]}},\n'
+        ).encode()
+        i += 1
+    return bytes(out[: size - 1]) + b"]"
 
 
 def prepare_files(work: Path) -> Env:
@@ -184,6 +209,8 @@ def prepare_files(work: Path) -> Env:
         (root / "static" / name).write_bytes(os.urandom(size))
         os.utime(root / "static" / name, (FILES_MTIME, FILES_MTIME))
     (root / "static" / "index.html").write_text("<!doctype html><title>bench</title>\n")
+    (root / "text").mkdir()
+    (root / "text" / TEXT_FILE).write_bytes(json_text(TEXT_SIZE))
     # Served by a route whose cache (the default, 256 KiB) does not take it: sent from disk.
     (root / "disk").mkdir()
     (root / "disk" / "1m.bin").write_bytes(os.urandom(1048576))
@@ -226,6 +253,24 @@ def prepare_files(work: Path) -> Env:
         server_cpu="1",
         backend_cpu="0",
     )
+
+
+def jwt_fixture(binary: Path, work: Path) -> tuple[Path | None, str]:
+    """The key set (a file in `work`) and the token of the `jwt` variant, made once per run by
+    `binary`; (None, "") without it, and the variant is skipped."""
+    if not binary.is_file():
+        log(f"no jwt_fixture at {binary}: the jwt variant is skipped (run.sh builds it)")
+        return None, ""
+    jwks = work / "jwks.json"
+    proc = subprocess.run(
+        [str(binary), str(jwks)], capture_output=True, text=True, check=False
+    )
+    token = proc.stdout.strip()
+    if proc.returncode != 0 or not token:
+        log(f"jwt_fixture failed: {proc.stderr.strip()[-300:]}; the jwt variant is skipped")
+        return None, ""
+    jwks.chmod(0o644)
+    return jwks, token
 
 
 def port_bases(port_base: int) -> dict[str, int]:
@@ -549,6 +594,9 @@ def main(argv: list[str]) -> int:
     env = prepare_files(work)
     env.backend_port = args.port_base + 80
     env.plugin = args.plugin if args.plugin.is_file() else None
+    env.jwks, token = jwt_fixture(args.jwt_fixture, work)
+    for sc in scenarios:
+        sc.headers = with_token(sc.headers, token)
     servers = make_servers(args, env)
     backend = Server("backend", "backend", env.backend_port, env)
     check_ports(servers + [backend])

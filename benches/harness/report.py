@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from scenarios import BY_NAME, SCENARIOS  # noqa: E402
+from scenarios import BY_NAME, SCENARIOS, TEXT_SIZE  # noqa: E402
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 PEERS = ("nginx", "haproxy", "caddy", "h2o", "pingora")  # a "best peer" is chosen among these
@@ -285,6 +285,13 @@ def targets_section(res: Results) -> list[str]:
         0.05,
         "the same, on the general path (HTTP/2, requests with bodies, other filters)",
     )
+    cost(
+        "api-route",
+        "bare",
+        "jwt",
+        0.15,
+        "`jwt` (RS256, cached key) costs ≤ 15% over the bare proxied route",
+    )
     cost("wasm", "native", "wasm", 0.10, "Wasm plugin vs native filter costs ≤ 10% of req/s")
     cost(
         "wasm-proxy",
@@ -364,31 +371,18 @@ def targets_section(res: Results) -> list[str]:
 
 def api_route_section(res: Results) -> list[str]:
     """The `api-route` scenario, server by server: what the API route's filters cost over the
-    same server's bare proxy route, and how many requests a core serves against nginx's."""
+    same server's bare proxy route, and how many requests a core serves against nginx's; then
+    the same for its `cors` variant, with the CORS filter's own share (cors over api)."""
     sc = "api-route"
-    servers = [t.removesuffix(" api") for t in res.targets.get(sc, []) if t.endswith(" api")]
     rows = []
     for c in res.conns(sc):
-        for s in servers:
-            api, bare = f"{s} api", f"{s} bare"
-            if res.cell(sc, c, api) is None:
-                continue
-            filters = res.paired(sc, c, api, bare, "cpu_us_per_req")
-            # nginx's own row would say 1×: its figures are the reference.
-            vs = [
-                res.paired(sc, c, f"{s} {v}", f"nginx {v}", "req_per_core")
-                for v in ("api", "bare")
-                if s != "nginx"
-            ] or [None, None]
-            rows.append(
-                f"| {c} | {s} | {fmt_k(res.med(sc, c, api, 'rps'))} "
-                f"| {fmt_k(res.med(sc, c, api, 'req_per_core'))} "
-                f"({fmt_k(res.med(sc, c, bare, 'req_per_core'))}) "
-                f"| {fmt_ms(res.med(sc, c, api, 'cpu_us_per_req'))} "
-                f"({fmt_ms(res.med(sc, c, bare, 'cpu_us_per_req'))}) "
-                f"| {'—' if filters is None else f'{filters - 1:+.1%}'} "
-                f"| {fmt_ratio(vs[0])} ({fmt_ratio(vs[1])}) |"
-            )
+        # The API route on every server, behind CORS where the server has that variant, then
+        # the gateway's `jwt` route (no peer has one: its "vs nginx" is the bare route's only).
+        for variant, shown in (("api", "{}"), ("cors", "{} cors"), ("jwt", "{} (jwt)")):
+            suffix = f" {variant}"
+            targets = res.targets.get(sc, [])
+            servers = [t.removesuffix(suffix) for t in targets if t.endswith(suffix)]
+            rows += api_route_rows(res, c, servers, variant, shown)
     if not rows:
         return []
     return [
@@ -398,7 +392,10 @@ def api_route_section(res: Results) -> list[str]:
         "ways, the proxy) beside its bare proxy route, in the same rounds; the bare route's "
         "figures in brackets. Filters' CPU: the API route's CPU per request over the bare "
         "route's; vs nginx: requests per fully-used core over nginx's on the same route "
-        "(medians of the per-round ratios).",
+        "(medians of the per-round ratios). The `cors` rows are the API route behind a CORS "
+        "policy allowing the requests' origin; in brackets, the CORS filter's own share (its "
+        "CPU per request over the API route's). `(jwt)`: the gateway's bare route behind a "
+        "`jwt` filter (RS256, cached key), sent one valid token.",
         "",
         "| conns | server | req/s | req/s per core | CPU µs/req | filters' CPU per request "
         "| req/s per core vs nginx |",
@@ -406,6 +403,72 @@ def api_route_section(res: Results) -> list[str]:
         *rows,
         "",
     ]
+
+
+def compress_section(res: Results) -> list[str]:
+    """The `compress-gzip` scenario: the uncompressed bytes each server compresses and sends
+    per second, and per fully-used core, against nginx's `gzip on` at the same level."""
+    sc = "compress-gzip"
+    size = TEXT_SIZE / (1024 * 1024)
+    rows = []
+    for c in res.conns(sc):
+        for s in res.targets.get(sc, []):
+            rps, per_core = res.med(sc, c, s, "rps"), res.med(sc, c, s, "req_per_core")
+            if rps is None:
+                continue
+            vs = None if s == "nginx" else res.paired(sc, c, s, "nginx", "req_per_core")
+            rows.append(
+                f"| {c} | {s} | {fmt_k(rps)} | {rps * size:.0f} "
+                f"| {'—' if per_core is None else f'{per_core * size:.0f}'} "
+                f"| {fmt_ms(res.med(sc, c, s, 'cpu_us_per_req'))} | {fmt_ratio(vs)} |"
+            )
+    if not rows:
+        return []
+    return [
+        "#### Compression",
+        "",
+        f"`{sc}`: the backend's {TEXT_SIZE // 1024} KiB JSON proxied and gzip-compressed on the "
+        "way at the same level (the gateway's `compress` filter, nginx's `gzip on`). MiB/s: "
+        "uncompressed bytes compressed and sent per second; per core: per fully-used server "
+        "core; vs nginx: the per-core figure over nginx's (median of the per-round ratios).",
+        "",
+        "| conns | server | req/s | MiB/s | MiB/s per core | CPU µs/req | per core vs nginx |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def api_route_rows(
+    res: Results, c: int, servers: list[str], variant: str, shown: str
+) -> list[str]:
+    """The `api-route` rows of one variant at `c` connections, one per server measured."""
+    sc, rows = "api-route", []
+    for s in servers:
+        route, bare = f"{s} {variant}", f"{s} bare"
+        if res.cell(sc, c, route) is None:
+            continue
+        filters = res.paired(sc, c, route, bare, "cpu_us_per_req")
+        cost = "—" if filters is None else f"{filters - 1:+.1%}"
+        alone = res.paired(sc, c, route, f"{s} api", "cpu_us_per_req")
+        if variant == "cors" and alone is not None:
+            cost += f" (cors {alone - 1:+.1%})"
+        # nginx's own row would say 1×: its figures are the reference.
+        vs = [
+            res.paired(sc, c, f"{s} {v}", f"nginx {v}", "req_per_core")
+            for v in (variant, "bare")
+            if s != "nginx"
+        ] or [None, None]
+        rows.append(
+            f"| {c} | {shown.format(s)} | {fmt_k(res.med(sc, c, route, 'rps'))} "
+            f"| {fmt_k(res.med(sc, c, route, 'req_per_core'))} "
+            f"({fmt_k(res.med(sc, c, bare, 'req_per_core'))}) "
+            f"| {fmt_ms(res.med(sc, c, route, 'cpu_us_per_req'))} "
+            f"({fmt_ms(res.med(sc, c, bare, 'cpu_us_per_req'))}) "
+            f"| {cost} "
+            f"| {fmt_ratio(vs[0])} ({fmt_ratio(vs[1])}) |"
+        )
+    return rows
 
 
 def kernel_floor_section(res: Results) -> list[str]:
@@ -671,7 +734,8 @@ def plot(res: Results, plots: Path, doc_dir: Path) -> list[str]:
 
 
 def render(res: Results, plots: Path | None, doc_dir: Path) -> str:
-    out = header(res) + targets_section(res) + api_route_section(res) + kernel_floor_section(res)
+    out = header(res) + targets_section(res) + api_route_section(res) + compress_section(res)
+    out += kernel_floor_section(res)
     out += compare_section(res)
     out += memory_section(res)
     if plots is not None:

@@ -64,9 +64,10 @@ if [ "$build" = 1 ]; then
   # Fat LTO makes this slow the first time; cargo skips it when nothing changed.
   log "building the gateway (release)"
   cargo build --release -p gateway
-  # hyper_hello (the floor of the hello scenario) and h3load (the HTTP/3 load generator, when
-  # the tree has it) live in the benches crate.
-  log "building hyper_hello and h3load (release)"
+  # hyper_hello (the floor of the hello scenario), h3load (the HTTP/3 load generator, when
+  # the tree has it) and jwt_fixture (the key set and token of the jwt variant) live in the
+  # benches crate.
+  log "building hyper_hello, h3load and jwt_fixture (release)"
   cargo build --release -p gateway-benches --bins
   # The Pingora peer: its own Cargo project and target dir, so that its dependencies stay out
   # of the workspace's lock file; bench.py skips Pingora without it.

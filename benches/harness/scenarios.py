@@ -23,9 +23,35 @@ BROWSER_HEADERS = [
 # The route an API gateway runs: a local rate limit keyed by client IP that refuses nothing, then
 # the proxy with header edits both ways (set `X-Api-Version` and remove the client's `X-Debug`
 # on the way up; add `X-Content-Type-Options` and hide the backend's `X-Powered-By` on the way
-# down). Measured beside the same proxy route bare, on every server that has both.
+# down). Measured beside the same proxy route bare, on every server that has both. The `cors`
+# variant is the API route behind a CORS policy that allows the requests' origin (the answer
+# gets `Access-Control-Allow-Origin`, `-Allow-Credentials`, `-Expose-Headers` and `Vary`).
 API_PATH = "/api/hello"
-API_HEADERS = ["X-Debug: 1"]
+API_CORS_PATH = "/api/cors/hello"
+CORS_ORIGIN = "https://app.example.com"
+
+# A compressible answer (JSON text) the backend serves from the document root, proxied and
+# gzip-compressed on the way at the same level by the gateway and by nginx (`gzip on`); the
+# report compares the uncompressed bytes each serves per second per fully-used core.
+TEXT_FILE = "64k.json"
+TEXT_SIZE = 65536
+GZIP_LEVEL = 5
+
+# The `jwt` variant: the bare proxy route behind a `jwt` filter (RS256, the key cached), sent one
+# valid token made when the harness starts (`jwt_fixture`). Every target of the scenario gets the
+# same request, token included; nginx's open-source build has no JWT, so the comparison is the
+# gateway's own bare route.
+JWT_PATH = "/jwt/hello"
+JWT_PLACEHOLDER = "{{JWT}}"
+API_HEADERS = ["X-Debug: 1", f"Origin: {CORS_ORIGIN}", f"Authorization: Bearer {JWT_PLACEHOLDER}"]
+
+
+def with_token(headers: list[str], token: str) -> list[str]:
+    """`headers` with the harness's token in place of its placeholder; without a token, the
+    header that would carry it is left out."""
+    if not token:
+        return [h for h in headers if JWT_PLACEHOLDER not in h]
+    return [h.replace(JWT_PLACEHOLDER, token) for h in headers]
 
 
 # The static files' modification time, set when they are written, so that a revalidation's date
@@ -104,7 +130,12 @@ SCENARIOS = [
              "proxy route, keep-alive", "wrk", "http", "", "proxy", [50, 200], [200],
              headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],
              variants=[Variant("bare", "/proxy/hello", "proxy"),
-                       Variant("api", API_PATH, "api-route")]),
+                       Variant("api", API_PATH, "api-route"),
+                       Variant("cors", API_CORS_PATH, "api-cors"),
+                       Variant("jwt", JWT_PATH, "jwt")]),
+    Scenario("compress-gzip", f"Proxied {TEXT_SIZE // 1024} KiB JSON gzip-compressed on the way "
+             f"(level {GZIP_LEVEL}), keep-alive", "wrk", "http", f"/text/{TEXT_FILE}", "compress",
+             [50], [50], headers=["Accept-Encoding: gzip"], peers=["gateway", "nginx"]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",

@@ -23,7 +23,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import procstat
-from scenarios import FILES_MTIME, STATIC_FILES
+from scenarios import CORS_ORIGIN, FILES_MTIME, GZIP_LEVEL, STATIC_FILES
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"
@@ -32,7 +32,8 @@ CONFIGS = HERE / "configs"
 CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
-    "nginx": {"hello", "static", "static-small", "proxy", "api-route", "tls", "h2", "l4"},
+    "nginx": {"hello", "static", "static-small", "proxy", "api-route", "api-cors", "compress",
+              "tls", "h2", "l4"},
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
     # A file server with a strong TLS stack; `hello` from its mruby handler.
@@ -52,6 +53,9 @@ GATEWAY_SECTIONS = {
     "waf": "waf",
     "rate-limit": "rate-limit",
     "api-route": "api-route",
+    "api-cors": "api-cors",
+    "compress": "compress",
+    "jwt": "jwt",
     "general": "general",
 }
 
@@ -69,6 +73,8 @@ class Env:
     backend_port: int
     server_cpu: str
     backend_cpu: str
+    # The key set of the `jwt` section (written by `jwt_fixture`), when there is one.
+    jwks: Path | None = None
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -173,12 +179,15 @@ class Server:
             "KEY": str(e.key),
             "PEM": str(e.pem),
             "PLUGIN": str(e.plugin or ""),
+            "JWKS": str(e.jwks or ""),
             "BACKEND": str(e.backend_port),
             "HTTP": str(self.ports["http"]),
             "TLS": str(self.ports["tls"]),
             "L4": str(self.ports["l4"]),
             "H3": str(self.ports["h3"]),
             "GENERAL": str(self.ports["general"]),
+            "CORS_ORIGIN": CORS_ORIGIN,
+            "GZIP_LEVEL": str(GZIP_LEVEL),
             # For a server that does not derive a file's validators itself (HAProxy): the
             # values nginx sends for the harness's files (ETag: mtime and size in hex).
             "LAST_MODIFIED": formatdate(FILES_MTIME, usegmt=True),
@@ -216,6 +225,9 @@ class Server:
         if self.env.plugin is None:
             self.skipped_sections["wasm"] = "no add-header.wasm was built"
             wanted.discard("wasm")
+        if self.env.jwks is None:
+            self.skipped_sections["jwt"] = "no jwt_fixture was built"
+            wanted.discard("jwt")
         ok, err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS) - wanted), path)
         if not ok:
             base_ok, base_err = self._validate(drop_sections(template, set(GATEWAY_SECTIONS)), path)

@@ -18,7 +18,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import head_differences, probe, round_order  # noqa: E402
+from bench import head_differences, jwt_fixture, probe, round_order  # noqa: E402
 from servers import Env, Server  # noqa: E402
 
 
@@ -101,6 +101,19 @@ class SameAnswer(unittest.TestCase):
 
     def test_nothing_to_compare_without_the_gateway(self) -> None:
         self.assertEqual(head_differences("hello", {"nginx": {"a"}, "haproxy": set()}), [])
+
+    def test_the_jwt_fixture_gives_a_key_set_and_a_token(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            self.assertEqual(jwt_fixture(work / "missing", work), (None, ""))
+            fake = work / "fixture"
+            fake.write_text('#!/bin/sh\necho \'{"keys": []}\' > "$1"\necho h.p.s\n')
+            fake.chmod(0o755)
+            jwks, token = jwt_fixture(fake, work)
+            self.assertEqual((jwks, token), (work / "jwks.json", "h.p.s"))
+            self.assertEqual(jwks.read_text().strip(), '{"keys": []}')
+            fake.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+            self.assertEqual(jwt_fixture(fake, work), (None, ""))
 
     def test_haproxy_is_given_the_validators_nginx_sends(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:

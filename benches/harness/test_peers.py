@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
-from scenarios import BY_NAME  # noqa: E402
+from scenarios import BY_NAME, with_token  # noqa: E402
 from servers import (  # noqa: E402
     CAPABILITIES,
     CONFIGS,
@@ -50,7 +50,9 @@ def server(kind: str, work: Path, base: int = 28000) -> Server:
     return Server(kind, kind, base, env_in(work), binary=binary)
 
 
-class Configs(unittest.TestCase):
+class ConfigCase(unittest.TestCase):
+    """A scratch dir per test, and `nginx -t` on the configs written there."""
+
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         self.work = Path(self.tmp.name)
@@ -71,6 +73,8 @@ class Configs(unittest.TestCase):
         )
         self.assertEqual(check.returncode, 0, check.stderr)
 
+
+class Configs(ConfigCase):
     def test_nginx_api_route_does_the_same_work(self) -> None:
         self_signed(self.work)
         config = server("nginx", self.work).write_config()
@@ -104,19 +108,25 @@ class Configs(unittest.TestCase):
         self.assertEqual(text.count('return 200 "Hello, world!\\n";'), 2)
         self.nginx_accepts(config)
 
-    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
-        self.assertEqual(GATEWAY_SECTIONS["api-route"], "api-route")
+    def section_routes(self, section: str, route: str) -> dict | None:
+        """The gateway's routes with only `section` kept, by name, after checking that the
+        section holds the route `route`; None without PyYAML."""
+        self.assertEqual(GATEWAY_SECTIONS[section], section)
         text = (CONFIGS / "gateway.yaml").read_text()
-        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {"api-route"})
-        dropped = drop_sections(text, set(GATEWAY_SECTIONS))
-        self.assertIn("name: api\n", kept)
-        self.assertNotIn("name: api\n", dropped)
+        kept = drop_sections(text, set(GATEWAY_SECTIONS) - {section})
+        self.assertIn(f"name: {route}\n", kept)
+        self.assertNotIn(f"name: {route}\n", drop_sections(text, set(GATEWAY_SECTIONS)))
         try:
             import yaml
         except ImportError:
+            return None
+        return {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
+                ["routes"]}  # fmt: skip
+
+    def test_the_gateway_api_route_is_an_optional_section(self) -> None:
+        routes = self.section_routes("api-route", "api")
+        if routes is None:
             return
-        routes = {r["name"]: r for r in yaml.safe_load(kept.replace("{{", "").replace("}}", ""))
-                  ["routes"]}  # fmt: skip
         api, bare = routes["api"], routes["proxy"]
         self.assertEqual(api["proxy"], bare["proxy"])
         self.assertNotIn("filters", bare)
@@ -128,6 +138,31 @@ class Configs(unittest.TestCase):
         self.assertEqual(headers["request_remove"], ["x-debug"])
         self.assertEqual(headers["response_add"], {"x-content-type-options": "nosniff"})
         self.assertEqual(headers["response_remove"], ["x-powered-by"])
+
+    def test_the_gateway_jwt_route_is_the_bare_route_behind_the_filter(self) -> None:
+        routes = self.section_routes("jwt", "jwt")
+        if routes is None:
+            return
+        jwt, bare = routes["jwt"], routes["proxy"]
+        self.assertEqual(jwt["proxy"], bare["proxy"])
+        [f] = jwt["filters"]
+        self.assertEqual(f["jwt"]["algorithms"], ["RS256"])
+        self.assertEqual(f["jwt"]["jwks"], {"file": "JWKS"})
+
+    def test_without_a_key_set_the_jwt_section_is_skipped_and_says_why(self) -> None:
+        s = server("gateway", self.work)
+        self.assertIsNone(s.env.jwks)
+        s._validate = lambda text, path: (True, "")  # type: ignore[method-assign]
+        config = s.write_config()
+        assert config is not None
+        self.assertNotIn("name: jwt\n", config.read_text())
+        self.assertNotIn("jwt", s.capabilities)
+        self.assertEqual(s.skipped_sections["jwt"], "no jwt_fixture was built")
+        s.env.jwks = self.work / "jwks.json"
+        s.skipped_sections.clear()
+        text = s.write_config().read_text()  # type: ignore[union-attr]
+        self.assertIn(f'jwks: {{ file: "{self.work / "jwks.json"}" }}', text)
+        self.assertIn("jwt", s.capabilities)
 
     def test_h2o_config_is_filled_and_accepted(self) -> None:
         self_signed(self.work)
@@ -178,7 +213,7 @@ class Commands(unittest.TestCase):
         self.assertEqual(cmd[3:], ["h2o", "--conf", str(Path(d) / "h2o.conf")])
 
 
-class Expansion(unittest.TestCase):
+class PlanCase(unittest.TestCase):
     """Which targets a scenario becomes on a full set of servers (none started)."""
 
     def targets(self, name: str, gateway_sections: set[str]) -> tuple[list[str], list[str]]:
@@ -193,6 +228,8 @@ class Expansion(unittest.TestCase):
         out = bench.targets_for(BY_NAME[name], servers, args, skipped)
         return [f"{t.label} {t.url.split('/', 3)[3]}" for t in out], skipped
 
+
+class Expansion(PlanCase):
     def test_api_route_is_each_servers_route_beside_its_bare_route(self) -> None:
         labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS))
         self.assertEqual(
@@ -200,8 +237,11 @@ class Expansion(unittest.TestCase):
             [
                 "gateway bare proxy/hello",
                 "gateway api api/hello",
+                "gateway cors api/cors/hello",
+                "gateway jwt jwt/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",
+                "nginx cors api/cors/hello",
                 "pingora bare proxy/hello",
                 "pingora api api/hello",
             ],
@@ -212,6 +252,14 @@ class Expansion(unittest.TestCase):
         sc = BY_NAME["api-route"]
         self.assertEqual((sc.port, sc.tool, sc.close), ("http", "wrk", False))
         self.assertIn("X-Debug: 1", sc.headers)
+
+    def test_every_api_route_target_is_sent_the_token_or_none_without_one(self) -> None:
+        headers = BY_NAME["api-route"].headers
+        origin = "Origin: https://app.example.com"
+        self.assertEqual(
+            with_token(headers, "h.p.s"), ["X-Debug: 1", origin, "Authorization: Bearer h.p.s"]
+        )
+        self.assertEqual(with_token(headers, ""), ["X-Debug: 1", origin])
 
     def test_a_gateway_without_the_section_says_why(self) -> None:
         labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS) - {"api-route"})

@@ -160,6 +160,19 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(verdict, "met", measured)
         self.assertIn("**8.0% fewer req/s**", measured)
 
+    def test_the_jwt_filter_is_judged_against_the_bare_proxy_route(self) -> None:
+        what = "`jwt` (RS256, cached key) costs ≤ 15% over the bare proxied route"
+        rows = [
+            row("api-route", 200, "gateway bare", 50_000, 80.0),
+            row("api-route", 200, "gateway api", 45_000, 80.0),
+            row("api-route", 200, "gateway jwt", 46_000, 80.0),
+        ]
+        measured, verdict = self.targets(rows)[what]
+        self.assertEqual(verdict, "met", measured)
+        self.assertIn("**CPU per request +8.7%**", measured)
+        rows[2] = row("api-route", 200, "gateway jwt", 40_000, 80.0)
+        self.assertEqual(self.targets(rows)[what][1], "not met")
+
     def test_a_feature_that_gains_says_so(self) -> None:
         measured, verdict = self.targets(
             [
@@ -210,6 +223,24 @@ class ApiRoute(unittest.TestCase):
         self.assertEqual(out[("200", "nginx")][3:], ["+20.0%", "— (—)"])
         self.assertEqual(out[("200", "pingora")][3:], ["+50.0%", "0.400× (0.500×)"])
 
+    def test_the_gateways_jwt_route_has_a_row_of_its_own(self) -> None:
+        rows = [
+            row("api-route", 200, "gateway bare", 50_000, 100.0),
+            row("api-route", 200, "gateway api", 40_000, 100.0),
+            row("api-route", 200, "gateway jwt", 45_000, 100.0),
+            row("api-route", 200, "nginx bare", 60_000, 100.0),
+            row("api-route", 200, "nginx api", 50_000, 100.0),
+        ]
+        out = self.rows(rows)
+        self.assertEqual(
+            set(out), {("200", "gateway"), ("200", "nginx"), ("200", "gateway (jwt)")}
+        )
+        rps, per_core, cpu, filters, vs_nginx = out[("200", "gateway (jwt)")]
+        self.assertEqual((rps, per_core, cpu), ("45.0k", "45.0k (50.0k)", "22.2 (20.0)"))
+        self.assertEqual(filters, "+11.1%")
+        # No peer has a JWT route: only the bare routes compare.
+        self.assertEqual(vs_nginx, "— (0.833×)")
+
     def test_a_server_without_its_bare_route_has_no_cost(self) -> None:
         out = self.rows(
             [
@@ -221,6 +252,45 @@ class ApiRoute(unittest.TestCase):
 
     def test_no_api_route_no_section(self) -> None:
         self.assertEqual(self.rows([row("proxy", 200, "gateway", 50_000, 100.0)]), {})
+
+    def test_the_cors_variant_shows_its_own_share(self) -> None:
+        rows = []
+        # The CORS filter adds 2 % CPU per request over the API route, nginx's 4 %.
+        for server, bare, api, cors in (
+            ("gateway", 50_000, 40_000, 39_215.7),
+            ("nginx", 60_000, 50_000, 48_076.9),
+        ):
+            rows.append(row("api-route", 200, f"{server} bare", bare, 100.0))
+            rows.append(row("api-route", 200, f"{server} api", api, 100.0))
+            rows.append(row("api-route", 200, f"{server} cors", cors, 100.0))
+        out = self.rows(rows)
+        self.assertEqual(
+            out[("200", "gateway cors")][3:], ["+27.5% (cors +2.0%)", "0.816× (0.833×)"]
+        )
+        self.assertEqual(out[("200", "nginx cors")][3], "+24.8% (cors +4.0%)")
+        self.assertEqual(out[("200", "gateway")][3], "+25.0%")
+
+
+class Compress(unittest.TestCase):
+    """The `compress-gzip` rows: uncompressed MiB/s, per core, and per core vs nginx."""
+
+    def test_bytes_per_core_against_nginx(self) -> None:
+        rows = [
+            row("compress-gzip", 50, "gateway", 2_000, 100.0),
+            row("compress-gzip", 50, "nginx", 1_600, 80.0),
+        ]
+        lines = section_of(rows, report.compress_section)
+        table = {
+            cells[1]: cells[2:]
+            for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)
+            if cells[0] == "50"
+        }
+        self.assertEqual(table["gateway"], ["2.0k", "125", "125", "500.0", "1.00×"])
+        self.assertEqual(table["nginx"], ["1.6k", "100", "125", "500.0", "—"])
+
+    def test_no_scenario_no_section(self) -> None:
+        rows = [row("proxy", 200, "gateway", 1, 1.0)]
+        self.assertEqual(section_of(rows, report.compress_section), [])
 
 
 if __name__ == "__main__":

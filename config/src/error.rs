@@ -51,13 +51,22 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// An OpenTelemetry environment variable (`OTEL_*`) the `telemetry:` section takes
+    /// settings from holds a value that cannot be used.
+    #[error("environment variable {variable}: {message}")]
+    Environment {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl ConfigError {
     /// The location the error points at, when it has one.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            Self::Read { .. } => None,
+            Self::Read { .. } | Self::Environment { .. } => None,
             Self::Parse { location, .. } | Self::Invalid { location, .. } => Some(location),
         }
     }

@@ -9,10 +9,12 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cors;
 mod error;
 mod locate;
 pub mod model;
 mod nesting;
+mod otel_env;
 mod runtime;
 pub mod units;
 mod validate;

@@ -62,6 +62,19 @@ pub struct ServerSettings {
     /// Client connections that make a burst: once at least this many were open and three
     /// quarters of them have closed, the gateway returns its free memory to the kernel. 0 never.
     pub release_memory_after_burst: usize,
+    /// The form of the gateway's own log on stderr (not the access log).
+    pub log_format: LogFormat,
+}
+
+/// `server.log_format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One human-readable line per event, coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields and the enclosing spans.
+    Json,
 }
 
 impl ServerSettings {
@@ -77,6 +90,7 @@ impl Default for ServerSettings {
             server_header: "gateway".into(),
             watch_config: true,
             release_memory_after_burst: Self::DEFAULT_RELEASE_MEMORY_AFTER_BURST,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -114,6 +128,9 @@ pub struct AdminConfig {
 pub struct TelemetryConfig {
     /// `service.name` resource attribute.
     pub service_name: Option<String>,
+    /// More resource attributes for spans and metrics (`deployment.environment: prod`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub resource_attributes: IndexMap<String, String>,
     /// OTLP trace export.
     pub traces: Option<TracesConfig>,
     /// OTLP metrics export (the `/metrics` registry, pushed periodically).
@@ -131,10 +148,18 @@ pub struct MetricsExportConfig {
     /// Time between exports.
     #[serde(default = "default_metrics_interval")]
     pub interval: Duration,
+    /// Headers sent with every export (a collector's API key).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub headers: IndexMap<String, String>,
+}
+
+impl MetricsExportConfig {
+    /// `interval` when neither the file nor the environment sets it.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 }
 
 fn default_metrics_interval() -> Duration {
-    Duration::from_secs(10)
+    MetricsExportConfig::DEFAULT_INTERVAL
 }
 
 /// `telemetry.traces`.
@@ -143,13 +168,20 @@ fn default_metrics_interval() -> Duration {
 pub struct TracesConfig {
     /// Collector endpoint; a URL ending in `/v1/traces` means OTLP/HTTP protobuf, else OTLP/gRPC.
     pub otlp_endpoint: String,
-    /// Parent-based sampling ratio for new traces.
-    #[serde(default = "one")]
-    pub sample_ratio: f64,
+    /// Parent-based sampling ratio for new traces (1.0 when neither the file nor
+    /// `OTEL_TRACES_SAMPLER` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_ratio: Option<f64>,
+    /// Headers sent with every export (a collector's API key).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub headers: IndexMap<String, String>,
 }
 
-fn one() -> f64 {
-    1.0
+impl TracesConfig {
+    /// The sampling ratio in force.
+    pub fn ratio(&self) -> f64 {
+        self.sample_ratio.unwrap_or(1.0)
+    }
 }
 
 /// `telemetry.access_log`.
@@ -859,6 +891,12 @@ pub enum FilterConfig {
     Plugin(String),
     /// Header edits.
     Headers(HeadersFilterConfig),
+    /// Cross-origin resource sharing: preflights answered, CORS headers on answers.
+    Cors(CorsConfig),
+    /// Compression of the route's answers.
+    Compress(CompressConfig),
+    /// JSON Web Token authentication.
+    Jwt(JwtConfig),
 }
 
 /// `rate_limit:` filter settings.
@@ -913,6 +951,143 @@ pub struct HeadersFilterConfig {
     /// Response headers removed.
     #[serde(default)]
     pub response_remove: Vec<String>,
+}
+
+/// `cors:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Origins allowed: exact (`https://app.example.com`), `*`, or a subdomain wildcard
+    /// (`https://*.example.com`).
+    pub allow_origins: Vec<String>,
+    /// Methods a preflight may ask for (`*`: any). GET, HEAD and POST are always allowed, as
+    /// in the Fetch standard.
+    #[serde(default = "default_cors_methods")]
+    pub allow_methods: Vec<String>,
+    /// Request headers a preflight may ask for (`*`: the ones asked for).
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    /// Response headers the browser lets scripts read.
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    /// Whether requests with cookies or HTTP authentication are allowed.
+    #[serde(default)]
+    pub allow_credentials: bool,
+    /// How long a browser may cache a preflight's answer.
+    pub max_age: Option<Duration>,
+}
+
+fn default_cors_methods() -> Vec<String> {
+    ["GET", "HEAD", "POST"].map(String::from).to_vec()
+}
+
+/// `compress:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressConfig {
+    /// Codings offered, in the server's order of preference (used when the client's weights tie).
+    #[serde(default = "default_compress")]
+    pub algorithms: Vec<ContentEncoding>,
+    /// Answers stating a smaller `Content-Length` are sent as they are.
+    #[serde(default = "default_compress_filter_min_size")]
+    pub min_size: ByteSize,
+    /// Media types compressed: `type/subtype`, `type/*` or `*`. Default: text and the usual
+    /// text-like application, font and image types.
+    pub types: Option<Vec<String>>,
+    /// Compression levels per coding.
+    #[serde(default)]
+    pub level: CompressLevels,
+}
+
+fn default_compress_filter_min_size() -> ByteSize {
+    ByteSize(1024)
+}
+
+/// `compress.level`: a level per coding; the defaults favour speed, as a proxy should.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompressLevels {
+    /// gzip, 1-9.
+    pub gzip: u32,
+    /// Brotli, 0-11.
+    pub br: u32,
+    /// Zstandard, 1-19.
+    pub zstd: u32,
+}
+
+impl Default for CompressLevels {
+    fn default() -> Self {
+        Self {
+            gzip: 5,
+            br: 4,
+            zstd: 3,
+        }
+    }
+}
+
+/// `jwt:` filter settings: who may sign (`jwks`, `algorithms`), for whom (`issuer`,
+/// `audiences`), where the token is (`from`) and what the upstream learns (`claims_to_headers`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The `iss` a token must carry; not checked when absent.
+    pub issuer: Option<String>,
+    /// Accepted `aud` values (a token's must name one); not checked when empty.
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// Where the verification keys come from.
+    pub jwks: JwksConfig,
+    /// Signature algorithms accepted (default: every supported one).
+    #[serde(default = "default_jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Where the token is: `bearer` (`Authorization: Bearer`, the default), `header:NAME`,
+    /// `cookie:NAME` or `query:NAME`.
+    #[serde(default = "default_jwt_from")]
+    pub from: String,
+    /// Request headers set from verified claims (claim name to header name).
+    #[serde(default)]
+    pub claims_to_headers: IndexMap<String, String>,
+    /// Leeway on `exp`, `nbf` and `iat`.
+    #[serde(default = "default_clock_skew")]
+    pub clock_skew: Duration,
+    /// Whether a request without a token is refused (a bad token always is).
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// The realm named in `WWW-Authenticate` (default: the route's name).
+    pub realm: Option<String>,
+}
+
+/// `jwt.jwks`: a JSON Web Key Set from a URL or a file, refreshed on a period.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwksConfig {
+    /// An `http://` or `https://` URL serving the set.
+    pub url: Option<String>,
+    /// A file holding the set.
+    pub file: Option<PathBuf>,
+    /// How often the set is fetched again.
+    #[serde(default = "default_jwks_refresh")]
+    pub refresh: Duration,
+}
+
+fn default_jwt_algorithms() -> Vec<String> {
+    [
+        "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn default_jwt_from() -> String {
+    "bearer".into()
+}
+
+fn default_clock_skew() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_jwks_refresh() -> Duration {
+    Duration::from_secs(600)
 }
 
 /// `routes[].proxy`.

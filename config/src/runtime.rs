@@ -12,6 +12,9 @@ use crate::Location;
 use crate::locate::SourceMap;
 use crate::model::*;
 
+mod jwt;
+pub use jwt::{JwksSource, Jwt, JwtAlgorithm, TokenSource};
+
 /// A whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -325,6 +328,13 @@ pub enum Filter {
     Plugin(String),
     /// Header edits (names and values valid).
     Headers(HeadersFilterConfig),
+    /// CORS (origins parse as [`crate::cors::OriginPattern`]s; methods and header names are
+    /// tokens; no `*` origin with credentials).
+    Cors(CorsConfig),
+    /// Compression (codings listed once, types well formed, levels in range).
+    Compress(CompressConfig),
+    /// JWT authentication.
+    Jwt(Jwt),
 }
 
 /// What a rate limit counts by.

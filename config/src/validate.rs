@@ -115,9 +115,11 @@ pub(crate) fn validate(
     {
         log.path = c.path(Path::new(&log.path)).display().to_string();
     }
-    let telemetry = raw.telemetry.clone().unwrap_or_default();
+    let mut telemetry = raw.telemetry.clone().unwrap_or_default();
+    crate::otel_env::apply(&mut telemetry, &|name| std::env::var(name).ok())
+        .map_err(|(variable, message)| ConfigError::Environment { variable, message })?;
     if let Some(t) = &telemetry.traces {
-        if !(0.0..=1.0).contains(&t.sample_ratio) {
+        if !(0.0..=1.0).contains(&t.ratio()) {
             return c.err(
                 "telemetry.traces.sample_ratio",
                 "must be between 0.0 and 1.0",
@@ -577,6 +579,8 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
 
 mod admin;
 mod cluster;
+mod http_filters;
+mod jwt;
 mod proxy;
 
 use proxy::validate_backends;
@@ -685,7 +689,7 @@ fn valid_upgrade_protocol(protocol: &str) -> bool {
     }
 }
 
-fn valid_header_value(value: &str) -> bool {
+pub(crate) fn valid_header_value(value: &str) -> bool {
     value
         .bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
@@ -899,6 +903,17 @@ fn validate_routes(
                         h.response_remove.iter().map(|k| (k, None)),
                     )?;
                     Filter::Headers(h.clone())
+                }
+                FilterConfig::Cors(cors) => {
+                    http_filters::cors(c, &format!("{fkey}.cors"), cors)?;
+                    Filter::Cors(cors.clone())
+                }
+                FilterConfig::Compress(cfg) => {
+                    http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
+                    Filter::Compress(cfg.clone())
+                }
+                FilterConfig::Jwt(j) => {
+                    Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                 }
             });
         }

@@ -1,6 +1,7 @@
-//! Replays the config fuzz target's seed corpus (`fuzz/corpus/load/`) with the target's own
-//! check, so inputs that once made the loader fail stay fixed without running the fuzzer: every
-//! input loads or gives an error located inside the text.
+//! Replays the config fuzz targets' seed corpora (`fuzz/corpus/<target>/`) with the targets' own
+//! checks, so inputs that once made them fail stay fixed without running the fuzzer: every
+//! `load` input loads or gives an error located inside the text; every `origin` input passes
+//! `gateway_config::cors::fuzz_origin`.
 
 use std::path::Path;
 
@@ -26,6 +27,21 @@ fn load_corpus_never_panics_and_errors_are_located() {
                 "{}: {shown}",
                 file.display()
             );
+        }
+    }
+}
+
+#[test]
+fn origin_corpus_holds_the_matching_rules() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/origin");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(!files.is_empty(), "no seed inputs in {}", dir.display());
+    for file in files {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            gateway_config::cors::fuzz_origin(&text);
         }
     }
 }

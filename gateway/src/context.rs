@@ -25,9 +25,26 @@ pub struct RequestCx {
     /// one of the route's filters asks ([`crate::filter::FilterFactory::reads_request_later`]):
     /// moved in when the terminal only looks at the head, copied when the terminal takes it.
     pub request_head: Option<Arc<http::request::Parts>>,
+    /// The claims of the token a `jwt` filter verified, for later filters, plugins and the
+    /// access log.
+    pub jwt: Option<Arc<crate::filter::jwt::JwtClaims>>,
 }
 
 impl RequestCx {
+    /// A request's context on a plain listener from 127.0.0.1, on route `r`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn test() -> Self {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().expect("address");
+        Self {
+            conn: Arc::new(ConnInfo::new(addr, addr, Arc::from("l"), false, None)),
+            route: Arc::from("r"),
+            start: Instant::now(),
+            trace: None,
+            request_head: None,
+            jwt: None,
+        }
+    }
+
     /// The client's IP address.
     pub fn client_ip(&self) -> std::net::IpAddr {
         self.conn.client.ip()

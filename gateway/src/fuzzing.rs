@@ -9,6 +9,7 @@
 //!   real connection serving, service, router, filter chain (`headers`, `waf`) and `respond`:
 //!   no panic, no hang, and only HTTP/1 responses come back.
 //! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
+//! * [`jwt`]: the `jwt` filter's token and key-set parsers never panic.
 //!
 //! The HTTP/1.1 codec's own targets (request framing, response heads, chunked bodies) live
 //! beside it, in `http1/fuzz/`.
@@ -147,6 +148,12 @@ pub fn waf_decode(data: &[u8]) {
     }
     let (folded, _) = normalize::fold_overlong(std::borrow::Cow::Borrowed(data));
     assert!(folded.len() <= data.len());
+}
+
+/// Fuzzed bytes as a JSON Web Token and as a key set (see
+/// [`crate::filter::jwt::check_untrusted`]).
+pub fn jwt(data: &[u8]) {
+    crate::filter::jwt::check_untrusted(data);
 }
 
 /// The listener and routes for [`http1_head`]: a `headers` filter, a WAF in block mode and a
@@ -352,5 +359,10 @@ mod tests {
     #[test]
     fn host_corpus_replays() {
         replay("host", super::host);
+    }
+
+    #[test]
+    fn jwt_corpus_replays() {
+        replay("jwt", super::jwt);
     }
 }

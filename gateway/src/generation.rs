@@ -123,6 +123,34 @@ impl Generation {
                                 .map_err(|m| config.error(format!("{fkey}.waf"), m))?,
                         ));
                     }
+                    Filter::Cors(cors) => {
+                        factories.push(Arc::new(
+                            crate::filter::CorsFilterFactory::new(
+                                &route.name,
+                                cors,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.cors"), m))?,
+                        ));
+                    }
+                    Filter::Compress(cfg) => {
+                        factories.push(Arc::new(crate::filter::CompressFilterFactory::new(
+                            &route.name,
+                            cfg,
+                            &telemetry.registry,
+                        )));
+                    }
+                    Filter::Jwt(jwt) => {
+                        factories.push(Arc::new(
+                            crate::filter::JwtFilterFactory::new(
+                                jwt,
+                                &route.name,
+                                &telemetry.registry,
+                                purpose == Purpose::Serve,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.jwt"), m))?,
+                        ));
+                    }
                     Filter::RateLimit { settings, key } => {
                         factories.push(Arc::new(
                             crate::filter::RateLimitFilterFactory::new(

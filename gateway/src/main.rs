@@ -1,9 +1,10 @@
-//! The `gateway` command line: `run`, `validate`, `version`. Everything else lives in the library.
+//! The `gateway` command line: `run`, `validate`, `version`, `completions`, `manpage`.
+//! Everything else lives in the library.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +33,19 @@ enum Command {
     },
     /// Print the version.
     Version,
+    /// Print a completion script for a shell (load it from the shell's completion directory).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), made from this command line's own definition.
+    Manpage {
+        /// Write gateway.1 and a page per subcommand (gateway-run.1, ...) into this directory
+        /// instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// jemalloc, unless built without the `jemalloc` feature: see that feature in Cargo.toml.
@@ -46,6 +60,22 @@ fn main() -> ExitCode {
             println!("gateway {}", gateway::VERSION);
             ExitCode::SUCCESS
         }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "gateway",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Manpage { dir } => match manpage(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Validate { config } => match validate(&config) {
             Ok(()) => {
                 println!("ok");
@@ -57,7 +87,6 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => {
-            gateway::init_logging();
             let loaded = match gateway_config::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -65,6 +94,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            gateway::init_logging(loaded.server.log_format);
             // One worker means one thread: a current-thread runtime runs every task on this
             // thread, with no work-stealing queues and no cross-thread wake-ups (how a
             // process-per-core deployment runs).
@@ -111,6 +141,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// The manual: gateway(1) on stdout, or every page (one per subcommand too) into `dir`.
+fn manpage(dir: Option<PathBuf>) -> std::io::Result<()> {
+    match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            clap_mangen::generate_to(Cli::command(), dir)
+        }
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+    }
+}
+
 /// Everything `run` would build, without binding sockets or starting anything: no runtime, no
 /// connection (to Redis or anything else), no task. What only the host can tell at start (a
 /// port already in use) is left to `run`.
@@ -118,8 +159,7 @@ fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
     gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
-    gateway::telemetry::trace::check(&config.telemetry)
-        .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m))?;
+    gateway::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;
     gateway::telemetry::metrics_export::check(&config.telemetry)
         .map_err(|(key, m)| config.error(key, m))?;
     Ok(())

@@ -42,6 +42,8 @@ struct Store {
     metrics: Mutex<Vec<Vec<Metric>>>,
     grpc_requests: Mutex<usize>,
     http_requests: Mutex<usize>,
+    /// The headers of every OTLP/HTTP export request.
+    http_headers: Mutex<Vec<http::HeaderMap>>,
 }
 
 impl Store {
@@ -217,6 +219,20 @@ impl OtlpReceiver {
             .clone()
     }
 
+    /// The base URL of the OTLP/HTTP endpoint (what `OTEL_EXPORTER_OTLP_ENDPOINT` names).
+    pub fn http_base(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// The headers of every OTLP/HTTP export request received so far.
+    pub fn http_headers(&self) -> Vec<http::HeaderMap> {
+        self.store
+            .http_headers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Export requests received over (gRPC, HTTP).
     pub fn requests(&self) -> (usize, usize) {
         let n = |m: &Mutex<usize>| *m.lock().unwrap_or_else(|e| e.into_inner());
@@ -306,6 +322,11 @@ async fn http_export(store: &Store, req: http::Request<Incoming>) -> http::Respo
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
     let path = req.uri().path().to_owned();
+    store
+        .http_headers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(req.headers().clone());
     if req.method() != http::Method::POST || !protobuf {
         return reply(404, Bytes::new());
     }

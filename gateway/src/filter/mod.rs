@@ -7,7 +7,10 @@
 //! response headers (reverse order) → response body (reverse order) → log.
 
 mod chain;
+pub mod compress;
+pub mod cors;
 mod headers;
+pub mod jwt;
 pub mod rate_limit;
 pub mod waf;
 
@@ -15,7 +18,10 @@ use bytes::Bytes;
 use http::{Response, request, response};
 
 pub use chain::{Chain, Pending, Started, Tail, with_server};
+pub use compress::CompressFilterFactory;
+pub use cors::CorsFilterFactory;
 pub use headers::HeadersFilterFactory;
+pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
 pub use waf::WafFilterFactory;
 

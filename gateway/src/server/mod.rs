@@ -205,7 +205,9 @@ impl Gateway {
     /// the running configuration stays and the located error is returned.
     pub async fn reload(&self) -> Result<(), GatewayError> {
         let _serial = self.inner.reload_lock.lock().await;
+        crate::systemd::reloading();
         let result = self.try_reload().await;
+        crate::systemd::reloaded(result.is_ok());
         let t = &self.inner.cx.telemetry;
         match &result {
             Ok(()) => {
@@ -355,7 +357,8 @@ impl Gateway {
     }
 
     /// Serves until SIGINT or SIGTERM, then drains. SIGHUP reloads the config file; SIGUSR1
-    /// reopens the access log (for logrotate).
+    /// reopens the access log (for logrotate). Tells a service manager it is ready once the
+    /// signal handlers are in place.
     pub async fn run_until_signal(self) {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut hup), Ok(mut usr1)) = (
@@ -364,10 +367,14 @@ impl Gateway {
             signal(SignalKind::user_defined1()),
         ) else {
             tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
+            crate::systemd::ready();
             let _ = tokio::signal::ctrl_c().await;
             self.shutdown().await;
             return;
         };
+        // Only now: a SIGHUP sent as soon as the service manager hears of readiness must find
+        // the handler installed, or its default action would end the process.
+        crate::systemd::ready();
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
@@ -381,6 +388,7 @@ impl Gateway {
             }
         }
         tracing::info!("shutting down: draining connections");
+        crate::systemd::stopping();
         self.shutdown().await;
         tracing::info!("stopped");
     }
@@ -424,11 +432,12 @@ fn stream_error(e: stream_proxy::StreamError) -> GatewayError {
     }
 }
 
-/// The tracer for `config` (the running one when unchanged), its endpoint error located.
+/// The tracer for `config` (the running one when unchanged), its error located.
 fn tracer_for(
     telemetry: &Telemetry,
     config: &Config,
 ) -> Result<Option<Arc<crate::telemetry::Tracer>>, GatewayError> {
+    crate::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;
     telemetry
         .tracer_for(&config.telemetry)
         .map_err(|m| config.error("telemetry.traces.otlp_endpoint", m).into())

@@ -232,6 +232,7 @@ impl ConnService {
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
+            jwt: None,
         }
     }
 
@@ -283,7 +284,7 @@ impl ConnService {
             .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(mut facts)) = (end.log, end.facts) {
             facts.upstream = terminal.and_then(|t| t.served_by(res));
-            let record = (*facts).into_record(
+            let mut record = (*facts).into_record(
                 &self.conn,
                 end.version,
                 res.status(),
@@ -291,6 +292,10 @@ impl ConnService {
                 end.start.elapsed(),
                 route_name.clone(),
             );
+            record.user = res
+                .extensions()
+                .get::<crate::filter::jwt::AuthenticatedUser>()
+                .map(|u| u.0.clone());
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
@@ -430,6 +435,7 @@ impl RequestFacts {
             route,
             upstream: self.upstream,
             trace_id: None,
+            user: None,
         }
     }
 }

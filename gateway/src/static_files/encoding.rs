@@ -19,14 +19,14 @@ use crate::body::Body;
 
 /// A content coding the terminal can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Encoding {
+pub(crate) enum Encoding {
     Br,
     Gzip,
     Zstd,
 }
 
 impl Encoding {
-    pub(super) fn from_config(c: ContentEncoding) -> Self {
+    pub(crate) fn from_config(c: ContentEncoding) -> Self {
         match c {
             ContentEncoding::Br => Self::Br,
             ContentEncoding::Gzip => Self::Gzip,
@@ -35,7 +35,7 @@ impl Encoding {
     }
 
     /// Position in per-coding arrays.
-    pub(super) const fn index(self) -> usize {
+    pub(crate) const fn index(self) -> usize {
         match self {
             Self::Br => 0,
             Self::Gzip => 1,
@@ -44,7 +44,7 @@ impl Encoding {
     }
 
     /// The `Content-Encoding` token.
-    pub(super) const fn token(self) -> &'static str {
+    pub(crate) const fn token(self) -> &'static str {
         match self {
             Self::Br => "br",
             Self::Gzip => "gzip",
@@ -61,21 +61,21 @@ impl Encoding {
         }
     }
 
-    pub(super) fn header_value(self) -> HeaderValue {
+    pub(crate) fn header_value(self) -> HeaderValue {
         HeaderValue::from_static(self.token())
     }
 }
 
 /// Quality values (thousandths) a request gives each coding; parsed without allocating.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Accept {
+pub(crate) struct Accept {
     q: [u16; 3],
 }
 
 impl Accept {
     /// Reads every `Accept-Encoding` header. Absent means identity only: RFC 9110 lets a
     /// server pick any coding then, but old clients that send nothing rarely decode anything.
-    pub(super) fn from_headers(headers: &HeaderMap) -> Self {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Self {
         Self::from_values(
             headers
                 .get_all(ACCEPT_ENCODING)
@@ -139,7 +139,7 @@ impl Accept {
 
     /// The best acceptable coding among `offered` (in server preference order: on equal
     /// weights the earlier wins). `None` means identity.
-    pub(super) fn choose(&self, offered: impl IntoIterator<Item = Encoding>) -> Option<Encoding> {
+    pub(crate) fn choose(&self, offered: impl IntoIterator<Item = Encoding>) -> Option<Encoding> {
         let mut best: Option<(Encoding, u16)> = None;
         for e in offered {
             let q = self.q(e);

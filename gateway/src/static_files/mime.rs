@@ -35,7 +35,7 @@ fn needs_charset(essence: &str) -> bool {
     essence.starts_with("text/") || essence == "application/javascript"
 }
 
-pub(super) fn compressible(essence: &str) -> bool {
+pub(crate) fn compressible(essence: &str) -> bool {
     if essence.starts_with("text/") || essence.ends_with("+json") || essence.ends_with("+xml") {
         return true;
     }

@@ -12,8 +12,8 @@
 mod cache;
 mod conditional;
 mod descriptors;
-mod encoding;
-mod mime;
+pub(crate) mod encoding;
+pub(crate) mod mime;
 mod misses;
 mod open_files;
 mod path;

@@ -43,6 +43,8 @@ pub struct AccessRecord {
     pub upstream: Option<Arc<str>>,
     /// Trace id, when the request is traced.
     pub trace_id: Option<String>,
+    /// The authenticated user (a verified token's `sub`), if any.
+    pub user: Option<Arc<str>>,
 }
 
 /// A request's texts for its record in one allocation (a record is made per request): the

@@ -7,6 +7,7 @@ pub mod access_log;
 pub mod metrics;
 pub mod metrics_export;
 mod otlp;
+mod process;
 pub mod stream_observer;
 mod streams;
 mod switch;
@@ -57,6 +58,7 @@ impl Telemetry {
     /// A fresh registry with the process-level series registered.
     pub fn new() -> Arc<Self> {
         let registry = Registry::new();
+        registry.add_collector(Box::new(process::render_prometheus));
         let reloads = |result| {
             registry.counter(
                 "gateway_config_reloads_total",

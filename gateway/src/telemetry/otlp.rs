@@ -171,17 +171,35 @@ pub(crate) struct Transport {
     endpoint: Endpoint,
     conn: Option<Conn>,
     user_agent: HeaderValue,
+    /// The configured `headers` (a collector's API key), sent with every export.
+    headers: http::HeaderMap,
+}
+
+/// The `headers` of `telemetry.traces` or `telemetry.metrics`, checked.
+pub(crate) fn export_headers(
+    headers: &indexmap::IndexMap<String, String>,
+) -> Result<http::HeaderMap, String> {
+    let mut out = http::HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("`{name}` is not a header name"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of `{name}` is not a header value"))?;
+        out.append(name, value);
+    }
+    Ok(out)
 }
 
 impl Transport {
     /// A transport that connects on first use.
-    pub(crate) fn new(endpoint: Endpoint) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, headers: http::HeaderMap) -> Self {
         let user_agent = HeaderValue::from_str(&format!("gateway/{}", crate::VERSION))
             .unwrap_or_else(|_| HeaderValue::from_static("gateway"));
         Self {
             endpoint,
             conn: None,
             user_agent,
+            headers,
         }
     }
 
@@ -244,6 +262,7 @@ impl Transport {
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
         let h = req.headers_mut();
+        h.extend(self.headers.clone());
         h.insert(USER_AGENT, self.user_agent.clone());
         match self.endpoint.protocol {
             Protocol::Grpc => {

@@ -54,6 +54,7 @@ impl Dispatch {
             start: Instant::now(),
             trace: None,
             request_head: None,
+            jwt: None,
         };
         Self { routes, cx }
     }

@@ -273,6 +273,9 @@ impl WasmFilter {
         let slot = pick(&runtime.slots).clone();
         let eos = headers_only(req);
         let mut stream = Box::new(HttpStream::new(stream_info(cx)));
+        if let Some(claims) = &cx.jwt {
+            stream.properties = Some(jwt_properties(claims));
+        }
         stream.put_request(std::mem::replace(req, empty_request()));
         let step = {
             let mut g = slot.lock();
@@ -457,6 +460,26 @@ impl WasmFilter {
             Err(e) => slot.fail(&mut g, &e),
         }
     }
+}
+
+/// The verified claims of a `jwt` filter as properties: `jwt.payload` (the JSON text) and
+/// `jwt.claims.NAME` (a string as it is, other values as JSON text).
+fn jwt_properties(
+    claims: &crate::filter::jwt::JwtClaims,
+) -> std::collections::HashMap<Vec<u8>, Bytes> {
+    let mut props = std::collections::HashMap::with_capacity(claims.claims().len() + 1);
+    props.insert(
+        b"jwt\0payload".to_vec(),
+        Bytes::copy_from_slice(claims.payload().as_bytes()),
+    );
+    for name in claims.claims().keys() {
+        if let Some(text) = claims.text(name) {
+            let mut path = b"jwt\0claims\0".to_vec();
+            path.extend_from_slice(name.as_bytes());
+            props.insert(path, Bytes::from(text));
+        }
+    }
+    props
 }
 
 /// Lends the VM the request head the chain kept, for a callback after the request's.

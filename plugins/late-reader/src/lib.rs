@@ -3,8 +3,9 @@
 //! response body and log callbacks each record what they read (`:path`, the `x-tag` header and
 //! the `request.path` property) in shared data, and the next response reports the records in
 //! `x-late-*` headers. The response-head callback also overwrites `x-tag` and reads it back,
-//! and reports both readings in `x-late-response-head`, and the `route_name` property in
-//! `x-late-route`.
+//! and reports both readings in `x-late-response-head`, the `route_name` property in
+//! `x-late-route`, and the `jwt.claims.sub` property (set by a `jwt` filter) in
+//! `x-late-jwt-sub`.
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
@@ -71,6 +72,10 @@ impl HttpContext for Reader {
         self.set_http_response_header("x-late-response-head", Some(&format!("{before}; {after}")));
         let route = self.get_property(vec!["route_name"]).unwrap_or_default();
         self.set_http_response_header("x-late-route", Some(&String::from_utf8_lossy(&route)));
+        // A `jwt` filter's verified claims, when one ran before this plugin.
+        if let Some(sub) = self.get_property(vec!["jwt", "claims", "sub"]) {
+            self.set_http_response_header("x-late-jwt-sub", Some(&String::from_utf8_lossy(&sub)));
+        }
         for (key, header) in RECORDED {
             if let (Some(v), _) = self.get_shared_data(key) {
                 self.set_http_response_header(header, Some(&String::from_utf8_lossy(&v)));

@@ -331,3 +331,100 @@ async fn upstream_series_count_attempts_failures_and_retries() {
     assert!(retries >= 1, "{text}");
     assert_eq!(retries, failures, "every failed attempt was retried");
 }
+
+/// Every series the Grafana dashboard in docs/ queries is one the gateway exports: a gateway
+/// with each kind of part the dashboard shows (routes, a proxied upstream, a rate limit, a WAF
+/// policy, a plugin, a TCP stream) is scraped and each metric name of each query is looked
+/// for among the families `/metrics` declares.
+#[tokio::test]
+async fn the_dashboard_queries_only_exported_metrics() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let mut queried = std::collections::BTreeSet::new();
+    let mut panels = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            panels += 1;
+            let expr = target["expr"].as_str().expect("a query");
+            queried.extend(metric_names(expr));
+        }
+    }
+    assert!(panels >= 20 && queried.len() >= 20, "{queried:?}");
+
+    let dir = temp_dir();
+    crate::wasm::install(dir.path(), "add_header", "dashboard.wasm");
+    let backend = gateway_tests::backend::Backend::start("app").await;
+    let yaml = format!(
+        r#"
+admin: {{ bind: 127.0.0.1:0 }}
+server: {{ watch_config: false }}
+listeners:
+  - name: main
+    bind: 127.0.0.1:0
+upstreams:
+  app: {{ targets: [{backend}] }}
+plugins:
+  dashboard: {{ wasm: dashboard.wasm, config: {{ name: x-a, value: b }} }}
+waf:
+  strict: {{ mode: block, detect: [sqli] }}
+routes:
+  - name: api
+    match: {{ path_prefix: / }}
+    filters:
+      - waf: strict
+      - rate_limit: {{ requests: 100, per: 1s }}
+      - plugin: dashboard
+    proxy: {{ upstream: app }}
+streams:
+  - name: tcp
+    bind: 127.0.0.1:0
+    protocol: tcp
+    upstream: app
+"#,
+        backend = backend.addr()
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let mut c = http1(gw.addr("main")).await;
+    assert_eq!(c.get("/x").await.status(), 200);
+    let (_, metrics) = admin_get(&gw, "/metrics").await;
+    let exported: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let missing: Vec<_> = queried
+        .iter()
+        .filter(|name| {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            !exported.contains(name.as_str()) && !exported.contains(family)
+        })
+        .collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// The metric names in a PromQL expression: the gateway's and the process's series.
+fn metric_names(expr: &str) -> Vec<String> {
+    let bytes = expr.as_bytes();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &expr[i..];
+        let starts = (rest.starts_with("gateway_") || rest.starts_with("process_"))
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if starts {
+            let len = rest
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                .count();
+            names.push(rest[..len].to_owned());
+            i += len;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}

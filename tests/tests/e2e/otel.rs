@@ -750,3 +750,99 @@ async fn a_client_gone_before_the_body_ends_its_spans_marked() {
     }
     assert!(left.elapsed() < Duration::from_secs(10));
 }
+
+/// OpenTelemetry's standard variables configure what the file leaves out: a config without
+/// `telemetry:` exports spans and metrics to `OTEL_EXPORTER_OTLP_ENDPOINT` (OTLP/HTTP, the
+/// signal paths appended), under `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, with the
+/// `OTEL_EXPORTER_OTLP_HEADERS` on every export. The binary runs in a process of its own so
+/// the variables reach no other test.
+#[tokio::test]
+async fn otel_environment_variables_configure_the_export() {
+    use std::process::Command;
+    let collector = OtlpReceiver::start().await;
+    let dir = gateway_tests::temp_dir();
+    let (port, cfg) = gateway_tests::binary_config(dir.path(), |port| {
+        format!(
+            "listeners:\n  - name: a\n    bind: 127.0.0.1:{port}\nroutes:\n  - name: hello\n    match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+        )
+    });
+    let child = Command::new(gateway_tests::gateway_binary())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.http_base())
+        .env("OTEL_SERVICE_NAME", "from-env")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=test,team=edge%20ops",
+        )
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cret")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("OTEL_TRACES_SAMPLER", "always_on")
+        .spawn()
+        .expect("run gateway");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut served = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "the gateway listens");
+    let mut c = http1(addr).await;
+    assert_eq!(c.get("/hello").await.status(), 200);
+
+    let spans = collector
+        .wait_for(Duration::from_secs(10), |s| !s.is_empty())
+        .await;
+    let span = spans.first().expect("a span exported");
+    assert_eq!(attr_str(&span.resource, "service.name"), "from-env");
+    assert_eq!(attr_str(&span.resource, "deployment.environment"), "test");
+    assert_eq!(attr_str(&span.resource, "team"), "edge ops");
+    let metrics = collector
+        .wait_for_metrics(|m| m.iter().any(|m| m.name == "gateway_http_requests_total"))
+        .await;
+    assert!(metrics.is_some(), "metrics exported on the interval");
+    let headers = collector.http_headers();
+    assert!(headers.len() >= 2, "{headers:?}");
+    assert!(
+        headers
+            .iter()
+            .all(|h| h.get("api-key").is_some_and(|v| v == "s3cret")),
+        "{headers:?}"
+    );
+}
+
+/// A variable that cannot be used stops the start with its name, as a config error would.
+#[test]
+fn a_bad_otel_variable_is_named() {
+    let dir = gateway_tests::temp_dir();
+    let cfg = gateway_tests::write_file(
+        dir.path(),
+        "g.yaml",
+        "listeners:\n  - name: a\n    bind: 127.0.0.1:0\nroutes:\n  - match: { path: / }\n    respond: { body: hi }\n",
+    );
+    let out = std::process::Command::new(gateway_tests::gateway_binary())
+        .args(["validate", "--config"])
+        .arg(&cfg)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+        .env("OTEL_TRACES_SAMPLER", "traceidratio")
+        .env("OTEL_TRACES_SAMPLER_ARG", "lots")
+        .output()
+        .expect("run gateway");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("environment variable OTEL_TRACES_SAMPLER_ARG: `lots` is not a ratio"),
+        "{err}"
+    );
+}

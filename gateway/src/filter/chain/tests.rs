@@ -1,6 +1,5 @@
 //! The chain's contract: order of phases, local replies, body hooks, the log phase.
 
-use std::net::SocketAddr;
 use std::sync::Mutex as StdMutex;
 
 use bytes::Bytes;
@@ -10,7 +9,6 @@ use http_body_util::BodyExt;
 
 use super::request_body::RequestBodyHooks;
 use super::*;
-use crate::connection::ConnInfo;
 use crate::terminal::Respond;
 
 type Journal = Arc<StdMutex<Vec<String>>>;
@@ -124,14 +122,7 @@ impl HttpFilter for RecorderFilter {
 }
 
 fn cx() -> RequestCx {
-    let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    RequestCx {
-        conn: Arc::new(ConnInfo::new(addr, addr, Arc::from("l"), false, None)),
-        route: Arc::from("r"),
-        start: tokio::time::Instant::now(),
-        trace: None,
-        request_head: None,
-    }
+    RequestCx::test()
 }
 
 fn respond(body: &str) -> Terminal {

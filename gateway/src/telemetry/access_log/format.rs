@@ -57,13 +57,22 @@ impl Formatter {
             push(out, ",\"trace_id\":");
             push_json_str(out, t);
         }
+        if let Some(u) = &r.user {
+            push(out, ",\"user\":");
+            push_json_str(out, u);
+        }
         push(out, "}\n");
     }
 
     /// The combined-format line of a request (Apache's and nginx's `combined`).
     pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut Vec<u8>) {
         push_ip(out, r.client);
-        push(out, " - - [");
+        push(out, " - ");
+        match &r.user {
+            Some(u) => push_clf_str_or_dash(out, u),
+            None => push(out, "-"),
+        }
+        push(out, " [");
         self.push_clf(r.time, out);
         push(out, "] \"");
         push(out, r.method.as_str());
@@ -344,6 +353,7 @@ mod tests {
             route: Arc::from("files"),
             upstream: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+            user: None,
         }
     }
 
@@ -428,6 +438,21 @@ mod tests {
             "10.0.200.7 - - [14/Nov/2023:22:13:20 +0000] \"GET /a?b=\\\"c\\\" HTTP/1.1\" 200 1024 \
              \"-\" \"agent\\1\t\u{1}é\"\n"
         );
+    }
+
+    #[test]
+    fn the_authenticated_user_in_both_formats() {
+        let mut r = record();
+        r.user = Some(Arc::from("alice"));
+        let json = text(|out| Formatter::default().http_json(&r, out));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["user"], "alice");
+        let line = text(|out| Formatter::default().http_combined(&r, out));
+        assert!(
+            line.starts_with("10.0.200.7 - alice [14/Nov/2023"),
+            "{line}"
+        );
+        assert!(!text(|out| Formatter::default().http_json(&record(), out)).contains("\"user\""));
     }
 
     #[test]

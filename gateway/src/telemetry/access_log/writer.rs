@@ -94,6 +94,7 @@ mod tests {
             route: "r".into(),
             upstream: None,
             trace_id: None,
+            user: None,
         }
     }
 

@@ -15,12 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gateway_config::model::TelemetryConfig;
+use indexmap::IndexMap;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::proto::{ExportMetricsServiceRequest, ResourceMetrics, ScopeMetrics};
 use super::metrics::{Counter, Registry};
-use super::otlp::{Endpoint, Signal, Transport};
+use super::otlp::{Endpoint, Signal, Transport, export_headers};
 use super::trace::proto::InstrumentationScope;
 use super::trace::{DEFAULT_SERVICE_NAME, resource};
 
@@ -33,7 +34,9 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 struct Settings {
     endpoint: String,
     interval: Duration,
+    headers: IndexMap<String, String>,
     service_name: String,
+    resource_attributes: IndexMap<String, String>,
 }
 
 impl Settings {
@@ -42,10 +45,12 @@ impl Settings {
         Some(Self {
             endpoint: m.otlp_endpoint.clone(),
             interval: m.interval.get(),
+            headers: m.headers.clone(),
             service_name: config
                 .service_name
                 .clone()
                 .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+            resource_attributes: config.resource_attributes.clone(),
         })
     }
 }
@@ -65,8 +70,9 @@ pub fn check(config: &TelemetryConfig) -> Result<(), ConfigProblem> {
         ));
     }
     Endpoint::parse(&m.otlp_endpoint, Signal::Metrics)
-        .map(drop)
-        .map_err(|e| ("telemetry.metrics.otlp_endpoint", e))
+        .map_err(|e| ("telemetry.metrics.otlp_endpoint", e))?;
+    export_headers(&m.headers).map_err(|e| ("telemetry.metrics.headers", e))?;
+    Ok(())
 }
 
 /// The export task of one `telemetry.metrics` setting. Dropping it stops the task.
@@ -102,10 +108,12 @@ impl MetricsExporter {
         };
         let endpoint = Endpoint::parse(&settings.endpoint, Signal::Metrics)
             .map_err(|e| ("telemetry.metrics.otlp_endpoint", e))?;
+        let headers =
+            export_headers(&settings.headers).map_err(|e| ("telemetry.metrics.headers", e))?;
         let task = Task {
             registry: registry.clone(),
-            transport: Transport::new(endpoint),
-            resource: resource(&settings.service_name),
+            transport: Transport::new(endpoint, headers),
+            resource: resource(&settings.service_name, &settings.resource_attributes),
             started: started.duration_since(UNIX_EPOCH).unwrap_or_default(),
             interval: settings.interval,
             endpoint: settings.endpoint.clone(),
@@ -255,6 +263,7 @@ mod tests {
             metrics: Some(MetricsExportConfig {
                 otlp_endpoint: endpoint.into(),
                 interval,
+                headers: IndexMap::new(),
             }),
             ..TelemetryConfig::default()
         }

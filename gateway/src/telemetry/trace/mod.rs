@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use gateway_config::model::TelemetryConfig;
 use http::HeaderValue;
+use indexmap::IndexMap;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
@@ -53,7 +54,9 @@ pub const DEFAULT_SERVICE_NAME: &str = "gateway";
 struct Settings {
     endpoint: String,
     ratio: f64,
+    headers: IndexMap<String, String>,
     service_name: String,
+    resource_attributes: IndexMap<String, String>,
 }
 
 impl Settings {
@@ -61,20 +64,27 @@ impl Settings {
         let traces = config.traces.as_ref()?;
         Some(Self {
             endpoint: traces.otlp_endpoint.clone(),
-            ratio: traces.sample_ratio,
+            ratio: traces.ratio(),
+            headers: traces.headers.clone(),
             service_name: config
                 .service_name
                 .clone()
                 .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+            resource_attributes: config.resource_attributes.clone(),
         })
     }
 }
 
 /// Checks `config.traces` the way [`Tracer::start`] will, without starting anything (for
-/// `gateway validate`). `Err` is a message about `telemetry.traces.otlp_endpoint`.
-pub fn check(config: &TelemetryConfig) -> Result<(), String> {
+/// `gateway validate`). `Err` is the key at fault and a message.
+pub fn check(config: &TelemetryConfig) -> Result<(), (&'static str, String)> {
     match &config.traces {
-        Some(t) => transport::Endpoint::parse(&t.otlp_endpoint, Signal::Traces).map(drop),
+        Some(t) => {
+            transport::Endpoint::parse(&t.otlp_endpoint, Signal::Traces)
+                .map_err(|m| ("telemetry.traces.otlp_endpoint", m))?;
+            transport::export_headers(&t.headers).map_err(|m| ("telemetry.traces.headers", m))?;
+            Ok(())
+        }
         None => Ok(()),
     }
 }
@@ -110,13 +120,14 @@ impl Tracer {
             return Ok(None);
         };
         let endpoint = transport::Endpoint::parse(&settings.endpoint, Signal::Traces)?;
+        let headers = transport::export_headers(&settings.headers)?;
         let counters = counters(registry);
         let (queue, rx) = mpsc::channel(export::QUEUE);
         let signal = Arc::new(export::Signal::default());
         let exporter = export::Exporter::new(
             rx,
-            transport::Transport::new(endpoint),
-            resource(&settings.service_name),
+            transport::Transport::new(endpoint, headers),
+            resource(&settings.service_name, &settings.resource_attributes),
             counters.clone(),
             signal.clone(),
             settings.endpoint.clone(),
@@ -225,16 +236,28 @@ fn counters(registry: &Registry) -> export::Counters {
 }
 
 /// The resource every span (and metric) is reported under.
-pub(crate) fn resource(service_name: &str) -> proto::Resource {
-    proto::Resource {
-        attributes: vec![
-            proto::string_kv("service.name", service_name),
-            proto::string_kv("service.version", crate::VERSION),
-            proto::string_kv("host.name", host_name()),
-            proto::string_kv("telemetry.sdk.name", "gateway"),
-            proto::string_kv("telemetry.sdk.language", "rust"),
-        ],
-    }
+/// Configured attributes come after the gateway's own and cannot replace them.
+pub(crate) fn resource(service_name: &str, more: &IndexMap<String, String>) -> proto::Resource {
+    const OWN: [&str; 5] = [
+        "service.name",
+        "service.version",
+        "host.name",
+        "telemetry.sdk.name",
+        "telemetry.sdk.language",
+    ];
+    let mut attributes = vec![
+        proto::string_kv("service.name", service_name),
+        proto::string_kv("service.version", crate::VERSION),
+        proto::string_kv("host.name", host_name()),
+        proto::string_kv("telemetry.sdk.name", "gateway"),
+        proto::string_kv("telemetry.sdk.language", "rust"),
+    ];
+    attributes.extend(
+        more.iter()
+            .filter(|(k, _)| !OWN.contains(&k.as_str()))
+            .map(|(k, v)| proto::string_kv(k, v)),
+    );
+    proto::Resource { attributes }
 }
 
 /// The kernel's host name (no libc call, so no `unsafe`), else `$HOSTNAME`.
