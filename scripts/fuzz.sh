@@ -39,6 +39,7 @@ all=(
   gateway:waf_decode
   gateway:path_normalize
   gateway:host
+  gateway:basic_auth
   wasm-host:host_calls
   stream-proxy:client_hello
   stream-proxy:proxy_protocol

@@ -64,6 +64,7 @@ fn request_cx() -> RequestCx {
         trace: None,
         request_head: None,
         jwt: None,
+        user: None,
     }
 }
 

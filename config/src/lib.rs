@@ -28,6 +28,16 @@ pub use model::RawConfig;
 pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
+pub use validate::is_origin_path;
+
+/// The JSON Schema (draft 2020-12) of the config file, made from the serde model and its doc
+/// comments: every key with its type, allowed values, default and description. Editors use it
+/// for completion and checks (`schema/gateway.schema.json`, `gateway schema`).
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(RawConfig);
+    schema.insert("title".into(), "gateway configuration".into());
+    schema.to_value()
+}
 
 /// Loads and validates a config file; relative paths resolve against its directory.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 
 use indexmap::IndexMap;
 use ipnet::IpNet;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::units::{ByteSize, Duration};
 
 /// The whole file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// Process-wide settings (drain timeout, worker threads).
@@ -48,7 +49,7 @@ pub struct RawConfig {
 }
 
 /// `server:` process-wide settings (an extension of the contract).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSettings {
     /// How long a shutdown or reload waits for in-flight work before closing connections.
@@ -67,7 +68,7 @@ pub struct ServerSettings {
 }
 
 /// `server.log_format`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// One human-readable line per event, coloured only when stderr is a terminal.
@@ -96,7 +97,7 @@ impl Default for ServerSettings {
 }
 
 /// `admin:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin listener.
@@ -123,7 +124,7 @@ pub struct AdminConfig {
 }
 
 /// `telemetry:`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// `service.name` resource attribute.
@@ -140,7 +141,7 @@ pub struct TelemetryConfig {
 }
 
 /// `telemetry.metrics`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsExportConfig {
     /// Collector endpoint; a URL ending in `/v1/metrics` means OTLP/HTTP protobuf, else OTLP/gRPC.
@@ -163,7 +164,7 @@ fn default_metrics_interval() -> Duration {
 }
 
 /// `telemetry.traces`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TracesConfig {
     /// Collector endpoint; a URL ending in `/v1/traces` means OTLP/HTTP protobuf, else OTLP/gRPC.
@@ -185,7 +186,7 @@ impl TracesConfig {
 }
 
 /// `telemetry.access_log`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLogConfig {
     /// `stdout`, `stderr` or a file path.
@@ -201,7 +202,7 @@ fn stdout() -> String {
 }
 
 /// Access log line format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessLogFormat {
     /// One JSON object per line.
@@ -212,7 +213,7 @@ pub enum AccessLogFormat {
 }
 
 /// A named certificate: PEM files (`cert` and `key`), or `acme` to have it issued and renewed.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateConfig {
     /// PEM certificate chain, leaf first.
@@ -230,7 +231,7 @@ pub struct CertificateConfig {
 }
 
 /// `certificates.NAME.acme`: automatic issuance and renewal (RFC 8555).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeConfig {
     /// DNS names the certificate covers (the first is its subject).
@@ -254,7 +255,7 @@ pub struct AcmeConfig {
 }
 
 /// An ACME challenge type.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum AcmeChallenge {
     /// Answered on the TLS listener itself (ALPN `acme-tls/1`, port 443 as the CA sees it).
     #[default]
@@ -266,7 +267,7 @@ pub enum AcmeChallenge {
 }
 
 /// An HTTP protocol a listener speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpProtocol {
     /// HTTP/1.1 (and 1.0).
@@ -278,7 +279,7 @@ pub enum HttpProtocol {
 }
 
 /// One entry of `listeners:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Unique name, referenced by routes.
@@ -319,6 +320,9 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
+    /// Peers (CIDRs, or bare addresses) whose `X-Forwarded-For` / `Forwarded` name the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// Plain HTTP/1.1 `GET`/`HEAD` requests for a fixed response or a cached static file are
     /// answered without the general HTTP/1 machinery (see docs/architecture.md); `false`
     /// sends every request through it.
@@ -343,7 +347,7 @@ pub struct ListenerConfig {
 /// `listeners[].path_normalization`: the one form of a request's path that routes, filters,
 /// plugins and (by default) the upstream see. Dot segments are always removed and escapes of
 /// unreserved characters always decoded.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathNormalization {
     /// Merge runs of `/` into one (`/a//b` is `/a/b`).
@@ -365,7 +369,7 @@ impl Default for PathNormalization {
 }
 
 /// `path_normalization.escaped_slashes`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EscapedSlashesAction {
     /// Refuse the request with `400`.
@@ -378,7 +382,7 @@ pub enum EscapedSlashesAction {
 }
 
 /// `path_normalization.forward`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PathForward {
     /// The normalized path.
@@ -411,7 +415,7 @@ fn default_write_timeout() -> Duration {
 }
 
 /// Per-listener HTTP/2 settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http2Settings {
     /// SETTINGS_MAX_CONCURRENT_STREAMS.
@@ -433,7 +437,7 @@ impl Default for Http2Settings {
 }
 
 /// Per-listener HTTP/3 (QUIC) settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http3Settings {
     /// Concurrent request streams (bidirectional) a client may open on one connection.
@@ -470,7 +474,7 @@ impl Default for Http3Settings {
 }
 
 /// A QUIC congestion controller.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CongestionControl {
     /// CUBIC (RFC 9438), the usual TCP default.
@@ -483,7 +487,7 @@ pub enum CongestionControl {
 }
 
 /// `listeners[].tls`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerTlsConfig {
     /// Names from `certificates:`; SNI picks among them.
@@ -499,7 +503,7 @@ pub struct ListenerTlsConfig {
 }
 
 /// `listeners[].tls.hsts`: HTTP Strict Transport Security (RFC 6797).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HstsConfig {
     /// How long browsers remember to use HTTPS only (`max-age`).
@@ -522,7 +526,7 @@ impl Default for HstsConfig {
 }
 
 /// A TLS protocol version.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum TlsVersion {
     /// TLS 1.2.
     #[default]
@@ -534,7 +538,7 @@ pub enum TlsVersion {
 }
 
 /// One entry of `upstreams:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Target addresses, each `host:port` or `{address, weight}`.
@@ -580,7 +584,7 @@ fn default_upstream_timeout() -> Duration {
 }
 
 /// A target written as a plain address or with a weight.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum TargetConfig {
     /// `127.0.0.1:9001`.
@@ -600,7 +604,7 @@ fn one_u32() -> u32 {
 }
 
 /// Balancing algorithm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Balance {
     /// Smooth weighted round robin.
@@ -615,7 +619,7 @@ pub enum Balance {
 }
 
 /// Protocol spoken to an upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UpstreamProtocol {
     /// HTTP/1.1 (over TLS when `tls` is set).
@@ -628,7 +632,7 @@ pub enum UpstreamProtocol {
 }
 
 /// `upstreams.*.tls`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     /// SNI and the name verified in the target's certificate.
@@ -645,7 +649,7 @@ pub struct UpstreamTlsConfig {
 }
 
 /// `upstreams.*.health_check`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthCheckConfig {
     /// Path for active checks; no active checks when absent.
@@ -680,7 +684,7 @@ impl Default for HealthCheckConfig {
 }
 
 /// `upstreams.*.health_check.passive`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PassiveHealthConfig {
     /// Statuses (`500`–`599`) that count as the target's failure when the target itself answers
@@ -690,7 +694,7 @@ pub struct PassiveHealthConfig {
 }
 
 /// `upstreams.*.pool`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// Idle keep-alive connections kept per target.
@@ -712,14 +716,16 @@ impl Default for PoolConfig {
 }
 
 /// One entry of `plugins:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Path of the .wasm module.
     pub wasm: PathBuf,
     /// Handed to the plugin as JSON at configure time.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub config: Option<serde_yaml::Value>,
     /// Handed to the plugin as VM configuration at start.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub vm_config: Option<serde_yaml::Value>,
     /// Per-call limits.
     #[serde(default)]
@@ -730,7 +736,7 @@ pub struct PluginConfig {
 }
 
 /// `plugins.*.limits`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginLimits {
     /// Linear memory cap per VM.
@@ -749,7 +755,7 @@ impl Default for PluginLimits {
 }
 
 /// One entry of `waf:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WafPolicyConfig {
     /// `block` or `detect`.
@@ -766,9 +772,11 @@ pub struct WafPolicyConfig {
     pub rules: Vec<WafRuleConfig>,
     /// Client networks that bypass the policy.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub allow: Vec<IpNet>,
     /// Client networks always refused.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub deny: Vec<IpNet>,
 }
 
@@ -777,7 +785,7 @@ fn default_waf_max_body() -> ByteSize {
 }
 
 /// WAF mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WafMode {
     /// Matches are answered with 403.
@@ -788,7 +796,7 @@ pub enum WafMode {
 }
 
 /// A built-in WAF detector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WafDetector {
     /// SQL injection.
@@ -806,7 +814,7 @@ pub enum WafDetector {
 }
 
 /// A custom WAF rule.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WafRuleConfig {
     /// Rule id, reported on a match.
@@ -823,7 +831,7 @@ pub struct WafRuleConfig {
 }
 
 /// A WAF rule's action.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WafAction {
     /// Refuse the request (in block mode).
@@ -834,7 +842,7 @@ pub enum WafAction {
 }
 
 /// One entry of `routes:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Name reported in logs, metrics and traces.
@@ -846,6 +854,7 @@ pub struct RouteConfig {
     pub matcher: RouteMatchConfig,
     /// Filters, in order (each a single-key map such as `- waf: strict`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[schemars(with = "Vec<FilterConfig>")]
     pub filters: Vec<FilterConfig>,
     /// Terminal: reverse proxy.
     pub proxy: Option<ProxyConfig>,
@@ -854,10 +863,12 @@ pub struct RouteConfig {
     /// Terminal: static files.
     #[serde(rename = "static")]
     pub static_files: Option<StaticConfig>,
+    /// Terminal: a redirect.
+    pub redirect: Option<RedirectConfig>,
 }
 
 /// `routes[].match`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteMatchConfig {
     /// Exact host or `*.example.com`.
@@ -876,7 +887,7 @@ pub struct RouteMatchConfig {
 }
 
 /// An entry of `routes[].filters`: a single-key map naming the filter.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 #[allow(
     clippy::large_enum_variant,
@@ -897,10 +908,87 @@ pub enum FilterConfig {
     Compress(CompressConfig),
     /// JSON Web Token authentication.
     Jwt(JwtConfig),
+    /// HTTP Basic authentication against an htpasswd file.
+    BasicAuth(BasicAuthConfig),
+    /// Asks an authentication service about each request (Traefik's ForwardAuth, nginx's
+    /// `auth_request`).
+    ForwardAuth(ForwardAuthConfig),
+    /// Path and host rewrite, for the terminal (the route matched on the original).
+    Rewrite(RewriteConfig),
+}
+
+/// `forward_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardAuthConfig {
+    /// The service's URL (`http://` or `https://`); or `upstream` and `path`.
+    pub url: Option<String>,
+    /// An upstream by name (its pools, balancing, health checks and TLS).
+    pub upstream: Option<String>,
+    /// The path (and query) asked of `upstream`; default `/`.
+    pub path: Option<String>,
+    /// Client request headers copied onto the auth request.
+    #[serde(default)]
+    pub request_headers: Vec<String>,
+    /// Headers of a 2xx auth answer copied onto the request going on; the client's own
+    /// copies are always removed.
+    #[serde(default)]
+    pub response_headers: Vec<String>,
+    /// The whole auth call (answer and body); past it the client gets 504.
+    #[serde(default = "default_forward_auth_timeout")]
+    pub timeout: Duration,
+}
+
+fn default_forward_auth_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// `basic_auth:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthConfig {
+    /// The realm named in `WWW-Authenticate`.
+    pub realm: String,
+    /// The htpasswd file (bcrypt or SHA-crypt entries), relative to the config file; watched
+    /// and reloaded when it changes.
+    pub htpasswd: PathBuf,
+    /// Keep the client's `Authorization` header on the request going on (default: removed, so
+    /// the password never reaches the upstream).
+    #[serde(default)]
+    pub forward_authorization: bool,
+    /// A request header set to the authenticated user name (the client's own copy is always
+    /// removed).
+    pub user_header: Option<String>,
+    /// How long a successful check is remembered, so that a logged-in user does not pay the
+    /// hash on every request; `0s` turns the cache off.
+    #[serde(default = "default_basic_auth_cache")]
+    pub cache: Duration,
+    /// Password checks running at once; beyond, requests get 503. Default: twice the CPUs.
+    pub max_concurrent_checks: Option<usize>,
+}
+
+fn default_basic_auth_cache() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// `rewrite:` filter settings: at most one of `path`, `replace_prefix`, `path_regex`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteConfig {
+    /// The whole path replaced by this one (the query is kept).
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// A regular expression on the path; the path becomes `to` when it matches.
+    pub path_regex: Option<String>,
+    /// The new path for `path_regex`, with `$1`..`$9` for its groups and `$$` for `$`.
+    pub to: Option<String>,
+    /// The `Host` (and HTTP/2 or HTTP/3 `:authority`) the terminal sees, `name[:port]`.
+    pub host: Option<String>,
 }
 
 /// `rate_limit:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Requests allowed per `per`.
@@ -930,7 +1018,7 @@ fn client_ip() -> String {
 }
 
 /// `headers:` filter settings.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeadersFilterConfig {
     /// Request headers set (replacing any value).
@@ -954,7 +1042,7 @@ pub struct HeadersFilterConfig {
 }
 
 /// `cors:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorsConfig {
     /// Origins allowed: exact (`https://app.example.com`), `*`, or a subdomain wildcard
@@ -982,7 +1070,7 @@ fn default_cors_methods() -> Vec<String> {
 }
 
 /// `compress:` filter settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompressConfig {
     /// Codings offered, in the server's order of preference (used when the client's weights tie).
@@ -1004,7 +1092,7 @@ fn default_compress_filter_min_size() -> ByteSize {
 }
 
 /// `compress.level`: a level per coding; the defaults favour speed, as a proxy should.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompressLevels {
     /// gzip, 1-9.
@@ -1027,7 +1115,7 @@ impl Default for CompressLevels {
 
 /// `jwt:` filter settings: who may sign (`jwks`, `algorithms`), for whom (`issuer`,
 /// `audiences`), where the token is (`from`) and what the upstream learns (`claims_to_headers`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The `iss` a token must carry; not checked when absent.
@@ -1058,7 +1146,7 @@ pub struct JwtConfig {
 }
 
 /// `jwt.jwks`: a JSON Web Key Set from a URL or a file, refreshed on a period.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwksConfig {
     /// An `http://` or `https://` URL serving the set.
@@ -1091,7 +1179,7 @@ fn default_jwks_refresh() -> Duration {
 }
 
 /// `routes[].proxy`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
     /// Upstream name; exactly one of `upstream` and `split` is set.
@@ -1152,7 +1240,7 @@ impl ProxyConfig {
 }
 
 /// An entry of `routes[].proxy.split`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SplitConfig {
     /// Upstream name.
@@ -1162,7 +1250,7 @@ pub struct SplitConfig {
 }
 
 /// `routes[].proxy.mirror`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorConfig {
     /// Upstream the copies go to.
@@ -1191,8 +1279,34 @@ fn yes() -> bool {
     true
 }
 
+/// `routes[].redirect`: parts not given are kept from the request.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectConfig {
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    /// Host name or address, without a port.
+    pub host: Option<String>,
+    /// Port; the default port of the scheme is left out of `Location`.
+    pub port: Option<u16>,
+    /// The whole path replaced by this one.
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// Drop the request's query string.
+    #[serde(default)]
+    pub strip_query: bool,
+    /// 301, 302, 303, 307 or 308 (default 302).
+    #[serde(default = "found_status")]
+    pub status: u16,
+}
+
+fn found_status() -> u16 {
+    302
+}
+
 /// `routes[].respond`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RespondConfig {
     /// Status code (default 200).
@@ -1211,7 +1325,7 @@ fn ok_status() -> u16 {
 }
 
 /// `routes[].static`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StaticConfig {
     /// Directory served.
@@ -1250,7 +1364,7 @@ fn default_compress_min_size() -> ByteSize {
 }
 
 /// `routes[].static.cache`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StaticCacheConfig {
     /// Files up to this size are cached in memory.
@@ -1276,7 +1390,7 @@ impl Default for StaticCacheConfig {
 }
 
 /// A content coding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ContentEncoding {
     /// Brotli (`.br`).
@@ -1288,7 +1402,7 @@ pub enum ContentEncoding {
 }
 
 /// One entry of `streams:`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamConfig {
     /// Unique name.
@@ -1327,6 +1441,7 @@ pub struct StreamConfig {
     pub zero_copy: bool,
     /// Stream filters, in order (each a single-key map such as `- allow: [...]`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[schemars(with = "Vec<StreamFilterConfig>")]
     pub filters: Vec<StreamFilterConfig>,
 }
 
@@ -1335,7 +1450,7 @@ fn default_stream_idle() -> Duration {
 }
 
 /// L4 protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamProtocol {
     /// TCP.
@@ -1345,7 +1460,7 @@ pub enum StreamProtocol {
 }
 
 /// Behaviour when SNI routing finds nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SniFallback {
     /// Use `upstream`, or close when there is none.
@@ -1356,7 +1471,7 @@ pub enum SniFallback {
 }
 
 /// PROXY protocol version sent upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocolVersion {
     /// No header.
@@ -1369,13 +1484,13 @@ pub enum ProxyProtocolVersion {
 }
 
 /// An entry of `streams[].filters`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum StreamFilterConfig {
     /// Only these client networks are accepted.
-    Allow(Vec<IpNet>),
+    Allow(#[schemars(with = "Vec<String>")] Vec<IpNet>),
     /// These client networks are refused.
-    Deny(Vec<IpNet>),
+    Deny(#[schemars(with = "Vec<String>")] Vec<IpNet>),
     /// A proxy-wasm network filter by name.
     Plugin(String),
     /// New connections per client address.
@@ -1383,7 +1498,7 @@ pub enum StreamFilterConfig {
 }
 
 /// `connection_rate:` stream filter.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionRateConfig {
     /// Connections allowed per `per` and client address.
@@ -1397,7 +1512,7 @@ pub struct ConnectionRateConfig {
 
 /// `cluster:`: state shared by several gateway instances through one Redis server (global rate
 /// limits, plugin shared data, passive health). Without it every instance keeps its own.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]`.
@@ -1421,7 +1536,7 @@ fn default_cluster_timeout() -> Duration {
 }
 
 /// Where a rate limit or a plugin's shared data is kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// In this process.
@@ -1432,7 +1547,7 @@ pub enum Scope {
 }
 
 /// What a `global` rate limit does while Redis is unreachable.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RateLimitFallback {
     /// Fail open to the instance's own limiter (each instance allows the full limit).
@@ -1445,7 +1560,7 @@ pub enum RateLimitFallback {
 }
 
 /// The RateLimit header fields a `rate_limit` filter adds to its route's answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum RateLimitHeaders {
     /// The current IETF draft (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` and
     /// `RateLimit-Policy`, structured fields naming the policy.
@@ -1463,7 +1578,7 @@ pub enum RateLimitHeaders {
 }
 
 /// `plugins.*.shared_data`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SharedDataConfig {
     /// `local` (this process) or `global` (Redis; needs `cluster:`).

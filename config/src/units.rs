@@ -132,6 +132,22 @@ impl Serialize for Duration {
     }
 }
 
+impl schemars::JsonSchema for Duration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration: a number with a unit (ns, us, ms, s, m, h, d), parts may be concatenated (`1m30s`); `0` alone means zero.",
+            "anyOf": [
+                { "type": "string", "pattern": "^\\s*(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h|d))+)\\s*$" },
+                { "type": "integer", "const": 0 }
+            ]
+        })
+    }
+}
+
 /// A size in bytes: a plain integer, or a number with a unit: `B`, `KB`/`MB`/`GB` (powers of
 /// 1000), `KiB`/`MiB`/`GiB` (powers of 1024); `k`, `m`, `g` are accepted as binary shorthands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -232,6 +248,22 @@ impl<'de> Deserialize<'de> for ByteSize {
 impl Serialize for ByteSize {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+impl schemars::JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size: a number of bytes, or a number with a unit (B, KiB, MiB, GiB powers of 1024; KB, MB, GB powers of 1000).",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*(B|b|KB|kB|MB|GB|KiB|K|k|Ki|MiB|M|m|Mi|GiB|G|g|Gi)?\\s*$" }
+            ]
+        })
     }
 }
 

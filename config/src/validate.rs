@@ -391,6 +391,10 @@ fn validate_listeners(
         if l.max_header_size.bytes() < 1024 {
             return c.err(format!("{key}.max_header_size"), "must be at least 1KiB");
         }
+        let mut trusted_proxies = Vec::with_capacity(l.trusted_proxies.len());
+        for (j, net) in l.trusted_proxies.iter().enumerate() {
+            trusted_proxies.push(network(c, &format!("{key}.trusted_proxies[{j}]"), net)?);
+        }
         out.push(Listener {
             name: l.name.clone(),
             addr,
@@ -398,10 +402,26 @@ fn validate_listeners(
             http2,
             http3,
             tls: l.tls.clone(),
+            trusted_proxies,
             settings: l.clone(),
         });
     }
     Ok(out)
+}
+
+/// A CIDR (`10.0.0.0/8`, `2001:db8::/32`) or a bare address (its /32 or /128).
+fn network(c: &Checker<'_>, key: &str, text: &str) -> Result<ipnet::IpNet> {
+    let text = text.trim();
+    if let Ok(net) = text.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    match text.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(ipnet::IpNet::from(ip)),
+        Err(_) => c.err(
+            key,
+            format!("`{text}` is not an address or a CIDR (e.g. 10.0.0.0/8, 192.0.2.7, ::1)"),
+        ),
+    }
 }
 
 /// QUIC limits: quinn takes windows as 62-bit varints and needs at least one request stream.
@@ -582,8 +602,10 @@ mod cluster;
 mod http_filters;
 mod jwt;
 mod proxy;
+mod rewrite;
 
 use proxy::validate_backends;
+pub use rewrite::is_origin_path;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
     let mut out = IndexMap::new();
@@ -673,6 +695,172 @@ fn validate_waf(c: &Checker<'_>, raw: &RawConfig) -> Result<IndexMap<String, Waf
 }
 
 /// RFC 9110 token characters.
+/// A `basic_auth` filter: a realm that fits a quoted string, a valid user header, an htpasswd
+/// file that exists (its entries are checked when the filter is built).
+fn validate_basic_auth(c: &Checker<'_>, key: &str, b: &BasicAuthConfig) -> Result<BasicAuthConfig> {
+    if b.realm.is_empty()
+        || b.realm
+            .chars()
+            .any(|ch| ch.is_control() || ch == '"' || ch == '\\')
+    {
+        return c.err(
+            format!("{key}.realm"),
+            "must be non-empty, without quotes, backslashes or control characters",
+        );
+    }
+    if let Some(h) = &b.user_header
+        && !valid_header_name(h)
+    {
+        return c.err(
+            format!("{key}.user_header"),
+            format!("`{h}` is not a valid header name"),
+        );
+    }
+    if b.max_concurrent_checks == Some(0) {
+        return c.err(format!("{key}.max_concurrent_checks"), "must be at least 1");
+    }
+    let mut b = b.clone();
+    b.htpasswd = c.path(&b.htpasswd);
+    c.file_exists(&format!("{key}.htpasswd"), &b.htpasswd)?;
+    Ok(b)
+}
+
+/// A `forward_auth` filter: one service (a URL, or an upstream that exists and a path), valid
+/// header names (lowercased), a timeout.
+fn validate_forward_auth(
+    c: &Checker<'_>,
+    key: &str,
+    f: &ForwardAuthConfig,
+    upstreams: &IndexMap<String, Upstream>,
+) -> Result<ForwardAuth> {
+    let mut settings = f.clone();
+    for (field, names) in [
+        ("request_headers", &mut settings.request_headers),
+        ("response_headers", &mut settings.response_headers),
+    ] {
+        for (i, name) in names.iter_mut().enumerate() {
+            if !valid_header_name(name) {
+                return c.err(
+                    format!("{key}.{field}[{i}]"),
+                    format!("`{name}` is not a valid header name"),
+                );
+            }
+            name.make_ascii_lowercase();
+        }
+    }
+    if f.timeout.get().is_zero() {
+        return c.err(format!("{key}.timeout"), "must be greater than 0");
+    }
+    let (service, path) = match (&f.url, &f.upstream) {
+        (Some(url), None) => {
+            if f.path.is_some() {
+                return c.err(
+                    format!("{key}.path"),
+                    "goes with `upstream`; a `url` has its own path",
+                );
+            }
+            let (upstream, path) = url_service(c, &format!("{key}.url"), url, f.timeout)?;
+            (AuthService::Url(Box::new(upstream)), path)
+        }
+        (None, Some(name)) => {
+            c.reference(&format!("{key}.upstream"), "upstream", name, upstreams)?;
+            let path = f.path.clone().unwrap_or_else(|| "/".into());
+            if !path.starts_with('/') || path.bytes().any(|b| !b.is_ascii_graphic()) {
+                return c.err(format!("{key}.path"), "must be a path starting with /");
+            }
+            (AuthService::Upstream(name.clone()), path)
+        }
+        _ => return c.err(key, "needs one of `url` or `upstream`"),
+    };
+    Ok(ForwardAuth {
+        settings,
+        service,
+        path,
+    })
+}
+
+/// The upstream a `forward_auth` URL stands for, and the path and query to ask.
+fn url_service(
+    c: &Checker<'_>,
+    key: &str,
+    url: &str,
+    timeout: crate::units::Duration,
+) -> Result<(Upstream, String)> {
+    let bad = |why: &str| c.err(key, format!("`{url}` is not a usable URL: {why}"));
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("http://") {
+        (false, rest)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (true, rest)
+    } else {
+        return bad("the scheme must be http or https");
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    if authority.contains('@') {
+        return bad("credentials in a URL are not sent; use `request_headers`");
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => match p.parse::<u16>() {
+            Ok(p) if p > 0 => (h, p),
+            _ => return bad("the port is not a number from 1 to 65535"),
+        },
+        _ => (authority, if tls { 443 } else { 80 }),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let host_ok = if host.starts_with('[') {
+        bare.parse::<std::net::Ipv6Addr>().is_ok() && host.ends_with(']')
+    } else {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    };
+    if !host_ok {
+        return bad("the host is not a name or an address");
+    }
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else if path.is_empty() {
+        "/".to_owned()
+    } else {
+        path.to_owned()
+    };
+    if path.bytes().any(|b| !b.is_ascii_graphic()) || path.contains('#') {
+        return bad("the path has spaces, a fragment or characters that need escaping");
+    }
+    let address = format!("{host}:{port}");
+    let (target_host, target_port, addr) = parse_target(c, key, &address)?;
+    let settings = UpstreamConfig {
+        targets: vec![TargetConfig::Address(address.clone())],
+        balance: Balance::default(),
+        hash_on: None,
+        protocol: UpstreamProtocol::Http1,
+        tls: tls.then(|| UpstreamTlsConfig {
+            server_name: Some(bare.to_owned()),
+            ..UpstreamTlsConfig::default()
+        }),
+        connect_timeout: timeout,
+        timeout,
+        retries: 0,
+        resolve_every: None,
+        health_check: HealthCheckConfig::default(),
+        pool: PoolConfig::default(),
+    };
+    let upstream = Upstream {
+        name: url.to_owned(),
+        targets: vec![Target {
+            authority: address,
+            host: target_host,
+            port: target_port,
+            addr,
+            weight: 1,
+        }],
+        hash_on: None,
+        settings,
+    };
+    Ok((upstream, path))
+}
+
 pub(crate) fn valid_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -915,6 +1103,21 @@ fn validate_routes(
                 FilterConfig::Jwt(j) => {
                     Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                 }
+                FilterConfig::BasicAuth(b) => {
+                    Filter::BasicAuth(validate_basic_auth(c, &format!("{fkey}.basic_auth"), b)?)
+                }
+                FilterConfig::ForwardAuth(f) => Filter::ForwardAuth(validate_forward_auth(
+                    c,
+                    &format!("{fkey}.forward_auth"),
+                    f,
+                    upstreams,
+                )?),
+                FilterConfig::Rewrite(rw) => Filter::Rewrite(rewrite::rewrite(
+                    c,
+                    &format!("{fkey}.rewrite"),
+                    rw,
+                    m.path_prefix.as_deref(),
+                )?),
             });
         }
 
@@ -922,11 +1125,24 @@ fn validate_routes(
             r.proxy.is_some(),
             r.respond.is_some(),
             r.static_files.is_some(),
+            r.redirect.is_some(),
         ];
         let action = match terminals.iter().filter(|x| **x).count() {
-            0 => return c.err(&key, "a route needs one of `proxy`, `respond` or `static`"),
+            0 => {
+                return c.err(
+                    &key,
+                    "a route needs one of `proxy`, `respond`, `static` or `redirect`",
+                );
+            }
             1 => {
-                if let Some(p) = r.proxy.as_mut() {
+                if let Some(rd) = &r.redirect {
+                    RouteAction::Redirect(rewrite::redirect(
+                        c,
+                        &format!("{key}.redirect"),
+                        rd,
+                        r.matcher.path_prefix.as_deref(),
+                    )?)
+                } else if let Some(p) = r.proxy.as_mut() {
                     validate_backends(c, &format!("{key}.proxy"), p, upstreams)?;
                     if let Some(sp) = &p.strip_prefix
                         && !sp.starts_with('/')
@@ -983,7 +1199,7 @@ fn validate_routes(
             _ => {
                 return c.err(
                     &key,
-                    "a route has exactly one of `proxy`, `respond` or `static`",
+                    "a route has exactly one of `proxy`, `respond`, `static` or `redirect`",
                 );
             }
         };

@@ -28,6 +28,9 @@ pub struct RequestCx {
     /// The claims of the token a `jwt` filter verified, for later filters, plugins and the
     /// access log.
     pub jwt: Option<Arc<crate::filter::jwt::JwtClaims>>,
+    /// The user an authentication filter (`basic_auth`) let in, for later filters and the
+    /// access log.
+    pub user: Option<Arc<str>>,
 }
 
 impl RequestCx {
@@ -42,6 +45,7 @@ impl RequestCx {
             trace: None,
             request_head: None,
             jwt: None,
+            user: None,
         }
     }
 
@@ -55,3 +59,8 @@ impl RequestCx {
         if self.conn.tls { "https" } else { "http" }
     }
 }
+
+/// The user an authentication filter (`jwt`, `basic_auth`) let in, carried on the response's
+/// extensions to the access log (which sees the response, not the filters' context).
+#[derive(Debug, Clone)]
+pub struct AuthenticatedUser(pub Arc<str>);

@@ -10,6 +10,9 @@
 //!   no panic, no hang, and only HTTP/1 responses come back.
 //! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
 //! * [`jwt`]: the `jwt` filter's token and key-set parsers never panic.
+//! * [`basic_auth`]: `Authorization: Basic` values and htpasswd files, as `basic_auth` reads
+//!   them: no panic, and credentials that survive their own encoding.
+//! * [`forwarded`]: the client a trusted proxy's `X-Forwarded-For` or `Forwarded` names.
 //!
 //! The HTTP/1.1 codec's own targets (request framing, response heads, chunked bodies) live
 //! beside it, in `http1/fuzz/`.
@@ -33,8 +36,10 @@ use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 mod entry;
+mod forwarded;
 
 pub use entry::{host, path_normalize};
+pub use forwarded::forwarded;
 
 /// Routes for [`router`]: every kind of condition, on two listeners.
 const ROUTES: &str = r#"
@@ -299,6 +304,11 @@ pub fn http1_head(data: &[u8]) {
     });
 }
 
+/// `Authorization` values and htpasswd files (see `crate::filter::basic_auth::fuzz`).
+pub fn basic_auth(data: &[u8]) {
+    crate::filter::basic_auth::fuzz(data);
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -364,5 +374,15 @@ mod tests {
     #[test]
     fn jwt_corpus_replays() {
         replay("jwt", super::jwt);
+    }
+
+    #[test]
+    fn basic_auth_corpus_replays() {
+        replay("basic_auth", super::basic_auth);
+    }
+
+    #[test]
+    fn forwarded_corpus_replays() {
+        replay("forwarded", super::forwarded);
     }
 }

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use gateway_config::{Config, Filter, RouteAction};
+use gateway_config::{AuthService, Config, Filter, RouteAction};
 
 use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
-use crate::proxy::Upstreams;
+use crate::proxy::{Upstream, Upstreams};
 use crate::router::{Matcher, Router};
 use crate::telemetry::stream_observer::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
@@ -92,9 +92,12 @@ impl Generation {
             ),
             None => None,
         };
-        let upstreams = Upstreams::build(&config)?;
+        let lookup = stream_proxy::upstream::resolve::system();
+        let upstreams = Upstreams::build_with(&config, &lookup)?;
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
+        let mut watched = Vec::new();
+        let mut private_upstreams = Vec::new();
         for (i, route) in config.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
             let matcher =
@@ -106,6 +109,57 @@ impl Generation {
                     Filter::Headers(h) => {
                         factories.push(Arc::new(
                             HeadersFilterFactory::new(h).map_err(|m| config.error(fkey, m))?,
+                        ));
+                    }
+                    Filter::BasicAuth(b) => {
+                        let f = Arc::new(
+                            crate::filter::BasicAuthFilterFactory::new(
+                                &route.name,
+                                b,
+                                b.htpasswd
+                                    .strip_prefix(&config.base_dir)
+                                    .unwrap_or(&b.htpasswd),
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.basic_auth.htpasswd"), m))?,
+                        );
+                        watched.push(f.clone());
+                        factories.push(f);
+                    }
+                    Filter::ForwardAuth(fa) => {
+                        let service = match &fa.service {
+                            AuthService::Upstream(name) => {
+                                upstreams.get(name).cloned().ok_or_else(|| {
+                                    config.error(
+                                        format!("{fkey}.forward_auth.upstream"),
+                                        "no such upstream",
+                                    )
+                                })?
+                            }
+                            AuthService::Url(u) => {
+                                let up = Arc::new(Upstream::build(&config, u, &lookup)?);
+                                private_upstreams.push(up.clone());
+                                up
+                            }
+                        };
+                        factories.push(Arc::new(
+                            crate::filter::ForwardAuthFilterFactory::new(
+                                &route.name,
+                                fa,
+                                service,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.forward_auth"), m))?,
+                        ));
+                    }
+                    Filter::Rewrite(rw) => {
+                        factories.push(Arc::new(
+                            crate::filter::RewriteFilterFactory::new(
+                                &route.name,
+                                rw,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.rewrite"), m))?,
                         ));
                     }
                     Filter::Plugin(name) => {
@@ -176,6 +230,9 @@ impl Generation {
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,
                 )),
+                RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
+                    crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
+                )),
                 RouteAction::Proxy(p) => crate::proxy::terminal(
                     &config,
                     &format!("{key}.proxy"),
@@ -213,12 +270,16 @@ impl Generation {
         // Only once everything is built: a build that fails leaves nothing running.
         if purpose == Purpose::Serve {
             upstreams.start();
+            private_upstreams
+                .iter()
+                .for_each(|u| upstreams.start_private(u));
             if let Some(c) = &cluster {
                 for u in upstreams.iter() {
                     c.watch_health(&u.targets);
                 }
             }
             plugins.watch();
+            watched.iter().for_each(|f| f.watch());
         }
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),

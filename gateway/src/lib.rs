@@ -11,7 +11,9 @@ pub mod collectors;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub(crate) mod file_watch;
 pub mod filter;
+pub mod forwarded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod gcra;

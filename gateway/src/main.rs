@@ -1,4 +1,4 @@
-//! The `gateway` command line: `run`, `validate`, `version`, `completions`, `manpage`.
+//! The `gateway` command line: `run`, `validate`, `version`, `schema`, `completions`, `manpage`.
 //! Everything else lives in the library.
 
 use std::path::PathBuf;
@@ -39,6 +39,8 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the JSON Schema (draft 2020-12) of the config file, for editors and CI checks.
+    Schema,
     /// Print the manual page (roff), made from this command line's own definition.
     Manpage {
         /// Write gateway.1 and a page per subcommand (gateway-run.1, ...) into this directory
@@ -69,6 +71,16 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Schema => match serde_json::to_string_pretty(&gateway_config::json_schema()) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Manpage { dir } => match manpage(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -87,7 +99,10 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => {
-            let loaded = match gateway_config::load(&config) {
+            let loaded = match gateway_config::load(&config).and_then(|c| {
+                c.check_serves_something()?;
+                Ok(c)
+            }) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -157,6 +172,7 @@ fn manpage(dir: Option<PathBuf>) -> std::io::Result<()> {
 /// port already in use) is left to `run`.
 fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
+    config.check_serves_something()?;
     gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
     gateway::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;

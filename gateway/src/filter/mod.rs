@@ -6,23 +6,29 @@
 //! Phase order is drawn in `docs/phases.md`: request headers → request body → terminal →
 //! response headers (reverse order) → response body (reverse order) → log.
 
+pub mod basic_auth;
 mod chain;
 pub mod compress;
 pub mod cors;
+pub mod forward_auth;
 mod headers;
 pub mod jwt;
 pub mod rate_limit;
+mod rewrite;
 pub mod waf;
 
 use bytes::Bytes;
 use http::{Response, request, response};
 
+pub use basic_auth::BasicAuthFilterFactory;
 pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use compress::CompressFilterFactory;
 pub use cors::CorsFilterFactory;
+pub use forward_auth::ForwardAuthFilterFactory;
 pub use headers::HeadersFilterFactory;
 pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
+pub use rewrite::RewriteFilterFactory;
 pub use waf::WafFilterFactory;
 
 use crate::body::{Body, BoxError};

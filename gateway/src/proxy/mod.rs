@@ -62,6 +62,15 @@ use crate::request::OriginalTarget;
 use crate::telemetry::trace::http_spans::Target;
 use crate::telemetry::trace::{OpenSpan, TraceCx};
 
+/// Marks an answer the proxy made itself because no target answered (refused, reset, timed
+/// out, none healthy), as against one a target sent: a filter calling an upstream
+/// (`forward_auth`) tells its service's own `503` from the service being down.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamFailure {
+    /// The attempt ran out of the upstream's `timeout`.
+    pub timed_out: bool,
+}
+
 /// A route's proxy terminal: the upstream (shared by every route naming it) and this route's
 /// rewriting settings.
 pub struct ProxyRoute {
@@ -230,7 +239,7 @@ impl ProxyRoute {
         parts.headers.remove(header::EXPECT);
         headers::add_forwarding(
             &mut parts.headers,
-            cx.conn.client_text(),
+            cx.conn.peer_text(),
             client_host.as_ref(),
             parts.version,
         );
@@ -427,6 +436,7 @@ impl ProxyRoute {
     }
 
     fn fail(&self, error: GatewayError) -> Response<Body> {
+        let timed_out = matches!(error, GatewayError::UpstreamTimeout(_));
         let cause = std::error::Error::source(&error);
         match &error {
             // Every request while all targets are out would log this; the ejections that led
@@ -441,7 +451,9 @@ impl ProxyRoute {
                 tracing::warn!(upstream = %self.upstream.name, error = %error, cause = ?cause, "proxying failed")
             }
         }
-        error.into_response()
+        let mut res = error.into_response();
+        res.extensions_mut().insert(UpstreamFailure { timed_out });
+        res
     }
 
     /// The path and query sent upstream, with `strip_prefix` removed at a segment boundary
@@ -465,13 +477,12 @@ impl ProxyRoute {
         let Some(prefix) = &self.strip_prefix else {
             return target.into();
         };
-        match path.strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = &target[path.len()..];
-                let rest = if rest.is_empty() { "/" } else { rest };
-                format!("{rest}{query}").into()
+        match crate::router::replace_prefix(prefix, "", path) {
+            Some(mut rest) => {
+                rest.push_str(&target[path.len()..]);
+                rest.into()
             }
-            _ => target.into(),
+            None => target.into(),
         }
     }
 

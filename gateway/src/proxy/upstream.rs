@@ -63,7 +63,7 @@ enum HashOn {
 }
 
 impl Upstream {
-    fn build(
+    pub(crate) fn build(
         config: &Config,
         u: &gateway_config::Upstream,
         lookup: &Lookup,
@@ -350,6 +350,12 @@ impl Upstreams {
         self.by_name
             .values()
             .for_each(|up| up.spawn_background(&self.background));
+    }
+
+    /// Starts the background tasks of an upstream built outside the config's `upstreams:` (a
+    /// `forward_auth` URL's), stopped with the others.
+    pub(crate) fn start_private(&self, up: &Arc<Upstream>) {
+        up.spawn_background(&self.background);
     }
 
     /// An upstream by name.

@@ -93,6 +93,9 @@ struct RequestEnd {
     // box and touched on every request.
     facts: Option<Box<RequestFacts>>,
     span: Option<Box<ServerSpan>>,
+    /// The request's own facts, when a trusted proxy named its client (the connection's
+    /// otherwise).
+    client: Option<Arc<ConnInfo>>,
     /// Counts the request in flight on the connection until the response head (or until the
     /// request is abandoned).
     _in_flight: Option<InFlight>,
@@ -154,6 +157,9 @@ impl ConnService {
     ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
+        // Behind a trusted proxy the client is the request's: named before anything records it.
+        let client = self.policy.client_of(&self.conn, req.headers());
+        let conn = client.as_ref().unwrap_or(&self.conn);
         let end = RequestEnd {
             start: Instant::now(),
             version: req.version(),
@@ -165,8 +171,9 @@ impl ConnService {
                 .telemetry
                 .tracer
                 .load_full()
-                .map(|t| Box::new(ServerSpan::start(&t, &req, &self.conn))),
+                .map(|t| Box::new(ServerSpan::start(&t, &req, conn))),
             _in_flight: in_flight,
+            client,
         };
         let (generation, index) = match routed {
             Some(routed) => {
@@ -227,12 +234,13 @@ impl ConnService {
 
     fn request_cx(&self, end: &RequestEnd, route: &CompiledRoute) -> RequestCx {
         RequestCx {
-            conn: self.conn.clone(),
+            conn: end.client.as_ref().unwrap_or(&self.conn).clone(),
             route: route.name.clone(),
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
             request_head: None,
             jwt: None,
+            user: None,
         }
     }
 
@@ -285,7 +293,7 @@ impl ConnService {
         if let (Some(log), Some(mut facts)) = (end.log, end.facts) {
             facts.upstream = terminal.and_then(|t| t.served_by(res));
             let mut record = (*facts).into_record(
-                &self.conn,
+                end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
                 res.status(),
                 body_bytes(res),
@@ -294,7 +302,7 @@ impl ConnService {
             );
             record.user = res
                 .extensions()
-                .get::<crate::filter::jwt::AuthenticatedUser>()
+                .get::<crate::context::AuthenticatedUser>()
                 .map(|u| u.0.clone());
             log.log_traced(record, open.as_ref());
         }

@@ -43,7 +43,8 @@ pub struct AccessRecord {
     pub upstream: Option<Arc<str>>,
     /// Trace id, when the request is traced.
     pub trace_id: Option<String>,
-    /// The authenticated user (a verified token's `sub`), if any.
+    /// The authenticated user (a verified token's `sub`, or the user `basic_auth` let in),
+    /// if any.
     pub user: Option<Arc<str>>,
 }
 

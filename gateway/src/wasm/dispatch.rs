@@ -55,6 +55,7 @@ impl Dispatch {
             trace: None,
             request_head: None,
             jwt: None,
+            user: None,
         };
         Self { routes, cx }
     }

@@ -390,3 +390,40 @@ fn validate_says_ok_to_every_example_and_every_optional_section() {
         "{printed}"
     );
 }
+
+/// A file that serves nothing (empty, only comments, only an admin section) is refused by
+/// `validate` and by `run`, with the reason, instead of "ok" and a gateway answering nothing.
+#[test]
+fn a_config_that_serves_nothing_is_refused() {
+    let dir = temp_dir();
+    for (name, text) in [
+        ("empty.yaml", ""),
+        ("comments.yaml", "# to do\n"),
+        ("admin-only.yaml", "admin: { bind: 127.0.0.1:0 }\n"),
+    ] {
+        let path = write_file(dir.path(), name, text);
+        for command in ["validate", "run"] {
+            let out = Command::new(gateway_binary())
+                .args([command, "--config"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1), "{command} {name}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!(
+                    "{name}:1:1: listeners: the configuration serves nothing"
+                )),
+                "{command} {name}: {err}"
+            );
+        }
+    }
+    // A stream alone serves.
+    let stream = write_file(
+        dir.path(),
+        "stream.yaml",
+        "upstreams:\n  db: { targets: [127.0.0.1:5432] }\nstreams:\n  - name: db\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: db\n",
+    );
+    let (ok, said) = validate(&stream);
+    assert!(ok, "{said}");
+}

@@ -288,3 +288,21 @@ fn completions_and_the_man_page_come_from_the_command_line() {
     let run = std::fs::read_to_string(pages.path().join("gateway-run.1")).unwrap();
     assert!(run.contains("config"), "{run}");
 }
+
+#[test]
+fn schema_prints_the_committed_schema() {
+    let printed: serde_json::Value =
+        serde_json::from_str(&printed(&["schema"])).expect("JSON on stdout");
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("schema/gateway.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        printed == committed,
+        "`gateway schema` and schema/gateway.schema.json differ"
+    );
+    assert_eq!(
+        printed["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+}

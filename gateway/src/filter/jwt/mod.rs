@@ -79,9 +79,7 @@ impl JwtClaims {
     }
 }
 
-/// The authenticated user of a response's request, for the access log.
-#[derive(Debug, Clone)]
-pub struct AuthenticatedUser(pub Arc<str>);
+pub use crate::context::AuthenticatedUser;
 
 /// A verified token, remembered.
 struct Verified {

@@ -84,7 +84,7 @@ impl Lane<'_> {
             close: req.close,
         };
         let conn = &svc.conn;
-        let fwd = proxy.rewrite_text(&text, conn.client_text(), conn.client.ip())?;
+        let fwd = proxy.rewrite_text(&text, conn.peer_text(), conn.client.ip())?;
         Some(Box::new(Forwarded {
             proxy: proxy.clone(),
             fwd,
