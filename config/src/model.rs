@@ -563,6 +563,10 @@ pub struct UpstreamConfig {
     /// Extra attempts on another target for idempotent requests.
     #[serde(default)]
     pub retries: u32,
+    /// Re-resolve host-name targets this often, off the request path; resolved once at load
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_every: Option<Duration>,
     /// Health checking; passive checks always run, and never eject the last selectable
     /// target.
     #[serde(default)]
@@ -1178,8 +1182,21 @@ fn default_jwks_refresh() -> Duration {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// Upstream name.
-    pub upstream: String,
+    /// Upstream name; exactly one of `upstream` and `split` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Upstreams chosen per request by weight (canary, blue-green), instead of `upstream`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<SplitConfig>,
+    /// Copies of the requests sent, fire-and-forget, to another upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorConfig>,
+    /// Time allowed for the whole response on this route, instead of the upstream's `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// Extra attempts on this route, instead of the upstream's `retries` (same rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
     /// Prefix removed from the path before forwarding.
     pub strip_prefix: Option<String>,
     /// Forward the client's Host header (default) or the target's address.
@@ -1191,6 +1208,67 @@ pub struct ProxyConfig {
     /// Default `[websocket]`; `[]` allows none.
     #[serde(default = "default_upgrades")]
     pub upgrades: Vec<String>,
+}
+
+impl ProxyConfig {
+    /// A proxy to one upstream, every other setting at its default.
+    pub fn to_upstream(name: &str) -> Self {
+        Self {
+            upstream: Some(name.to_owned()),
+            split: Vec::new(),
+            mirror: None,
+            timeout: None,
+            retries: None,
+            strip_prefix: None,
+            preserve_host: true,
+            upgrades: default_upgrades(),
+        }
+    }
+
+    /// The upstreams requests go to, with their weights: `upstream` alone (weight 1), or the
+    /// `split` entries.
+    pub fn backends(&self) -> Vec<(&str, u32)> {
+        match &self.upstream {
+            Some(u) => vec![(u.as_str(), 1)],
+            None => self
+                .split
+                .iter()
+                .map(|s| (s.upstream.as_str(), s.weight))
+                .collect(),
+        }
+    }
+}
+
+/// An entry of `routes[].proxy.split`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SplitConfig {
+    /// Upstream name.
+    pub upstream: String,
+    /// Relative share of the requests; 0 sends none (a standby for blue-green).
+    pub weight: u32,
+}
+
+/// `routes[].proxy.mirror`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// Upstream the copies go to.
+    pub upstream: String,
+    /// Share of the requests copied, 0 to 100.
+    #[serde(default = "hundred")]
+    pub percent: f64,
+    /// Copies in flight at most; a request over it is not copied (counted as dropped).
+    #[serde(default = "default_mirror_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn hundred() -> f64 {
+    100.0
+}
+
+fn default_mirror_in_flight() -> usize {
+    1000
 }
 
 fn default_upgrades() -> Vec<String> {

@@ -201,8 +201,14 @@ pub struct Upstream {
 pub struct Target {
     /// As written (`host:port`), used as the authority and in metrics.
     pub authority: String,
-    /// Resolved at load.
-    pub addr: SocketAddr,
+    /// The host: an IP address, or a name the gateway resolves when it loads the config (and
+    /// every `resolve_every`). Validation never looks a name up, so a config can be checked
+    /// before its backends exist.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The address when the host is an IP address; `None` for a name.
+    pub addr: Option<SocketAddr>,
     /// Relative weight, at least 1.
     pub weight: u32,
 }

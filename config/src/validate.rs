@@ -3,7 +3,7 @@
 //! relative paths resolved against the config file's directory.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -449,20 +449,44 @@ fn validate_http3(c: &Checker<'_>, key: &str, h3: &Http3Settings) -> Result<()> 
     Ok(())
 }
 
-fn resolve_target(c: &Checker<'_>, key: &str, authority: &str) -> Result<SocketAddr> {
+/// A target's host and port, and its address when the host is an IP address. A name is only
+/// checked for its shape here; the gateway resolves it when it loads the config.
+fn parse_target(
+    c: &Checker<'_>,
+    key: &str,
+    authority: &str,
+) -> Result<(String, u16, Option<SocketAddr>)> {
     if let Ok(a) = authority.parse::<SocketAddr>() {
-        return Ok(a);
+        return Ok((a.ip().to_string(), a.port(), Some(a)));
     }
-    match authority.to_socket_addrs() {
-        Ok(mut addrs) => match addrs.next() {
-            Some(a) => Ok(a),
-            None => c.err(key, format!("`{authority}` resolves to no address")),
-        },
-        Err(e) => c.err(
+    let bad = || {
+        c.err(
             key,
-            format!("`{authority}` is not a host:port that resolves: {e}"),
-        ),
+            format!(
+                "`{authority}` is not a host:port (e.g. 127.0.0.1:9001, [::1]:9001 or \
+                 users.internal:9001)"
+            ),
+        )
+    };
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return bad();
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return bad();
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if port == 0 || name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return bad();
     }
+    Ok((host.to_ascii_lowercase(), port, None))
 }
 
 fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Upstream>> {
@@ -482,9 +506,11 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
             if weight == 0 {
                 return c.err(format!("{tkey}.weight"), "must be at least 1");
             }
-            let addr = resolve_target(c, &tkey, &authority)?;
+            let (host, port, addr) = parse_target(c, &tkey, &authority)?;
             targets.push(Target {
                 authority,
+                host,
+                port,
                 addr,
                 weight,
             });
@@ -510,6 +536,9 @@ fn validate_upstreams(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<S
                 })
             }
         };
+        if u.resolve_every.is_some_and(|d| d.get().is_zero()) {
+            return c.err(format!("{key}.resolve_every"), "must be greater than 0");
+        }
         if u.balance == Balance::ConsistentHash && hash_on.is_none() {
             return c.err(format!("{key}.balance"), "consistent_hash needs `hash_on`");
         }
@@ -572,8 +601,10 @@ mod admin;
 mod cluster;
 mod http_filters;
 mod jwt;
+mod proxy;
 mod rewrite;
 
+use proxy::validate_backends;
 pub use rewrite::is_origin_path;
 
 fn validate_plugins(c: &Checker<'_>, raw: &mut RawConfig) -> Result<IndexMap<String, Plugin>> {
@@ -798,7 +829,7 @@ fn url_service(
         return bad("the path has spaces, a fragment or characters that need escaping");
     }
     let address = format!("{host}:{port}");
-    let addr = resolve_target(c, key, &address)?;
+    let (target_host, target_port, addr) = parse_target(c, key, &address)?;
     let settings = UpstreamConfig {
         targets: vec![TargetConfig::Address(address.clone())],
         balance: Balance::default(),
@@ -811,6 +842,7 @@ fn url_service(
         connect_timeout: timeout,
         timeout,
         retries: 0,
+        resolve_every: None,
         health_check: HealthCheckConfig::default(),
         pool: PoolConfig::default(),
     };
@@ -818,6 +850,8 @@ fn url_service(
         name: url.to_owned(),
         targets: vec![Target {
             authority: address,
+            host: target_host,
+            port: target_port,
             addr,
             weight: 1,
         }],
@@ -1109,12 +1143,7 @@ fn validate_routes(
                         r.matcher.path_prefix.as_deref(),
                     )?)
                 } else if let Some(p) = r.proxy.as_mut() {
-                    c.reference(
-                        &format!("{key}.proxy.upstream"),
-                        "upstream",
-                        &p.upstream,
-                        upstreams,
-                    )?;
+                    validate_backends(c, &format!("{key}.proxy"), p, upstreams)?;
                     if let Some(sp) = &p.strip_prefix
                         && !sp.starts_with('/')
                     {

@@ -9,7 +9,7 @@ use gateway_config::{AuthService, Config, Filter, RouteAction};
 use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
-use crate::proxy::{ProxyRoute, Upstream, Upstreams};
+use crate::proxy::{Upstream, Upstreams};
 use crate::router::{Matcher, Router};
 use crate::telemetry::stream_observer::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
@@ -92,7 +92,8 @@ impl Generation {
             ),
             None => None,
         };
-        let upstreams = Upstreams::build(&config)?;
+        let lookup = stream_proxy::upstream::resolve::system();
+        let upstreams = Upstreams::build_with(&config, &lookup)?;
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         let mut watched = Vec::new();
@@ -136,7 +137,7 @@ impl Generation {
                                 })?
                             }
                             AuthService::Url(u) => {
-                                let up = Arc::new(Upstream::build(&config, u)?);
+                                let up = Arc::new(Upstream::build(&config, u, &lookup)?);
                                 private_upstreams.push(up.clone());
                                 up
                             }
@@ -232,12 +233,14 @@ impl Generation {
                 RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
                     crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
                 )),
-                RouteAction::Proxy(p) => {
-                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
-                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
-                    })?;
-                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
-                }
+                RouteAction::Proxy(p) => crate::proxy::terminal(
+                    &config,
+                    &format!("{key}.proxy"),
+                    &route.name,
+                    p,
+                    &upstreams,
+                    &telemetry.registry,
+                )?,
             };
             routes.push((
                 matcher,

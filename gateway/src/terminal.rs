@@ -38,6 +38,8 @@ pub enum Terminal {
     Static(Arc<crate::static_files::StaticFiles>),
     /// The reverse proxy.
     Proxy(Arc<crate::proxy::ProxyRoute>),
+    /// The reverse proxy to upstreams picked by weight.
+    Split(Arc<crate::proxy::Split>),
     /// A redirect.
     Redirect(Arc<Redirect>),
 }
@@ -58,6 +60,20 @@ impl Terminal {
             Self::Redirect(r) => {
                 Either::Right(Box::pin(redirect_after_body(r.clone(), req, cx.clone())))
             }
+            Self::Split(s) => Either::Right(Box::pin(s.forward(req, cx))),
+        }
+    }
+
+    /// The upstream that answered `res`, for the access log: the route's one, or the one a
+    /// split picked; `None` for other terminals.
+    pub fn served_by(&self, res: &Response<Body>) -> Option<Arc<str>> {
+        match self {
+            Self::Proxy(p) => Some(p.upstream_name().clone()),
+            Self::Split(_) => res
+                .extensions()
+                .get::<crate::proxy::ServedBy>()
+                .map(|s| s.0.clone()),
+            _ => None,
         }
     }
 

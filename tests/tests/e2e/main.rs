@@ -26,6 +26,7 @@ mod proxy_h1_poisoning;
 mod proxy_h1_upstream;
 mod proxy_health;
 mod proxy_http;
+mod proxy_route;
 mod proxy_stream;
 mod proxy_trailers;
 mod proxy_ws;

@@ -89,7 +89,11 @@ impl Lane<'_> {
             proxy: proxy.clone(),
             fwd,
             close: req.close,
-            facts: svc.telemetry.access_log.is_on().then(|| facts(req)),
+            facts: svc.telemetry.access_log.is_on().then(|| {
+                let mut facts = facts(req);
+                facts.upstream = Some(proxy.upstream_name().clone());
+                facts
+            }),
             generation: Arc::clone(generation),
             index,
             start,

@@ -185,12 +185,23 @@ impl Lane<'_> {
                 let observe = || self.observe(req);
                 self.record(route, r.status(), body.len(), start, observe, answers);
             }
-            Terminal::Proxy(proxy) => {
+            // A mirror tees request bodies and sends copies: the general path's work.
+            Terminal::Proxy(proxy) if !proxy.mirrors() => {
                 return match self.rewrite(req, proxy, &generation, index, start) {
                     Some(job) => Outcome::Forwards(job),
                     None => routed(),
                 };
             }
+            // Only when every upstream of the split takes text requests, and no trace needs
+            // the general path: a pick made here is then the request's only one.
+            Terminal::Split(split) if split.forwards_as_text() && !svc.telemetry.tracer.is_on() => {
+                let proxy = split.pick();
+                return match self.rewrite(req, proxy, &generation, index, start) {
+                    Some(job) => Outcome::Forwards(job),
+                    None => routed(),
+                };
+            }
+            Terminal::Proxy(_) | Terminal::Split(_) => return routed(),
         }
         svc.activity.request_done();
         self.answered.inc();
