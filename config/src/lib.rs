@@ -16,6 +16,7 @@ pub mod model;
 mod nesting;
 mod otel_env;
 mod runtime;
+mod sections;
 pub mod units;
 mod validate;
 
@@ -80,6 +81,12 @@ pub fn parse(text: &str, file: &str) -> Result<RawConfig, ConfigError> {
         });
     }
     serde_yaml::from_str(text).map_err(|e| {
+        // Every section's and entry's own error, when there are several.
+        let mut all = sections::each_error(text, file);
+        if all.len() > 1 {
+            all.sort_by_key(|e| e.location().map(|l| l.line));
+            return ConfigError::Many(all);
+        }
         let (line, column) = e
             .location()
             .map(|l| (l.line(), l.column()))

@@ -93,6 +93,10 @@ fn main() -> ExitCode {
                 println!("ok");
                 ExitCode::SUCCESS
             }
+            Err(gateway::GatewayError::Config(e)) => {
+                eprintln!("error: {}", shown(&e, &config));
+                ExitCode::FAILURE
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::FAILURE
@@ -105,7 +109,7 @@ fn main() -> ExitCode {
             }) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", shown(&e, &config));
                     return ExitCode::FAILURE;
                 }
             };
@@ -153,6 +157,14 @@ fn main() -> ExitCode {
             drop_stock_on_this_thread();
             code
         }
+    }
+}
+
+/// A config error with the lines of the file it points at.
+fn shown(e: &gateway_config::ConfigError, path: &std::path::Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(source) => e.render(&source),
+        Err(_) => e.to_string(),
     }
 }
 

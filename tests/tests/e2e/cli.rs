@@ -427,3 +427,46 @@ fn a_config_that_serves_nothing_is_refused() {
     let (ok, said) = validate(&stream);
     assert!(ok, "{said}");
 }
+
+/// `validate` reports an error of every section and entry that has one, in one run, each with
+/// its location, key path and the line it points at: parse errors (unknown keys, wrong values)
+/// and checks (addresses, references) alike.
+#[test]
+fn validate_reports_every_error_with_its_line() {
+    let dir = temp_dir();
+    let parse = write_file(
+        dir.path(),
+        "parse.yaml",
+        "server:\n  drain_timout: 1s\nlisteners:\n  - name: a\n    bind: 127.0.0.1:0\n    protocls: [http1]\nroutes:\n  - match: { pth: / }\n    respond: { body: hi }\n",
+    );
+    let (ok, err) = validate(&parse);
+    assert!(!ok);
+    assert!(err.contains("3 errors:"), "{err}");
+    for expected in [
+        "parse.yaml:2:3: server: unknown field `drain_timout`",
+        " 2 |   drain_timout: 1s",
+        "parse.yaml:6:5: listeners[0]: unknown field `protocls`",
+        "parse.yaml:8:14: routes[0].match: unknown field `pth`",
+        " 8 |   - match: { pth: / }",
+    ] {
+        assert!(err.contains(expected), "{expected} in {err}");
+    }
+
+    let checks = write_file(
+        dir.path(),
+        "checks.yaml",
+        "listeners:\n  - name: a\n    bind: 127.0.0.1:0\n  - name: b\n    bind: nonsense\nupstreams:\n  app: { targets: [] }\n  ok: { targets: [127.0.0.1:1] }\nroutes:\n  - match: { path: / }\n    respond: { body: hi }\n",
+    );
+    let (ok, err) = validate(&checks);
+    assert!(!ok);
+    assert!(err.contains("2 errors:"), "{err}");
+    assert!(
+        err.contains("checks.yaml:5:11: listeners[1].bind: `nonsense` is not an ip:port"),
+        "{err}"
+    );
+    assert!(
+        err.contains("checks.yaml:7:10: upstreams.app.targets: at least one target is required"),
+        "{err}"
+    );
+    assert!(err.contains(" 7 |   app: { targets: [] }"), "{err}");
+}
