@@ -455,6 +455,9 @@ pub struct HostState {
     pub(crate) deadline_cpu: Option<std::time::Duration>,
     /// The engine's epoch ticker (the deadline callback keeps it awake).
     pub(crate) ticker: Arc<crate::engine::Ticker>,
+    /// Whether the plugin configuration can be read: only while the root context is created
+    /// and configured, as in Envoy, which has no plugin at hand in any other callback.
+    pub(crate) configuring: bool,
 }
 
 impl HostState {
@@ -487,6 +490,7 @@ impl HostState {
             queue_owner: None,
             deadline_cpu: None,
             ticker,
+            configuring: false,
         }
     }
 
