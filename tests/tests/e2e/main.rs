@@ -42,6 +42,7 @@ mod tls;
 mod waf;
 mod wasm;
 mod wasm_auth;
+mod wasm_cache;
 mod wasm_compat;
 mod wasm_isolation;
 mod wasm_plugins;
