@@ -38,6 +38,7 @@ impl Vm {
         state.effective = ROOT_ID;
         state.log_level = current_level();
         state.queue_owner = queue_owner;
+        state.limiter.gauge = Some(plugin.stats.clone());
         let mut store = Store::new(&engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(crate::cpu::on_deadline);

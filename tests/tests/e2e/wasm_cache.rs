@@ -52,6 +52,20 @@ fn start(cfg: &Path, port: u16, log: &Path) -> (Running, Duration) {
     panic!("the gateway did not answer within 120 s");
 }
 
+/// The body of `GET path` on `port`.
+fn get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // The admin API answers only its own address as `Host`.
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 fn cache_files(dir: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
@@ -66,10 +80,12 @@ fn a_restart_loads_the_compiled_module_from_disk_and_a_bad_file_is_replaced() {
     }
     let dir = temp_dir();
     install(dir.path(), "go_headers", "big.wasm");
+    let admin = gateway_tests::ports::reserved_port();
     let (port, cfg) = binary_config(dir.path(), |port| {
         format!(
             r#"
 server: {{ wasm_cache: {{ path: cache, max_size: 64MiB }}, worker_threads: 1 }}
+admin: {{ bind: 127.0.0.1:{admin} }}
 listeners:
   - name: a
     bind: 127.0.0.1:{port}
@@ -93,8 +109,26 @@ routes:
     assert_eq!(file.extension().unwrap(), "cwasm");
 
     let (second, warm) = start(&cfg, port, &log);
+    let metrics = get(admin, "/metrics");
+    let vm_memory = metrics
+        .lines()
+        .find(|l| l.starts_with("gateway_plugin_memory_bytes{plugin=\"big\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .to_owned();
+    assert!(
+        metrics.contains("gateway_plugin_cache_total{result=\"hit\"} 1"),
+        "{metrics}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", second.0.id())).unwrap();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .unwrap_or("")
+        .to_owned();
     drop(second);
-    eprintln!("start-up with a 3.4 MB module: {cold:?} compiling, {warm:?} from the cache");
+    eprintln!(
+        "start-up with a 3.4 MB module: {cold:?} compiling, {warm:?} from the cache; one VM: {vm_memory}; process {rss}"
+    );
     assert!(
         warm < cold,
         "the cached start ({warm:?}) is faster than compiling ({cold:?})"

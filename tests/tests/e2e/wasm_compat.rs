@@ -98,6 +98,16 @@ async fn plugin_configuration_arrives_as_under_envoy() {
         let r = c.get(path).await;
         assert_eq!(r.header("x-config-later"), "1 true", "{path}");
     }
+
+    // The VMs' linear memory is on /metrics, whole Wasm pages.
+    let mut metrics = String::new();
+    gateway::wasm::render_prometheus(&mut metrics);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gateway_plugin_memory_bytes{plugin=\"compat_str\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let bytes: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(bytes >= 1 << 16 && bytes.is_multiple_of(1 << 16), "{line}");
 }
 
 fn names(r: &TestResponse) -> String {
