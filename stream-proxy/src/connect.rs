@@ -89,7 +89,7 @@ async fn open(addr: SocketAddr) -> io::Result<TcpStream> {
         s
     };
     // Best effort, as before: a socket without it still relays correctly.
-    let _ = socket.set_nodelay(true);
+    let _ = socket.set_tcp_nodelay(true);
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -142,7 +142,7 @@ fn bound_socket(
 fn listen(socket: socket2::Socket) -> std::io::Result<TcpListener> {
     // Linux copies a listener's TCP options into every socket it accepts, so setting it here
     // saves each connection its own `setsockopt` ([`accepted_nodelay`]).
-    socket.set_nodelay(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.listen(4096)?;
     TcpListener::from_std(socket.into())
 }

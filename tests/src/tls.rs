@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
 use rustls_pki_types::CertificateDer;
 
 /// Key algorithm of an issued certificate.
@@ -18,8 +20,7 @@ pub enum KeyKind {
 
 /// A test certificate authority.
 pub struct TestCa {
-    cert: rcgen::Certificate,
-    key: KeyPair,
+    issuer: CertifiedIssuer<'static, KeyPair>,
     /// The CA certificate in PEM.
     pub pem: String,
 }
@@ -40,9 +41,9 @@ impl TestCa {
             .distinguished_name
             .push(DnType::CommonName, "gateway test CA");
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).expect("ca cert");
-        let pem = cert.pem();
-        Self { cert, key, pem }
+        let issuer = CertifiedIssuer::self_signed(params, key).expect("ca cert");
+        let pem = issuer.pem();
+        Self { issuer, pem }
     }
 
     /// Issues a certificate for `names`; returns (chain PEM, key PEM).
@@ -54,7 +55,7 @@ impl TestCa {
         let params =
             CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                 .expect("params");
-        let cert = params.signed_by(&key, &self.cert, &self.key).expect("sign");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
         (cert.pem(), key.serialize_pem())
     }
 
@@ -76,7 +77,7 @@ impl TestCa {
 
     /// The CA certificate in DER.
     pub fn der(&self) -> CertificateDer<'static> {
-        self.cert.der().clone()
+        self.issuer.der().clone()
     }
 
     /// A client config trusting this CA, offering `alpn`.

@@ -53,6 +53,8 @@ struct Fuzzer {
     engine: Arc<HostEngine>,
     shared: Arc<Shared>,
     module: String,
+    /// `module` in the binary format the engine loads.
+    wasm: Vec<u8>,
 }
 
 fn fuzzer() -> &'static Fuzzer {
@@ -61,10 +63,12 @@ fn fuzzer() -> &'static Fuzzer {
         let engine = HostEngine::new();
         let shared = Shared::new();
         let module = guest_module(&engine, &shared);
+        let wasm = wat::parse_str(&module).expect("the generated guest is valid text");
         Fuzzer {
             engine,
             shared,
             module,
+            wasm,
         }
     })
 }
@@ -105,7 +109,7 @@ fn wat_type(t: &ValType) -> &'static str {
     }
 }
 
-/// The guest, in the text format (the engine compiles it like a binary module).
+/// The guest, in the text format.
 fn guest_module(engine: &HostEngine, shared: &Arc<Shared>) -> String {
     let funcs = host_functions(engine, shared);
     let mut w = String::from("(module\n");
@@ -223,7 +227,7 @@ pub fn host_calls(script: &[u8]) {
         },
         ..PluginInfo::default()
     };
-    let plugin = CompiledPlugin::load(&f.engine, f.shared.clone(), info, f.module.as_bytes())
+    let plugin = CompiledPlugin::load(&f.engine, f.shared.clone(), info, &f.wasm)
         .expect("the generated guest compiles and links");
     // A script that faults during start-up is a start error, which is an answer too.
     let Ok(mut vm) = plugin.instantiate(None) else {

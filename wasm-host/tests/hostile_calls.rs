@@ -36,8 +36,13 @@ fn fd_write_copies_a_bounded_amount_per_call() {
         name: "amplifier".into(),
         ..Default::default()
     };
-    let compiled =
-        CompiledPlugin::load(&engine, Shared::new(), info, FD_WRITE_AMPLIFIER.as_bytes()).unwrap();
+    let compiled = CompiledPlugin::load(
+        &engine,
+        Shared::new(),
+        info,
+        &wat::parse_str(FD_WRITE_AMPLIFIER).unwrap(),
+    )
+    .unwrap();
     let mut vm = compiled.instantiate(None).unwrap();
     let id = vm
         .create_http(HttpStream::new(Arc::new(StreamInfo::default())))
@@ -73,7 +78,13 @@ fn a_runaway_call_after_an_idle_spell_still_stops_at_its_limit() {
         },
         ..Default::default()
     };
-    let compiled = CompiledPlugin::load(&engine, Shared::new(), info, RUNAWAY.as_bytes()).unwrap();
+    let compiled = CompiledPlugin::load(
+        &engine,
+        Shared::new(),
+        info,
+        &wat::parse_str(RUNAWAY).unwrap(),
+    )
+    .unwrap();
     let mut vm = compiled.instantiate(None).unwrap();
     let id = vm
         .create_http(HttpStream::new(Arc::new(StreamInfo::default())))

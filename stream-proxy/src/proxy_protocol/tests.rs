@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use bytes::BytesMut;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use super::*;
 

@@ -2,7 +2,7 @@
 //! records, every prefix of each (never a wrong verdict on a partial hello), and garbage.
 
 use super::*;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// A ClientHello handshake message (without record framing) with optional SNI and padding.
 pub(crate) fn hello_message(sni: Option<&str>, padding: usize) -> Vec<u8> {

@@ -580,10 +580,14 @@ const TRAP_PLUGIN: &str = r#"(module
 #[tokio::test]
 async fn a_plugin_that_traps_on_every_call_fails_only_its_route() {
     let dir = temp_dir();
-    write_file(dir.path(), "always_traps.wat", TRAP_PLUGIN);
+    write_file(
+        dir.path(),
+        "always_traps.wasm",
+        wat::parse_str(TRAP_PLUGIN).expect("valid text"),
+    );
     let gw = TestGateway::start_in(
         dir,
-        "server: { watch_config: false }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\nplugins:\n  always_traps: { wasm: always_traps.wat }\nroutes:\n  - match: { path_prefix: /trap }\n    filters: [ { plugin: always_traps } ]\n    respond: { body: never }\n  - match: { path_prefix: / }\n    respond: { body: fine }\n",
+        "server: { watch_config: false }\nlisteners:\n  - name: main\n    bind: 127.0.0.1:0\nplugins:\n  always_traps: { wasm: always_traps.wasm }\nroutes:\n  - match: { path_prefix: /trap }\n    filters: [ { plugin: always_traps } ]\n    respond: { body: never }\n  - match: { path_prefix: / }\n    respond: { body: fine }\n",
     )
     .await;
     let addr = gw.addr("main");

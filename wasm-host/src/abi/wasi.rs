@@ -6,7 +6,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use rand::RngCore;
+use rand::Rng;
 use wasmtime::Linker;
 
 use super::logging::emit;

@@ -192,11 +192,11 @@ thread_local! {
     /// few nanoseconds per id, where the thread-local ChaCha `rand::random` uses costs several
     /// times that (OpenTelemetry's SDKs make the same choice).
     static IDS: std::cell::RefCell<rand::rngs::SmallRng> =
-        std::cell::RefCell::new(rand::SeedableRng::from_os_rng());
+        std::cell::RefCell::new(rand::make_rng());
 }
 
 fn random_u64() -> u64 {
-    IDS.with(|r| rand::RngCore::next_u64(&mut *r.borrow_mut()))
+    IDS.with(|r| rand::Rng::next_u64(&mut *r.borrow_mut()))
 }
 
 /// A fresh random trace id.

@@ -3,7 +3,7 @@
 //! avoids the herd that "always the least loaded" causes when many workers see the same
 //! stale counts.
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::{Candidates, less_loaded};
 
@@ -42,7 +42,7 @@ impl Random {
         }
     }
 
-    fn draw(&self, rng: &mut impl Rng, c: &impl Candidates) -> Option<usize> {
+    fn draw(&self, rng: &mut impl RngExt, c: &impl Candidates) -> Option<usize> {
         let n = c.len();
         // A set of names not resolved yet has no target to draw.
         if n == 0 {
