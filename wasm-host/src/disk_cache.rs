@@ -272,7 +272,7 @@ mod tests {
         assert!(cache.load(&e, &digest, &stats).is_none());
         assert_eq!(stats.misses.load(Relaxed), 1);
 
-        let artifact = e.precompile_module(WAT.as_bytes()).unwrap();
+        let artifact = e.precompile_module(&wat::parse_str(WAT).unwrap()).unwrap();
         cache.store(&e, &digest, &artifact, &stats);
         let m = cache.load(&e, &digest, &stats).expect("a hit");
         assert_eq!(call(&e, &m), 42);
@@ -312,7 +312,7 @@ mod tests {
     fn the_least_recently_used_files_go_first_past_max_size() {
         let dir = tempfile::tempdir().unwrap();
         let e = engine();
-        let artifact = e.precompile_module(WAT.as_bytes()).unwrap();
+        let artifact = e.precompile_module(&wat::parse_str(WAT).unwrap()).unwrap();
         let one = (artifact.len() + HEADER) as u64;
         let cache = DiskCache::new(dir.path().to_owned(), one * 2);
         let stats = DiskCacheStats::default();
