@@ -157,6 +157,7 @@ pub(crate) fn validate(
     let upstreams = validate_upstreams(&c, &mut raw)?;
     let plugins = validate_plugins(&c, &mut raw)?;
     let waf = validate_waf(&c, &raw)?;
+    let caches = http_filters::caches(&c, &raw)?;
     let routes = validate_routes(&c, &mut raw, &listeners, &upstreams, &plugins, &waf)?;
     let streams = validate_streams(&c, &raw, &upstreams, &plugins, &mut claim)?;
     if let Some(a) = &admin {
@@ -177,6 +178,7 @@ pub(crate) fn validate(
         upstreams,
         plugins,
         waf,
+        caches,
         routes,
         streams,
         cluster,
@@ -865,6 +867,7 @@ fn validate_routes(
         .enumerate()
         .map(|(i, l)| (l.name.clone(), i))
         .collect();
+    let raw_caches = raw.caches.clone();
     for (i, r) in raw.routes.iter_mut().enumerate() {
         let key = format!("routes[{i}]");
         let name = r.name.clone().unwrap_or_else(|| format!("route-{i}"));
@@ -1043,6 +1046,12 @@ fn validate_routes(
                     http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
                     Filter::Compress(cfg.clone())
                 }
+                FilterConfig::Cache(cfg) => Filter::Cache(http_filters::cache(
+                    c,
+                    &format!("{fkey}.cache"),
+                    cfg,
+                    &raw_caches,
+                )?),
                 FilterConfig::Jwt(j) => {
                     Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                 }

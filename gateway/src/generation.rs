@@ -50,6 +50,8 @@ pub struct Generation {
     /// The connection to other instances (`cluster:`), shared with the previous generation
     /// when its settings are unchanged.
     pub cluster: Option<Arc<Cluster>>,
+    /// The response caches by name, shared with the previous generation (objects included).
+    pub caches: indexmap::IndexMap<String, Arc<crate::filter::cache::store::Store>>,
 }
 
 /// Whether building a generation also sets its machinery going.
@@ -93,6 +95,18 @@ impl Generation {
             None => None,
         };
         let upstreams = Upstreams::build(&config)?;
+        let caches: indexmap::IndexMap<_, _> = config
+            .caches
+            .iter()
+            .map(|(name, c)| {
+                let store = crate::filter::cache::store::get_or_insert(
+                    &telemetry.registry,
+                    name,
+                    c.memory.as_usize(),
+                );
+                (name.clone(), store)
+            })
+            .collect();
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         let mut watched = Vec::new();
@@ -175,6 +189,16 @@ impl Generation {
                             )
                             .map_err(|m| config.error(format!("{fkey}.cors"), m))?,
                         ));
+                    }
+                    Filter::Cache(cfg) => {
+                        let store = caches.get(&cfg.settings.store).cloned().ok_or_else(|| {
+                            config.error(format!("{fkey}.cache.store"), "no such cache")
+                        })?;
+                        factories.push(Arc::new(crate::filter::CacheFilterFactory::new(
+                            cfg,
+                            store,
+                            &telemetry.registry,
+                        )));
                     }
                     Filter::Compress(cfg) => {
                         factories.push(Arc::new(crate::filter::CompressFilterFactory::new(
@@ -264,6 +288,9 @@ impl Generation {
             }
             plugins.watch();
             watched.iter().for_each(|f| f.watch());
+            for (name, store) in &caches {
+                store.resize(config.caches[name].memory.as_usize());
+            }
         }
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),
@@ -279,6 +306,7 @@ impl Generation {
             streams,
             plugins,
             cluster,
+            caches,
         })
     }
 
