@@ -940,6 +940,14 @@ pub struct CacheFilterConfig {
     /// the upstream itself.
     #[serde(default = "default_cache_coalesce_timeout")]
     pub coalesce_timeout: Duration,
+    /// How long past its freshness an object is still served at once while it is revalidated
+    /// in the background, when the answer has no `stale-while-revalidate` of its own.
+    #[serde(default)]
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness an object is served when the upstream fails (no answer,
+    /// or 500, 502, 503, 504), when the answer has no `stale-if-error` of its own.
+    #[serde(default)]
+    pub stale_if_error: Duration,
 }
 
 fn default_cache_key() -> Vec<String> {

@@ -115,6 +115,23 @@ impl Generation {
             let key = format!("routes[{i}]");
             let matcher =
                 Matcher::new(route).map_err(|m| config.error(format!("{key}.match"), m))?;
+            // Before the filters: the cache revalidates in the background through it.
+            let terminal = match &route.action {
+                RouteAction::Respond(r) => Terminal::Respond(Arc::new(
+                    Respond::new(r, !route.filters.is_empty(), route.filters.is_empty())
+                        .map_err(|m| config.error(format!("{key}.respond"), m))?,
+                )),
+                RouteAction::Static(s) => Terminal::Static(Arc::new(
+                    crate::static_files::StaticFiles::new(s)
+                        .map_err(|m| config.error(format!("{key}.static"), m))?,
+                )),
+                RouteAction::Proxy(p) => {
+                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
+                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
+                    })?;
+                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
+                }
+            };
             let mut factories: Vec<Arc<dyn FilterFactory>> = Vec::new();
             for (j, filter) in route.filters.iter().enumerate() {
                 let fkey = format!("{key}.filters[{j}]");
@@ -197,6 +214,7 @@ impl Generation {
                         factories.push(Arc::new(crate::filter::CacheFilterFactory::new(
                             cfg,
                             store,
+                            terminal.clone(),
                             &telemetry.registry,
                         )));
                     }
@@ -234,22 +252,6 @@ impl Generation {
                 }
             }
             let chain = Chain::new(factories);
-            let terminal = match &route.action {
-                RouteAction::Respond(r) => Terminal::Respond(Arc::new(
-                    Respond::new(r, !chain.is_empty(), chain.is_empty())
-                        .map_err(|m| config.error(format!("{key}.respond"), m))?,
-                )),
-                RouteAction::Static(s) => Terminal::Static(Arc::new(
-                    crate::static_files::StaticFiles::new(s)
-                        .map_err(|m| config.error(format!("{key}.static"), m))?,
-                )),
-                RouteAction::Proxy(p) => {
-                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
-                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
-                    })?;
-                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
-                }
-            };
             routes.push((
                 matcher,
                 route.listeners.clone(),

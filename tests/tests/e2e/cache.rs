@@ -4,10 +4,11 @@
 //! header value; freshness from `max-age`, `s-maxage`, `Expires`, `Age` and `default_ttl`;
 //! revalidation with the backend's 304; the client's own conditions and ranges answered from
 //! the cache; unsafe methods invalidating; 50 concurrent misses coalesced into one request;
-//! eviction under a small bound; the admin purge; a reload keeping the objects.
+//! eviction under a small bound; the admin purge; a reload keeping the objects;
+//! `stale-while-revalidate` answering at once while the backend is slow, `stale-if-error`
+//! standing in for a 503, a failed answer and a stopped backend.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Requests the backend got, by path.
 #[derive(Clone, Default)]
@@ -38,31 +41,52 @@ impl Counts {
 }
 
 async fn backend() -> (SocketAddr, Counts) {
+    let (addr, counts, stop) = stoppable_backend().await;
+    std::mem::forget(stop);
+    (addr, counts)
+}
+
+/// A backend that closes its listener and every connection when `stop` is sent `true`.
+async fn stoppable_backend() -> (SocketAddr, Counts, watch::Sender<bool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counts = Counts::default();
+    let (stop, stopped) = watch::channel(false);
     let c = counts.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
+            let mut until = stopped.clone();
+            let tcp = tokio::select! {
+                _ = until.wait_for(|s| *s) => return,
+                r = listener.accept() => match r {
+                    Ok((tcp, _)) => tcp,
+                    Err(_) => continue,
+                },
             };
             let c = c.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let c = c.clone();
-                    async move { Ok::<_, Infallible>(answer(&req, &c).await) }
+                    async move { answer(&req, &c).await }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+                tokio::select! {
+                    _ = until.wait_for(|s| *s) => {}
+                    _ = conn => {}
+                }
             });
         }
     });
-    (addr, counts)
+    (addr, counts, stop)
 }
 
-async fn answer(req: &Request<Incoming>, counts: &Counts) -> Response<Full<Bytes>> {
+/// The answer to a request; an error (the connection is closed without an answer) where the
+/// backend is to fail.
+async fn answer(
+    req: &Request<Incoming>,
+    counts: &Counts,
+) -> Result<Response<Full<Bytes>>, std::io::Error> {
     let path = req.uri().path();
     let key = format!("{} {path}", req.method());
     let n = counts.bump(if req.method() == "GET" { path } else { &key });
@@ -138,15 +162,33 @@ async fn answer(req: &Request<Incoming>, counts: &Counts) -> Response<Full<Bytes
             tokio::time::sleep(Duration::from_millis(300)).await;
             r.header("cache-control", "max-age=60").body(body)
         }
+        "/swr" => {
+            if n > 1 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r.header("cache-control", "max-age=1, stale-while-revalidate=30")
+                .header("age", "5")
+                .body(body)
+        }
+        "/sie" if n > 1 => r.status(503).body(body),
+        "/sie" => r
+            .header("cache-control", "max-age=1, stale-if-error=60")
+            .header("age", "5")
+            .body(body),
+        "/sie-reset" if n > 1 => return Err(std::io::Error::other("reset")),
+        "/sie-reset" | "/gone/x" => r
+            .header("cache-control", "max-age=1")
+            .header("age", "5")
+            .body(body),
         p if p.starts_with("/evict/") => r
             .header("cache-control", "max-age=60")
             .body("e".repeat(2000)),
         _ => r.status(404).body(body),
     };
-    res.unwrap().map(|b| Full::new(Bytes::from(b)))
+    Ok(res.unwrap().map(|b| Full::new(Bytes::from(b))))
 }
 
-fn config(backend: SocketAddr) -> String {
+fn config(backend: SocketAddr, gone: SocketAddr) -> String {
     format!(
         r#"
 admin: {{ bind: 127.0.0.1:0 }}
@@ -157,6 +199,8 @@ listeners:
 upstreams:
   app:
     targets: [{backend}]
+  gone:
+    targets: [{gone}]
 caches:
   main: {{ memory: 1MiB }}
   small: {{ memory: 8KiB }}
@@ -170,6 +214,16 @@ routes:
     match: {{ path_prefix: /evict/ }}
     filters:
       - cache: {{ store: small }}
+    proxy: {{ upstream: app }}
+  - name: gone
+    match: {{ path_prefix: /gone/ }}
+    filters:
+      - cache: {{ store: main, stale_if_error: 5m }}
+    proxy: {{ upstream: gone }}
+  - name: reset
+    match: {{ path: /sie-reset }}
+    filters:
+      - cache: {{ store: main, stale_if_error: 5m }}
     proxy: {{ upstream: app }}
   - name: cached
     match: {{ path_prefix: / }}
@@ -203,7 +257,8 @@ async fn send(
 
 async fn start() -> (TestGateway, SocketAddr, Counts) {
     let (backend, counts) = backend().await;
-    let gw = TestGateway::start(&config(backend)).await;
+    let (gone, _) = self::backend().await;
+    let gw = TestGateway::start(&config(backend, gone)).await;
     let addr = gw.addr("main");
     (gw, addr, counts)
 }
@@ -487,5 +542,95 @@ async fn purge_by_prefix_and_path_and_reload_keeps_the_objects() {
         counter_value(&gw, "gateway_cache_purged_total{cache=\"main\"}").await,
         2
     );
+    gw.shutdown().await;
+}
+
+/// Waits until the backend has had `n` requests for `path`.
+async fn backend_reaches(counts: &Counts, path: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counts.get(path) < n {
+        assert!(
+            Instant::now() < deadline,
+            "{path}: {} requests",
+            counts.get(path)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
+    let (gw, addr, counts) = start().await;
+    // Stored already stale (Age 5 > max-age 1), within its 30 s of stale-while-revalidate.
+    assert_eq!(get(addr, "/swr", &[]).await.text(), "/swr #1");
+    let asked = Instant::now();
+    let stale = get(addr, "/swr", &[]).await;
+    assert!(
+        asked.elapsed() < Duration::from_millis(400),
+        "not held by the slow backend"
+    );
+    assert_eq!(stale.text(), "/swr #1");
+    assert!(
+        stale
+            .header("cache-status")
+            .ends_with("detail=stale-while-revalidate"),
+        "{:?}",
+        stale.head
+    );
+    backend_reaches(&counts, "/swr", 2).await;
+    // The background fetch stores its answer once its body is in.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let next = get(addr, "/swr", &[]).await;
+        if next.text() == "/swr #2" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revalidated answer never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let served = "gateway_cache_stale_total{cache=\"main\",reason=\"while_revalidate\"}";
+    assert!(counter_value(&gw, served).await >= 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn stale_if_error_stands_in_for_a_failing_backend() {
+    let (backend, counts) = backend().await;
+    let (gone, _, stop) = stoppable_backend().await;
+    let gw = TestGateway::start(&config(backend, gone)).await;
+    let addr = gw.addr("main");
+    // The answer's own stale-if-error, against a 503.
+    assert_eq!(get(addr, "/sie", &[]).await.text(), "/sie #1");
+    let stale = get(addr, "/sie", &[]).await;
+    assert_eq!((stale.status(), stale.text().as_str()), (200, "/sie #1"));
+    assert_eq!(
+        stale.header("cache-status"),
+        "gateway; fwd=stale; fwd-status=503; detail=stale-if-error"
+    );
+    assert_eq!(counts.get("/sie"), 2);
+    // The filter's default, against a backend that closes the connection without answering.
+    assert_eq!(get(addr, "/sie-reset", &[]).await.text(), "/sie-reset #1");
+    let stale = get(addr, "/sie-reset", &[]).await;
+    assert_eq!(
+        (stale.status(), stale.text().as_str()),
+        (200, "/sie-reset #1")
+    );
+    // And against a backend that is gone.
+    assert_eq!(get(addr, "/gone/x", &[]).await.text(), "/gone/x #1");
+    stop.send(true).unwrap();
+    let stale = get(addr, "/gone/x", &[]).await;
+    assert_eq!((stale.status(), stale.text().as_str()), (200, "/gone/x #1"));
+    assert!(
+        stale
+            .header("cache-status")
+            .contains("detail=stale-if-error")
+    );
+    // Beyond what it allows, or for an object without any, the failure goes through.
+    assert_eq!(get(addr, "/gone/other", &[]).await.status(), 502);
+    let served = "gateway_cache_stale_total{cache=\"main\",reason=\"if_error\"}";
+    assert_eq!(counter_value(&gw, served).await, 3);
     gw.shutdown().await;
 }

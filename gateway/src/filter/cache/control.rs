@@ -26,6 +26,10 @@ pub(super) struct CacheControl {
     pub public: bool,
     /// `must-revalidate` or `proxy-revalidate`.
     pub must_revalidate: bool,
+    /// `stale-while-revalidate` (RFC 5861).
+    pub stale_while_revalidate: Option<u64>,
+    /// `stale-if-error` (RFC 5861).
+    pub stale_if_error: Option<u64>,
 }
 
 impl CacheControl {
@@ -56,6 +60,10 @@ impl CacheControl {
             self.public = true;
         } else if is("must-revalidate") || is("proxy-revalidate") {
             self.must_revalidate = true;
+        } else if is("stale-while-revalidate") {
+            self.stale_while_revalidate.get_or_insert(delta(value));
+        } else if is("stale-if-error") {
+            self.stale_if_error.get_or_insert(delta(value));
         }
     }
 }
@@ -175,6 +183,11 @@ mod tests {
         assert!(cc(&["no-cache=\"a,b\", max-age=5"]).no_cache);
         assert_eq!(cc(&["no-cache=\"a,b\", max-age=5"]).max_age, Some(5));
         assert!(cc(&["proxy-revalidate"]).must_revalidate);
+        let c = cc(&["max-age=1, stale-while-revalidate=30, stale-if-error=300"]);
+        assert_eq!(
+            (c.stale_while_revalidate, c.stale_if_error),
+            (Some(30), Some(300))
+        );
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub(super) struct Freshness {
     pub initial_age: Duration,
     /// Never served without asking the upstream (`no-cache`).
     pub always_revalidate: bool,
+    /// How long past `lifetime` it is served while revalidated in the background.
+    pub stale_while_revalidate: Duration,
+    /// How long past `lifetime` it is served when the upstream fails.
+    pub stale_if_error: Duration,
     /// The request headers its variants are chosen by, lowercase.
     pub vary: Vec<HeaderName>,
 }
@@ -60,15 +64,24 @@ fn heuristic_status(s: StatusCode) -> bool {
     )
 }
 
+/// The filter's settings for answers that state nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Defaults {
+    pub(super) ttl: Duration,
+    pub(super) stale_while_revalidate: Duration,
+    pub(super) stale_if_error: Duration,
+}
+
 /// Decides on an answer to a GET. `req` is the request as the client sent it.
 pub(super) fn decide(
     req: &HeaderMap,
     req_cc: &CacheControl,
     status: StatusCode,
     res: &HeaderMap,
-    default_ttl: Duration,
+    defaults: &Defaults,
     now: SystemTime,
 ) -> Result<Freshness, NotStored> {
+    let default_ttl = defaults.ttl;
     if status.is_informational() || matches!(status.as_u16(), 206 | 304) {
         return Err(NotStored::Uncacheable);
     }
@@ -123,10 +136,20 @@ pub(super) fn decide(
     let apparent = date
         .and_then(|d| now.duration_since(d).ok())
         .unwrap_or_default();
+    // Stale answers are never served for one that must be revalidated.
+    let stale = |own: Option<u64>, default: Duration| {
+        if cc.must_revalidate || cc.no_cache {
+            Duration::ZERO
+        } else {
+            own.map_or(default, Duration::from_secs)
+        }
+    };
     Ok(Freshness {
         lifetime,
         initial_age: age.max(apparent),
         always_revalidate: cc.no_cache,
+        stale_while_revalidate: stale(cc.stale_while_revalidate, defaults.stale_while_revalidate),
+        stale_if_error: stale(cc.stale_if_error, defaults.stale_if_error),
         vary,
     })
 }
@@ -179,12 +202,16 @@ mod tests {
         let req = headers(req);
         let cc = CacheControl::parse(req.get_all(http::header::CACHE_CONTROL));
         let now = httpdate::parse_http_date("Mon, 07 Dec 2026 02:00:00 GMT").unwrap();
+        let defaults = Defaults {
+            stale_if_error: Duration::from_secs(9),
+            ..Defaults::default()
+        };
         decide(
             &req,
             &cc,
             StatusCode::from_u16(status).unwrap(),
             &headers(res),
-            Duration::ZERO,
+            &defaults,
             now,
         )
     }
@@ -212,6 +239,28 @@ mod tests {
         let f = run(&[], 200, &[("expires", "0"), ("etag", "\"a\"")]).unwrap();
         assert_eq!(f.lifetime, Duration::ZERO);
         assert_eq!(run(&[], 200, &[]), Err(NotStored::Uncacheable));
+        let f = run(
+            &[],
+            200,
+            &[("cache-control", "max-age=1, stale-while-revalidate=5")],
+        )
+        .unwrap();
+        assert_eq!(f.stale_while_revalidate, Duration::from_secs(5));
+        assert_eq!(
+            f.stale_if_error,
+            Duration::from_secs(9),
+            "the filter's default"
+        );
+        let f = run(
+            &[],
+            200,
+            &[(
+                "cache-control",
+                "max-age=1, must-revalidate, stale-if-error=5",
+            )],
+        )
+        .unwrap();
+        assert_eq!(f.stale_if_error, Duration::ZERO);
     }
 
     #[test]

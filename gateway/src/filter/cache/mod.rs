@@ -3,11 +3,14 @@
 //! validator is revalidated with `If-None-Match` / `If-Modified-Since`, and a 304 refreshes
 //! it; a miss is stored as its body streams through the response-body hook. Concurrent misses
 //! for one key send one request upstream: the others wait (bounded) for it and are answered
-//! from what it stored. Unsafe methods invalidate the URL's object. The objects live in a named
+//! from what it stored. Within `stale-while-revalidate` a stale object is served at once and
+//! revalidated in the background ([`revalidate`]); within `stale-if-error` it stands in for an
+//! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
 //! store ([`store`]) that outlives config generations.
 
 mod control;
 mod fresh;
+mod revalidate;
 mod serve;
 pub mod store;
 
@@ -27,8 +30,9 @@ use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::telemetry::{Counter, Registry};
+use crate::terminal::Terminal;
 use control::CacheControl;
-use fresh::{Freshness, NotStored};
+use fresh::{Defaults, Freshness, NotStored};
 use gateway_config::{CacheFilter as Settings, CacheKeyPart};
 use serve::{CACHE_STATUS, Conditions};
 use store::{Fetch, Leader, Object, Store};
@@ -50,14 +54,18 @@ struct Metrics {
     coalesced: Counter,
     invalidations: Counter,
     not_stored: [Counter; 6],
+    stale_while_revalidate: Counter,
+    stale_if_error: Counter,
 }
 
 struct Shared {
     store: Arc<Store>,
     key: Vec<CacheKeyPart>,
-    default_ttl: Duration,
+    defaults: Defaults,
     max_object_size: usize,
     coalesce_timeout: Duration,
+    /// The route's terminal, for background revalidations.
+    terminal: Terminal,
     metrics: Metrics,
 }
 
@@ -67,8 +75,8 @@ pub struct CacheFilterFactory {
 }
 
 impl CacheFilterFactory {
-    /// The filter on `store` (from [`store::get_or_insert`]).
-    pub fn new(cfg: &Settings, store: Arc<Store>, registry: &Registry) -> Self {
+    /// The filter on `store` (from [`store::get_or_insert`]) in front of `terminal`.
+    pub fn new(cfg: &Settings, store: Arc<Store>, terminal: Terminal, registry: &Registry) -> Self {
         let name = cfg.settings.store.as_str();
         let counter = |metric: &str, help: &str| registry.counter(metric, help, &[("cache", name)]);
         let not_stored = NOT_STORED.map(|r| {
@@ -78,11 +86,23 @@ impl CacheFilterFactory {
                 &[("cache", name), ("reason", r.label())],
             )
         });
+        let stale = |reason| {
+            registry.counter(
+                "gateway_cache_stale_total",
+                "Stale objects served, by cache and reason (while_revalidate, if_error).",
+                &[("cache", name), ("reason", reason)],
+            )
+        };
         Self {
             shared: Arc::new(Shared {
                 store,
                 key: cfg.key.clone(),
-                default_ttl: cfg.settings.default_ttl.get(),
+                defaults: Defaults {
+                    ttl: cfg.settings.default_ttl.get(),
+                    stale_while_revalidate: cfg.settings.stale_while_revalidate.get(),
+                    stale_if_error: cfg.settings.stale_if_error.get(),
+                },
+                terminal,
                 max_object_size: cfg.settings.max_object_size.as_usize(),
                 coalesce_timeout: cfg.settings.coalesce_timeout.get(),
                 metrics: Metrics {
@@ -107,6 +127,8 @@ impl CacheFilterFactory {
                         "Objects removed because an unsafe method changed their URL, by cache.",
                     ),
                     not_stored,
+                    stale_while_revalidate: stale("while_revalidate"),
+                    stale_if_error: stale("if_error"),
                 },
             }),
         }
@@ -149,11 +171,13 @@ struct Fetching {
     request_cc: CacheControl,
     path: String,
     head: bool,
-    /// `miss` or `request` (the client asked not to be served from the cache).
+    /// `miss`, `stale` (revalidating `stale`) or `request` (the client asked not to be
+    /// served from the cache).
     fwd: &'static str,
+    /// The object being revalidated.
     stale: Option<Arc<Object>>,
-    /// The client's conditions, when the gateway put its own on the request.
-    conditions: Conditions,
+    /// The object served instead of an upstream failure (`stale-if-error`).
+    fallback: Option<Arc<Object>>,
 }
 
 /// An answer streaming into the store.
@@ -209,11 +233,91 @@ impl Shared {
         k
     }
 
+    /// `stale` refreshed by a 304's head (its fields replace the stored ones of the same name,
+    /// RFC 9111 §3.2), stored again when it still may be, removed otherwise.
+    fn refresh(&self, stale: &Object, head: &HeaderMap, f: &Fetching, now: SystemTime) -> Object {
+        let mut headers = stale.headers.clone();
+        let update = stored_head(head);
+        for name in update.keys() {
+            headers.remove(name);
+        }
+        for (name, value) in &update {
+            headers.append(name, value.clone());
+        }
+        let decided = fresh::decide(
+            &f.request,
+            &f.request_cc,
+            stale.status,
+            &headers,
+            &self.defaults,
+            now,
+        );
+        let never = Freshness {
+            lifetime: Duration::ZERO,
+            initial_age: Duration::ZERO,
+            always_revalidate: true,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            vary: stale.vary.clone(),
+        };
+        let fresh = decided.as_ref().unwrap_or(&never);
+        let obj = object(stale.status, headers, stale.body.clone(), &f.path, fresh);
+        match decided {
+            Ok(_) => {
+                let again = object(
+                    obj.status,
+                    obj.headers.clone(),
+                    obj.body.clone(),
+                    &f.path,
+                    fresh,
+                );
+                self.store.put(&f.primary, &f.request, again);
+            }
+            Err(r) => {
+                self.store.remove(&f.primary);
+                self.not_stored(r);
+            }
+        }
+        obj
+    }
+
     fn not_stored(&self, r: NotStored) {
         if let Some(i) = NOT_STORED.iter().position(|x| *x == r) {
             self.metrics.not_stored[i].inc();
         }
     }
+}
+
+/// A stored object made of an answer.
+fn object(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    path: &str,
+    fresh: &Freshness,
+) -> Object {
+    Object {
+        status,
+        headers,
+        body,
+        path: path.to_owned(),
+        stored: Instant::now(),
+        initial_age: fresh.initial_age,
+        lifetime: fresh.lifetime,
+        always_revalidate: fresh.always_revalidate,
+        stale_while_revalidate: fresh.stale_while_revalidate,
+        stale_if_error: fresh.stale_if_error,
+        vary: fresh.vary.clone(),
+    }
+}
+
+/// The conditional header that revalidates `obj`: its ETag, else its Last-Modified.
+fn validator(obj: &Object) -> Option<(http::HeaderName, HeaderValue)> {
+    if let Some(e) = obj.headers.get(ETAG) {
+        return Some((IF_NONE_MATCH, e.clone()));
+    }
+    let m = obj.headers.get(LAST_MODIFIED)?;
+    Some((IF_MODIFIED_SINCE, m.clone()))
 }
 
 /// The stored form of an answer's head: without what is set when it is served and what
@@ -292,25 +396,32 @@ impl CacheFilter {
             head,
             fwd: if bypass { "request" } else { "miss" },
             stale: None,
-            conditions: Conditions::default(),
+            fallback: None,
         });
         if let Some(obj) = cached {
+            let cond = Conditions::of(&req.headers);
             if obj.fresh(now) {
                 shared.metrics.hits.inc();
                 let status = hit_status(&obj, now, coalesced.then_some("coalesced"));
-                let cond = Conditions::of(&req.headers);
                 return Flow::Respond(serve::answer(&obj, now, head, &cond, &status));
             }
-            let etag = obj.headers.get(ETAG).cloned();
-            let modified = obj.headers.get(LAST_MODIFIED).cloned();
-            if etag.is_some() || modified.is_some() {
-                shared.metrics.revalidations.inc();
-                fetching.conditions = Conditions::take(&mut req.headers);
-                if let Some(e) = etag {
-                    req.headers.insert(IF_NONE_MATCH, e);
-                } else if let Some(m) = modified {
-                    req.headers.insert(IF_MODIFIED_SINCE, m);
+            let stale_for = obj.staleness(now);
+            if !obj.always_revalidate && stale_for < obj.stale_while_revalidate {
+                shared.metrics.stale_while_revalidate.inc();
+                if let Fetch::Lead(leader) = shared.store.fetch(&fetching.primary) {
+                    revalidate::spawn(&shared, leader, &obj, &fetching, req, cx);
                 }
+                let status = hit_status(&obj, now, Some("stale-while-revalidate"));
+                return Flow::Respond(serve::answer(&obj, now, head, &cond, &status));
+            }
+            if stale_for < obj.stale_if_error {
+                fetching.fallback = Some(obj.clone());
+            }
+            if let Some(validator) = validator(&obj) {
+                shared.metrics.revalidations.inc();
+                // The client's own conditions are answered from the refreshed object.
+                let _ = Conditions::take(&mut req.headers);
+                req.headers.insert(validator.0, validator.1);
                 fetching.fwd = "stale";
                 fetching.stale = Some(obj);
                 self.step = Step::Fetch(fetching);
@@ -348,49 +459,28 @@ impl CacheFilter {
     fn fetched(&mut self, f: Box<Fetching>, res: &mut response::Parts) -> Flow {
         let shared = self.shared.clone();
         let now_sys = SystemTime::now();
-        if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
-            // The 304's fields replace the stored ones of the same name (RFC 9111 §3.2).
-            let mut headers = stale.headers.clone();
-            let fresh_head = stored_head(&res.headers);
-            for name in fresh_head.keys() {
-                headers.remove(name);
-            }
-            for (name, value) in &fresh_head {
-                headers.append(name, value.clone());
-            }
-            let status = "gateway; fwd=stale; fwd-status=304";
-            let decided = fresh::decide(
-                &f.request,
-                &f.request_cc,
-                stale.status,
-                &headers,
-                shared.default_ttl,
-                now_sys,
+        let cond = Conditions::of(&f.request);
+        if let Some(fallback) = &f.fallback
+            && matches!(res.status.as_u16(), 500 | 502 | 503 | 504)
+        {
+            shared.metrics.stale_if_error.inc();
+            self.leader = None;
+            let status = format!(
+                "gateway; fwd=stale; fwd-status={}; detail=stale-if-error",
+                res.status.as_u16()
             );
-            let obj = Object {
-                status: stale.status,
-                headers,
-                body: stale.body.clone(),
-                path: f.path.clone(),
-                stored: Instant::now(),
-                initial_age: decided.as_ref().map_or(Duration::ZERO, |d| d.initial_age),
-                lifetime: decided.as_ref().map_or(Duration::ZERO, |d| d.lifetime),
-                always_revalidate: decided.as_ref().map_or(true, |d| d.always_revalidate),
-                vary: decided
-                    .as_ref()
-                    .map_or_else(|_| stale.vary.clone(), |d| d.vary.clone()),
-            };
-            let reply = serve::answer(&obj, Instant::now(), f.head, &f.conditions, status);
-            match decided {
-                Ok(_) => {
-                    shared.store.put(&f.primary, &f.request, obj);
-                }
-                Err(r) => {
-                    shared.store.remove(&f.primary);
-                    shared.not_stored(r);
-                }
-            }
-            return Flow::Respond(reply);
+            return Flow::Respond(serve::answer(
+                fallback,
+                Instant::now(),
+                f.head,
+                &cond,
+                &status,
+            ));
+        }
+        if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
+            let obj = shared.refresh(stale, &res.headers, &f, now_sys);
+            let status = "gateway; fwd=stale; fwd-status=304";
+            return Flow::Respond(serve::answer(&obj, Instant::now(), f.head, &cond, status));
         }
         let fwd = f.fwd;
         let with_status = |extra: &str| {
@@ -413,7 +503,7 @@ impl CacheFilter {
             &f.request_cc,
             res.status,
             &res.headers,
-            shared.default_ttl,
+            &shared.defaults,
             now_sys,
         )
         .and_then(|fr| {
@@ -473,17 +563,13 @@ impl CacheFilter {
             self.shared.not_stored(NotStored::Truncated);
         } else {
             let f = fill.fetching;
-            let obj = Object {
-                status: fill.status,
-                headers: fill.headers,
-                body: fill.body.freeze(),
-                path: f.path,
-                stored: Instant::now(),
-                initial_age: fill.freshness.initial_age,
-                lifetime: fill.freshness.lifetime,
-                always_revalidate: fill.freshness.always_revalidate,
-                vary: fill.freshness.vary,
-            };
+            let obj = object(
+                fill.status,
+                fill.headers,
+                fill.body.freeze(),
+                &f.path,
+                &fill.freshness,
+            );
             if !self.shared.store.put(&f.primary, &f.request, obj) {
                 self.shared.not_stored(NotStored::TooLarge);
             }

@@ -32,6 +32,10 @@ pub struct Object {
     pub initial_age: Duration,
     pub lifetime: Duration,
     pub always_revalidate: bool,
+    /// How long past `lifetime` it is served while revalidated in the background.
+    pub stale_while_revalidate: Duration,
+    /// How long past `lifetime` it is served when the upstream fails.
+    pub stale_if_error: Duration,
     /// The request headers its variants are chosen by.
     pub vary: Vec<HeaderName>,
 }
@@ -45,6 +49,11 @@ impl Object {
     /// Fresh, and may be served without asking the upstream.
     pub fn fresh(&self, now: Instant) -> bool {
         !self.always_revalidate && self.age(now) < self.lifetime
+    }
+
+    /// How long it has been stale (zero while fresh).
+    pub fn staleness(&self, now: Instant) -> Duration {
+        self.age(now).saturating_sub(self.lifetime)
     }
 
     fn size(&self, keys: usize) -> usize {
@@ -376,6 +385,8 @@ mod tests {
             initial_age: Duration::ZERO,
             lifetime: Duration::from_secs(60),
             always_revalidate: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
             vary: Vec::new(),
         }
     }
