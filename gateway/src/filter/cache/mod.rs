@@ -578,6 +578,52 @@ impl CacheFilter {
     }
 }
 
+/// Untrusted bytes through every parser of the filter, as `Cache-Control`, `Expires`, `Age`,
+/// `Vary`, `If-None-Match`, `If-Modified-Since`, `Range` and `If-Range` of a request and of an
+/// answer, and the answer made from them: none may panic. The `cache_control` fuzz target.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn check_untrusted(data: &[u8]) {
+    let Ok(v) = HeaderValue::from_bytes(data) else {
+        return;
+    };
+    let mut h = HeaderMap::new();
+    for name in [
+        CACHE_CONTROL,
+        http::header::EXPIRES,
+        http::header::DATE,
+        AGE,
+        http::header::VARY,
+        ETAG,
+        LAST_MODIFIED,
+        IF_NONE_MATCH,
+        IF_MODIFIED_SINCE,
+        RANGE,
+        IF_RANGE,
+    ] {
+        h.insert(name, v.clone());
+    }
+    let cc = CacheControl::parse([&v]);
+    let defaults = Defaults::default();
+    let now = SystemTime::now();
+    if let Ok(fresh) = fresh::decide(&h, &cc, StatusCode::OK, &h, &defaults, now) {
+        let obj = object(
+            StatusCode::OK,
+            h.clone(),
+            Bytes::from_static(b"0123456789"),
+            "/",
+            &fresh,
+        );
+        let _ = serve::answer(
+            &obj,
+            Instant::now(),
+            false,
+            &Conditions::of(&h),
+            "gateway; hit",
+        );
+        let _ = store::variant(&obj.vary, &h);
+    }
+}
+
 #[async_trait::async_trait]
 impl HttpFilter for CacheFilter {
     async fn on_request_headers(
