@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_tests::{TestGateway, TestResponse, admin_request, counter_value, http1, http2c};
+use gateway_tests::{
+    TestGateway, TestResponse, admin_request, counter_value, http1, http2c, raw_target,
+};
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -632,5 +634,68 @@ async fn stale_if_error_stands_in_for_a_failing_backend() {
     assert_eq!(get(addr, "/gone/other", &[]).await.status(), 502);
     let served = "gateway_cache_stale_total{cache=\"main\",reason=\"if_error\"}";
     assert_eq!(counter_value(&gw, served).await, 3);
+    gw.shutdown().await;
+}
+
+/// A gateway caching `/` in front of a backend that answers every connection with `answer`.
+async fn hostile(answer: &'static [u8]) -> TestGateway {
+    let target = raw_target(answer).await;
+    let (gone, _) = backend().await;
+    let yaml = config(target, gone).replace("default_ttl: 60s", "default_ttl: 0s");
+    TestGateway::start(&yaml).await
+}
+
+#[tokio::test]
+async fn a_hostile_backend_gets_nothing_stored_and_breaks_nothing() {
+    // A body cut short of its Content-Length: the client sees the failure, nothing is stored.
+    let gw = hostile(
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 100\r\n\r\nshort",
+    )
+    .await;
+    let addr = gw.addr("main");
+    for _ in 0..2 {
+        let req = Request::get("/cut").body(Full::new(Bytes::new())).unwrap();
+        let mut client = http1(addr).await;
+        let res = client.send(req).await;
+        assert!(res.is_err() || res.unwrap().body.len() < 100);
+    }
+    let truncated = "gateway_cache_not_stored_total{cache=\"main\",reason=\"truncated\"}";
+    assert_eq!(counter_value(&gw, truncated).await, 2);
+    assert_eq!(
+        counter_value(&gw, "gateway_cache_hits_total{cache=\"main\"}").await,
+        0
+    );
+    gw.shutdown().await;
+
+    // Hostile Cache-Control, Vary and Age values: answered, and stored only as far as they
+    // make sense (an unterminated quote ends the field; an overlong max-age saturates).
+    let gw = hostile(
+        b"HTTP/1.1 200 OK\r\nCache-Control: ,,=,max-age=99999999999999999999999, private=\"x\r\n\
+          Vary: ,,, ,\r\nAge: -5\r\nETag: \"\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+    )
+    .await;
+    let addr = gw.addr("main");
+    let first = get(addr, "/odd", &[("if-none-match", "\"")]).await;
+    assert_eq!((first.status(), first.text().as_str()), (200, "ok"));
+    assert_eq!(
+        first.header("cache-status"),
+        "gateway; fwd=miss; detail=forbidden"
+    );
+    let range = get(addr, "/odd", &[("range", "bytes=99999999999999999999999-")]).await;
+    assert_eq!(range.status(), 200);
+    gw.shutdown().await;
+
+    let gw = hostile(
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=99999999999999999999999\r\n\
+          Vary: ,,accept, ,\r\nAge: 99999999999999999999\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+    )
+    .await;
+    let addr = gw.addr("main");
+    assert_eq!(
+        get(addr, "/odd", &[]).await.header("cache-status"),
+        "gateway; fwd=miss; stored"
+    );
+    let hit = get(addr, "/odd", &[("range", "bytes=1-")]).await;
+    assert_eq!((hit.status(), hit.text().as_str()), (206, "k"));
     gw.shutdown().await;
 }
