@@ -191,17 +191,10 @@ async fn answer(
 }
 
 fn config(backend: SocketAddr, gone: SocketAddr) -> String {
-    format!(
-        r#"
-admin: {{ bind: 127.0.0.1:0 }}
-server: {{ watch_config: false }}
-listeners:
-  - name: main
-    bind: 127.0.0.1:0
-upstreams:
-  app:
-    targets: [{backend}]
-  gone:
+    crate::cors::with_app(
+        backend,
+        &format!(
+            r#"  gone:
     targets: [{gone}]
 caches:
   main: {{ memory: 1MiB }}
@@ -233,6 +226,7 @@ routes:
       - cache: {{ store: main, max_object_size: 4KiB }}
     proxy: {{ upstream: app }}
 "#
+        ),
     )
 }
 

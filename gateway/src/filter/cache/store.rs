@@ -1,10 +1,10 @@
 //! A cache's memory tier: objects by primary key (the filter's `key`) and, under it, by the
 //! values of the request headers its answers vary on. Bounded by bytes, least recently used
 //! first out. A store lives in a process-wide registry by gateway and name, so a reload that
-//! keeps a cache keeps its objects. It also keeps the fetches in flight, for coalescing.
+//! keeps a cache keeps its objects ([`PerGateway`]). It also keeps the fetches in flight, for coalescing.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::per_gateway::PerGateway;
 use crate::telemetry::{Counter, Gauge, Registry};
 
 /// What a store counts for each object beside its body, head and keys (the map entries, the
@@ -332,43 +333,15 @@ impl Store {
     }
 }
 
-struct Entry {
-    /// The gateway's registry: identifies the gateway (several run in one test process).
-    registry: Weak<Registry>,
-    stores: HashMap<String, Weak<Store>>,
-}
-
-static STORES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static STORES: PerGateway<String, Store> = PerGateway::new();
 
 /// The live store named `name` in the gateway owning `registry`, or a new one bounded by
 /// `capacity` (a live one keeps its bound until [`Store::resize`]: a generation that is only
 /// checked, or fails to build, must not shrink it).
 pub fn get_or_insert(registry: &Arc<Registry>, name: &str, capacity: usize) -> Arc<Store> {
-    let mut all = lock(&STORES);
-    all.retain_mut(|e| {
-        e.stores.retain(|_, s| s.strong_count() > 0);
-        e.registry.strong_count() > 0
-    });
-    let i = match all
-        .iter()
-        .position(|e| e.registry.as_ptr() == Arc::as_ptr(registry))
-    {
-        Some(i) => i,
-        None => {
-            all.push(Entry {
-                registry: Arc::downgrade(registry),
-                stores: HashMap::new(),
-            });
-            all.len() - 1
-        }
-    };
-    let stores = &mut all[i].stores;
-    if let Some(live) = stores.get(name).and_then(Weak::upgrade) {
-        return live;
-    }
-    let store = Arc::new(Store::new(name, capacity, registry));
-    stores.insert(name.to_owned(), Arc::downgrade(&store));
-    store
+    STORES.get_or_insert(registry, name.to_owned(), || {
+        Store::new(name, capacity, registry)
+    })
 }
 
 #[cfg(test)]
