@@ -293,6 +293,10 @@ impl ConnService {
                 .extensions()
                 .get::<crate::context::AuthenticatedUser>()
                 .map(|u| u.0.clone());
+            record.cache = res
+                .extensions()
+                .get::<crate::filter::cache::CacheOutcome>()
+                .map(|c| c.0);
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
@@ -427,6 +431,7 @@ impl RequestFacts {
             route,
             trace_id: None,
             user: None,
+            cache: None,
         }
     }
 }

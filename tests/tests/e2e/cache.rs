@@ -693,3 +693,47 @@ async fn a_hostile_backend_gets_nothing_stored_and_breaks_nothing() {
     assert_eq!((hit.status(), hit.text().as_str()), (206, "k"));
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_access_log_says_what_the_cache_did() {
+    let (backend, _) = backend().await;
+    let (gone, _) = self::backend().await;
+    let yaml = config(backend, gone).replacen(
+        "listeners:",
+        "telemetry:\n  access_log: { path: access.log, format: json }\nlisteners:",
+        1,
+    );
+    let gw = TestGateway::start(&yaml).await;
+    let addr = gw.addr("main");
+    get(addr, "/fresh", &[]).await;
+    get(addr, "/fresh", &[]).await;
+    send(addr, "POST", "/fresh", &[]).await;
+    get(addr, "/revalidate", &[]).await;
+    get(addr, "/revalidate", &[]).await;
+    let path = gw.dir().join("access.log");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().count() >= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let outcomes: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["cache"].to_string())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "\"miss\"",
+            "\"hit\"",
+            "\"pass\"",
+            "\"miss\"",
+            "\"revalidated\""
+        ],
+        "{text}"
+    );
+    gw.shutdown().await;
+}

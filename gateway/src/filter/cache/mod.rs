@@ -37,6 +37,18 @@ use gateway_config::{CacheFilter as Settings, CacheKeyPart};
 use serve::{CACHE_STATUS, Conditions};
 use store::{Fetch, Leader, Object, Store};
 
+/// What the cache did for a request, on the answer's extensions for the access log (`cache`):
+/// `hit`, `stale` (served stale), `revalidated` (a 304 refreshed it), `miss` (fetched) or
+/// `pass` (neither read nor written: the method, or the request's own `no-store`).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheOutcome(pub &'static str);
+
+/// An answer with its outcome.
+fn with_outcome(mut res: http::Response<crate::body::Body>, outcome: &'static str) -> Flow {
+    res.extensions_mut().insert(CacheOutcome(outcome));
+    Flow::Respond(res)
+}
+
 /// Reasons an answer was not stored, in the order of [`NotStored`]'s counters.
 const NOT_STORED: [NotStored; 6] = [
     NotStored::Forbidden,
@@ -403,7 +415,7 @@ impl CacheFilter {
             if obj.fresh(now) {
                 shared.metrics.hits.inc();
                 let status = hit_status(&obj, now, coalesced.then_some("coalesced"));
-                return Flow::Respond(serve::answer(&obj, now, head, &cond, &status));
+                return with_outcome(serve::answer(&obj, now, head, &cond, &status), "hit");
             }
             let stale_for = obj.staleness(now);
             if !obj.always_revalidate && stale_for < obj.stale_while_revalidate {
@@ -412,7 +424,7 @@ impl CacheFilter {
                     revalidate::spawn(&shared, leader, &obj, &fetching, req, cx);
                 }
                 let status = hit_status(&obj, now, Some("stale-while-revalidate"));
-                return Flow::Respond(serve::answer(&obj, now, head, &cond, &status));
+                return with_outcome(serve::answer(&obj, now, head, &cond, &status), "stale");
             }
             if stale_for < obj.stale_if_error {
                 fetching.fallback = Some(obj.clone());
@@ -441,12 +453,16 @@ impl CacheFilter {
     fn response(&mut self, res: &mut response::Parts) -> Flow {
         let shared = self.shared.clone();
         match std::mem::replace(&mut self.step, Step::Pass("method")) {
-            Step::Pass(fwd) => set_status(&mut res.headers, &format!("gateway; fwd={fwd}")),
+            Step::Pass(fwd) => {
+                res.extensions.insert(CacheOutcome("pass"));
+                set_status(&mut res.headers, &format!("gateway; fwd={fwd}"));
+            }
             Step::Invalidate(primary) => {
                 if res.status.is_success() || res.status.is_redirection() {
                     let n = shared.store.remove(&primary);
                     shared.metrics.invalidations.add(n as u64);
                 }
+                res.extensions.insert(CacheOutcome("pass"));
                 set_status(&mut res.headers, "gateway; fwd=method");
             }
             Step::Fetch(f) => return self.fetched(f, res),
@@ -469,19 +485,16 @@ impl CacheFilter {
                 "gateway; fwd=stale; fwd-status={}; detail=stale-if-error",
                 res.status.as_u16()
             );
-            return Flow::Respond(serve::answer(
-                fallback,
-                Instant::now(),
-                f.head,
-                &cond,
-                &status,
-            ));
+            let answer = serve::answer(fallback, Instant::now(), f.head, &cond, &status);
+            return with_outcome(answer, "stale");
         }
         if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
             let obj = shared.refresh(stale, &res.headers, &f, now_sys);
             let status = "gateway; fwd=stale; fwd-status=304";
-            return Flow::Respond(serve::answer(&obj, Instant::now(), f.head, &cond, status));
+            let answer = serve::answer(&obj, Instant::now(), f.head, &cond, status);
+            return with_outcome(answer, "revalidated");
         }
+        res.extensions.insert(CacheOutcome("miss"));
         let fwd = f.fwd;
         let with_status = |extra: &str| {
             if fwd == "stale" {

@@ -94,6 +94,7 @@ mod tests {
             route: "r".into(),
             trace_id: None,
             user: None,
+            cache: None,
         }
     }
 
