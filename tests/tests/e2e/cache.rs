@@ -6,7 +6,8 @@
 //! the cache; unsafe methods invalidating; 50 concurrent misses coalesced into one request;
 //! eviction under a small bound; the admin purge; a reload keeping the objects;
 //! `stale-while-revalidate` answering at once while the backend is slow, `stale-if-error`
-//! standing in for a 503, a failed answer and a stopped backend.
+//! standing in for a 503, a failed answer and a stopped backend; HTTP/3 and TLS clients sharing
+//! the objects; `compress` after `cache` storing one object per coding; the access log's field.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,8 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway_tests::h3::connect;
 use gateway_tests::{
-    TestGateway, TestResponse, admin_request, counter_value, http1, http2c, raw_target,
+    KeyKind, TestCa, TestGateway, TestResponse, admin_request, counter_value, http1, http2c, https,
+    raw_target, temp_dir,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -182,6 +185,10 @@ async fn answer(
             .header("cache-control", "max-age=1")
             .header("age", "5")
             .body(body),
+        "/text" => r
+            .header("cache-control", "max-age=60")
+            .header("content-type", "text/plain")
+            .body("a compressible line of text\n".repeat(100)),
         p if p.starts_with("/evict/") => r
             .header("cache-control", "max-age=60")
             .body("e".repeat(2000)),
@@ -735,5 +742,74 @@ async fn the_access_log_says_what_the_cache_did() {
         ],
         "{text}"
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_protocol_shares_the_objects_and_compress_stores_one_per_coding() {
+    let ca = TestCa::new();
+    let dir = temp_dir();
+    ca.write(dir.path(), "site", &["site.test"], KeyKind::Ecdsa);
+    let (backend, counts) = backend().await;
+    let yaml = format!(
+        r#"
+server: {{ watch_config: false }}
+certificates:
+  site: {{ cert: site.pem, key: site.key }}
+listeners:
+  - name: web
+    bind: 127.0.0.1:0
+    protocols: [http1, http2, http3]
+    tls: {{ certificates: [site] }}
+upstreams:
+  app: {{ targets: [{backend}] }}
+caches:
+  main: {{ memory: 1MiB }}
+routes:
+  - match: {{ path_prefix: / }}
+    filters:
+      - cache: {{ store: main }}
+      - compress: {{}}
+    proxy: {{ upstream: app }}
+"#
+    );
+    let gw = TestGateway::start_in(dir, &yaml).await;
+    let addr = gw.addr("web");
+    let (mut h1, _) = https(addr, "site.test", &ca, &[b"http/1.1"]).await;
+    assert_eq!(h1.get("/fresh").await.text(), "/fresh #1");
+    let h3 = connect(addr, "site.test", &ca).await;
+    let hit = h3.get("/fresh").await;
+    assert_eq!(hit.text(), "/fresh #1");
+    assert!(hit.header("cache-status").contains("hit"), "{:?}", hit.head);
+    let (mut h2, alpn) = https(addr, "site.test", &ca, &[b"h2"]).await;
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(h2.get("/fresh").await.text(), "/fresh #1");
+    assert_eq!(counts.get("/fresh"), 1);
+
+    let text = |coding: &'static str| {
+        Request::get("/text")
+            .header("accept-encoding", coding)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let gzip = h1.send(text("gzip")).await.unwrap();
+    assert_eq!(gzip.header("content-encoding"), "gzip");
+    assert_eq!(gzip.header("cache-status"), "gateway; fwd=miss; stored");
+    let again = h1.send(text("gzip")).await.unwrap();
+    assert_eq!(again.header("content-encoding"), "gzip");
+    assert!(again.header("cache-status").contains("hit"));
+    assert_eq!(again.body, gzip.body);
+    let plain = h1.send(text("identity")).await.unwrap();
+    assert_eq!(plain.header("content-encoding"), "");
+    assert_eq!(plain.body.len(), 2800);
+    assert!(
+        h1.send(text("identity"))
+            .await
+            .unwrap()
+            .header("cache-status")
+            .contains("hit")
+    );
+    assert_eq!(counts.get("/text"), 2);
+    h3.close().await;
     gw.shutdown().await;
 }
