@@ -189,6 +189,12 @@ async fn answer(
             .header("cache-control", "max-age=60")
             .header("content-type", "text/plain")
             .body("a compressible line of text\n".repeat(100)),
+        p if p.starts_with("/kib/") => r
+            .header("cache-control", "max-age=600")
+            .body("k".repeat(1024)),
+        p if p.starts_with("/kib-no-store/") => {
+            r.header("cache-control", "no-store").body("k".repeat(1024))
+        }
         p if p.starts_with("/evict/") => r
             .header("cache-control", "max-age=60")
             .body("e".repeat(2000)),
@@ -811,5 +817,45 @@ routes:
     );
     assert_eq!(counts.get("/text"), 2);
     h3.close().await;
+    gw.shutdown().await;
+}
+
+/// 10,000 objects of 1 KiB: what the cache counts stays within twice their bytes; what the
+/// process grows by (beyond what the same traffic uncached leaves behind) within three times
+/// (docs/performance-log.md, "Response cache memory", says where the rest goes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_small_objects_take_at_most_twice_their_bytes() {
+    let (backend, _) = backend().await;
+    let (gone, _) = self::backend().await;
+    let yaml = config(backend, gone).replace("main: { memory: 1MiB }", "main: { memory: 64MiB }");
+    let gw = TestGateway::start(&yaml).await;
+    let addr = gw.addr("main");
+    const N: u64 = 10_000;
+    let mut client = http1(addr).await;
+    // The same traffic, not stored: what the process keeps from it is not the cache's.
+    for i in 0..N {
+        client.get(&format!("/kib-no-store/{i}")).await;
+    }
+    let (before, _) = gateway_tests::rss_kib();
+    for i in 0..N {
+        let res = client.get(&format!("/kib/{i}")).await;
+        assert_eq!(res.body.len(), 1024);
+    }
+    let (after, _) = gateway_tests::rss_kib();
+    let (_, metrics) = admin_request(&gw, "GET", "/metrics", "").await;
+    let series = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{cache=\"main\",tier=\"memory\"}} ")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(series("gateway_cache_objects"), N);
+    let counted = series("gateway_cache_bytes");
+    let grown = (after.saturating_sub(before)) * 1024;
+    eprintln!("10,000 objects of 1 KiB: counted {counted} bytes, the process grew by {grown}");
+    assert!(counted <= 2 * N * 1024, "counted {counted}");
+    assert!(grown <= 3 * N * 1024, "grew by {grown}");
     gw.shutdown().await;
 }

@@ -333,14 +333,21 @@ fn validator(obj: &Object) -> Option<(http::HeaderName, HeaderValue)> {
 }
 
 /// The stored form of an answer's head: without what is set when it is served and what
-/// belongs to one connection.
+/// belongs to one connection. Values are copied: a parsed value may be a slice of the
+/// connection's read buffer, which a stored object would otherwise keep alive whole.
 fn stored_head(h: &HeaderMap) -> HeaderMap {
-    let mut h = h.clone();
-    for name in [AGE, CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION] {
-        h.remove(name);
+    let mut out = HeaderMap::with_capacity(h.len());
+    for (name, value) in h {
+        if matches!(*name, AGE | CONTENT_LENGTH | TRANSFER_ENCODING | CONNECTION)
+            || name == CACHE_STATUS
+        {
+            continue;
+        }
+        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        out.append(name.clone(), copy);
     }
-    h.remove(&CACHE_STATUS);
-    h
+    out
 }
 
 fn set_status(h: &mut HeaderMap, status: &str) {
@@ -540,7 +547,11 @@ impl CacheFilter {
                     headers: stored_head(&res.headers),
                     fetching: f,
                     freshness,
-                    body: BytesMut::new(),
+                    body: BytesMut::with_capacity(
+                        expected
+                            .map_or(0, |n| n as usize)
+                            .min(shared.max_object_size),
+                    ),
                     expected,
                 });
                 set_status(&mut res.headers, &status);

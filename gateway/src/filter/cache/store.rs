@@ -94,7 +94,8 @@ struct Slot {
 struct Primary {
     /// The `Vary` names of the last answer stored under this key.
     vary: Vec<HeaderName>,
-    variants: HashMap<String, Slot>,
+    /// By variant key; a list, since most keys have one variant and few have many.
+    variants: Vec<(String, Slot)>,
 }
 
 #[derive(Default)]
@@ -186,7 +187,7 @@ impl Store {
         let inner = &mut *inner;
         let p = inner.primaries.get_mut(primary)?;
         let v = variant(&p.vary, req);
-        let slot = p.variants.get_mut(&v)?;
+        let (_, slot) = p.variants.iter_mut().find(|(k, _)| *k == v)?;
         inner.tick += 1;
         let (k, val) = inner.lru.remove(&slot.tick)?;
         slot.tick = inner.tick;
@@ -208,7 +209,7 @@ impl Store {
         let p = inner.primaries.entry(primary.to_owned()).or_default();
         if p.vary != object.vary {
             // The answer now varies on other headers: the old variants are unreachable.
-            let old: Vec<_> = p.variants.drain().collect();
+            let old = std::mem::take(&mut p.variants);
             p.vary = object.vary.clone();
             for (_, s) in old {
                 inner.lru.remove(&s.tick);
@@ -223,7 +224,16 @@ impl Store {
             tick: inner.tick,
             size,
         };
-        if let Some(old) = p.variants.insert(v.clone(), slot) {
+        let old = match p.variants.iter_mut().find(|(k, _)| *k == v) {
+            Some((_, s)) => Some(std::mem::replace(s, slot)),
+            None => {
+                // Most keys have one variant: no room for more until there are more.
+                p.variants.reserve_exact(1);
+                p.variants.push((v.clone(), slot));
+                None
+            }
+        };
+        if let Some(old) = old {
             inner.lru.remove(&old.tick);
             inner.bytes -= old.size;
             inner.objects -= 1;
@@ -255,7 +265,8 @@ impl Store {
         let Some(p) = inner.primaries.get_mut(primary) else {
             return;
         };
-        if let Some(s) = p.variants.remove(v) {
+        if let Some(i) = p.variants.iter().position(|(k, _)| k == v) {
+            let (_, s) = p.variants.swap_remove(i);
             inner.bytes -= s.size;
             inner.objects -= 1;
         }
