@@ -24,6 +24,7 @@ use http::header::{
     IF_RANGE, LAST_MODIFIED, RANGE, TRANSFER_ENCODING,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode, request, response};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{FilterFactory, Flow, HttpFilter};
@@ -157,6 +158,7 @@ impl FilterFactory for CacheFilterFactory {
             shared: self.shared.clone(),
             step: Step::Pass("method"),
             leader: None,
+            waiting: None,
             fill: None,
         })
     }
@@ -192,6 +194,33 @@ struct Fetching {
     fallback: Option<Arc<Object>>,
 }
 
+/// A GET or HEAD as looked up in the store.
+struct Lookup {
+    primary: String,
+    request_cc: CacheControl,
+    head: bool,
+    /// The client asked not to be served from the cache (`no-cache`, `max-age=0`).
+    bypass: bool,
+    /// It waited for another request's fetch.
+    coalesced: bool,
+}
+
+impl Lookup {
+    /// The fetch of this request (`req` as the client sent it).
+    fn fetching(&self, req: &request::Parts, fwd: &'static str) -> Box<Fetching> {
+        Box::new(Fetching {
+            primary: self.primary.clone(),
+            request: req.headers.clone(),
+            request_cc: self.request_cc.clone(),
+            path: req.uri.path().to_owned(),
+            head: self.head,
+            fwd,
+            stale: None,
+            fallback: None,
+        })
+    }
+}
+
 /// An answer streaming into the store.
 struct Fill {
     fetching: Box<Fetching>,
@@ -207,6 +236,8 @@ struct CacheFilter {
     step: Step,
     /// Held while this request fetches an object others may wait for.
     leader: Option<Leader>,
+    /// Set while this request must wait for another one's fetch of its object.
+    waiting: Option<Box<(watch::Receiver<()>, Lookup)>>,
     fill: Option<Fill>,
 }
 
@@ -367,73 +398,106 @@ fn hit_status(obj: &Object, now: Instant, detail: Option<&str>) -> String {
 }
 
 impl CacheFilter {
-    async fn request(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Flow {
+    /// The request-header phase as far as it goes without waiting: `None` when the request
+    /// must wait for another one's fetch ([`CacheFilter::waiting`] is then set, and asking
+    /// again answers `None` at once).
+    fn request_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Option<Flow> {
+        if self.waiting.is_some() {
+            return None;
+        }
         let head = match req.method {
             Method::GET => false,
             Method::HEAD => true,
-            Method::OPTIONS | Method::TRACE => return Flow::Continue,
+            Method::OPTIONS | Method::TRACE => return Some(Flow::Continue),
             _ => {
                 let method = std::mem::replace(&mut req.method, Method::GET);
                 self.step = Step::Invalidate(self.shared.primary(req, cx));
                 req.method = method;
-                return Flow::Continue;
+                return Some(Flow::Continue);
             }
         };
         let shared = self.shared.clone();
         let request_cc = CacheControl::parse(req.headers.get_all(CACHE_CONTROL));
         if request_cc.no_store {
             self.step = Step::Pass("request");
-            return Flow::Continue;
+            return Some(Flow::Continue);
         }
         let bypass = request_cc.no_cache || request_cc.max_age == Some(0);
-        let primary = shared.primary(req, cx);
-        let mut cached = (!bypass)
-            .then(|| shared.store.get(&primary, &req.headers))
+        let lookup = Lookup {
+            primary: shared.primary(req, cx),
+            request_cc,
+            head,
+            bypass,
+            coalesced: false,
+        };
+        let cached = (!bypass)
+            .then(|| shared.store.get(&lookup.primary, &req.headers))
             .flatten();
-        let mut coalesced = false;
         if cached.is_none() && !bypass && !head && !Conditions::conditional(&req.headers) {
-            match shared.store.fetch(&primary) {
+            match shared.store.fetch(&lookup.primary) {
                 Fetch::Lead(l) => self.leader = Some(l),
-                Fetch::Wait(mut done) => {
-                    shared.metrics.coalesced.inc();
-                    // Ends when the leader's fetch does (its sender goes), or at the bound.
-                    let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
-                    cached = shared.store.get(&primary, &req.headers);
-                    coalesced = true;
-                    if let (None, Fetch::Lead(l)) = (&cached, shared.store.fetch(&primary)) {
-                        self.leader = Some(l);
-                    }
+                Fetch::Wait(done) => {
+                    self.waiting = Some(Box::new((done, lookup)));
+                    return None;
                 }
             }
         }
+        Some(self.decide(req, cx, lookup, cached))
+    }
+
+    /// The request-header phase, waiting for another request's fetch when there is one.
+    async fn request(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Flow {
+        if let Some(flow) = self.request_now(req, cx) {
+            return flow;
+        }
+        let Some(waiting) = self.waiting.take() else {
+            return Flow::Continue;
+        };
+        let (mut done, mut lookup) = *waiting;
+        let shared = self.shared.clone();
+        shared.metrics.coalesced.inc();
+        // Ends when the leader's fetch does (its sender goes), or at the bound.
+        let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
+        let cached = shared.store.get(&lookup.primary, &req.headers);
+        if let (None, Fetch::Lead(l)) = (&cached, shared.store.fetch(&lookup.primary)) {
+            self.leader = Some(l);
+        }
+        lookup.coalesced = true;
+        self.decide(req, cx, lookup, cached)
+    }
+
+    /// Serves `cached` when it may be, or sets the request up to fetch (and revalidate).
+    fn decide(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &RequestCx,
+        lookup: Lookup,
+        cached: Option<Arc<Object>>,
+    ) -> Flow {
+        let shared = self.shared.clone();
         let now = Instant::now();
-        let mut fetching = Box::new(Fetching {
-            primary,
-            request: req.headers.clone(),
-            request_cc,
-            path: req.uri.path().to_owned(),
-            head,
-            fwd: if bypass { "request" } else { "miss" },
-            stale: None,
-            fallback: None,
-        });
-        if let Some(obj) = cached {
+        let head = lookup.head;
+        if let Some(obj) = &cached {
             let cond = Conditions::of(&req.headers);
             if obj.fresh(now) {
                 shared.metrics.hits.inc();
-                let status = hit_status(&obj, now, coalesced.then_some("coalesced"));
-                return with_outcome(serve::answer(&obj, now, head, &cond, &status), "hit");
+                let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
+                return with_outcome(serve::answer(obj, now, head, &cond, &status), "hit");
             }
-            let stale_for = obj.staleness(now);
-            if !obj.always_revalidate && stale_for < obj.stale_while_revalidate {
+            if !obj.always_revalidate && obj.staleness(now) < obj.stale_while_revalidate {
                 shared.metrics.stale_while_revalidate.inc();
-                if let Fetch::Lead(leader) = shared.store.fetch(&fetching.primary) {
-                    revalidate::spawn(&shared, leader, &obj, &fetching, req, cx);
+                if let Fetch::Lead(leader) = shared.store.fetch(&lookup.primary) {
+                    let fetching = lookup.fetching(req, "stale");
+                    revalidate::spawn(&shared, leader, obj, &fetching, req, cx);
                 }
-                let status = hit_status(&obj, now, Some("stale-while-revalidate"));
-                return with_outcome(serve::answer(&obj, now, head, &cond, &status), "stale");
+                let status = hit_status(obj, now, Some("stale-while-revalidate"));
+                return with_outcome(serve::answer(obj, now, head, &cond, &status), "stale");
             }
-            if stale_for < obj.stale_if_error {
+        }
+        let fwd = if lookup.bypass { "request" } else { "miss" };
+        let mut fetching = lookup.fetching(req, fwd);
+        if let Some(obj) = cached {
+            if obj.staleness(now) < obj.stale_if_error {
                 fetching.fallback = Some(obj.clone());
             }
             if let Some(validator) = validator(&obj) {
@@ -650,6 +714,14 @@ pub fn check_untrusted(data: &[u8]) {
 
 #[async_trait::async_trait]
 impl HttpFilter for CacheFilter {
+    fn on_request_headers_sync(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        self.request_now(req, cx).map(Ok)
+    }
+
     async fn on_request_headers(
         &mut self,
         req: &mut request::Parts,
