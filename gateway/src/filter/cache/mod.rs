@@ -4,7 +4,7 @@
 //! it; a miss is stored as its body streams through the response-body hook. Concurrent misses
 //! for one key send one request upstream: the others wait (bounded) for it and are answered
 //! from what it stored. Within `stale-while-revalidate` a stale object is served at once and
-//! revalidated in the background ([`revalidate`]); within `stale-if-error` it stands in for an
+//! revalidated in the background (`revalidate.rs`); within `stale-if-error` it stands in for an
 //! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
 //! store ([`store`]) that outlives config generations.
 
