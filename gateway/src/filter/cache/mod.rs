@@ -8,8 +8,10 @@
 //! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
 //! store ([`store`]) that outlives config generations.
 
+mod answer;
 mod control;
 mod fresh;
+mod lookup;
 mod revalidate;
 mod serve;
 pub mod store;
@@ -20,8 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    AGE, CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, ETAG, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH,
-    IF_RANGE, LAST_MODIFIED, RANGE, TRANSFER_ENCODING,
+    AGE, CONNECTION, CONTENT_LENGTH, ETAG, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED,
+    TRANSFER_ENCODING,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode, request, response};
 use tokio::sync::watch;
@@ -35,8 +37,8 @@ use crate::terminal::Terminal;
 use control::CacheControl;
 use fresh::{Defaults, Freshness, NotStored};
 use gateway_config::{CacheFilter as Settings, CacheKeyPart};
-use serve::{CACHE_STATUS, Conditions};
-use store::{Fetch, Leader, Object, Store};
+use serve::CACHE_STATUS;
+use store::{Leader, Object, Store};
 
 /// What the cache did for a request, on the answer's extensions for the access log (`cache`):
 /// `hit`, `stale` (served stale), `revalidated` (a 304 refreshed it), `miss` (fetched) or
@@ -397,275 +399,6 @@ fn hit_status(obj: &Object, now: Instant, detail: Option<&str>) -> String {
     s
 }
 
-impl CacheFilter {
-    /// The request-header phase as far as it goes without waiting: `None` when the request
-    /// must wait for another one's fetch ([`CacheFilter::waiting`] is then set, and asking
-    /// again answers `None` at once).
-    fn request_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Option<Flow> {
-        if self.waiting.is_some() {
-            return None;
-        }
-        let head = match req.method {
-            Method::GET => false,
-            Method::HEAD => true,
-            Method::OPTIONS | Method::TRACE => return Some(Flow::Continue),
-            _ => {
-                let method = std::mem::replace(&mut req.method, Method::GET);
-                self.step = Step::Invalidate(self.shared.primary(req, cx));
-                req.method = method;
-                return Some(Flow::Continue);
-            }
-        };
-        let shared = self.shared.clone();
-        let request_cc = CacheControl::parse(req.headers.get_all(CACHE_CONTROL));
-        if request_cc.no_store {
-            self.step = Step::Pass("request");
-            return Some(Flow::Continue);
-        }
-        let bypass = request_cc.no_cache || request_cc.max_age == Some(0);
-        let lookup = Lookup {
-            primary: shared.primary(req, cx),
-            request_cc,
-            head,
-            bypass,
-            coalesced: false,
-        };
-        let cached = (!bypass)
-            .then(|| shared.store.get(&lookup.primary, &req.headers))
-            .flatten();
-        if cached.is_none() && !bypass && !head && !Conditions::conditional(&req.headers) {
-            match shared.store.fetch(&lookup.primary) {
-                Fetch::Lead(l) => self.leader = Some(l),
-                Fetch::Wait(done) => {
-                    self.waiting = Some(Box::new((done, lookup)));
-                    return None;
-                }
-            }
-        }
-        Some(self.decide(req, cx, lookup, cached))
-    }
-
-    /// The request-header phase, waiting for another request's fetch when there is one.
-    async fn request(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Flow {
-        if let Some(flow) = self.request_now(req, cx) {
-            return flow;
-        }
-        let Some(waiting) = self.waiting.take() else {
-            return Flow::Continue;
-        };
-        let (mut done, mut lookup) = *waiting;
-        let shared = self.shared.clone();
-        shared.metrics.coalesced.inc();
-        // Ends when the leader's fetch does (its sender goes), or at the bound.
-        let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
-        let cached = shared.store.get(&lookup.primary, &req.headers);
-        if let (None, Fetch::Lead(l)) = (&cached, shared.store.fetch(&lookup.primary)) {
-            self.leader = Some(l);
-        }
-        lookup.coalesced = true;
-        self.decide(req, cx, lookup, cached)
-    }
-
-    /// Serves `cached` when it may be, or sets the request up to fetch (and revalidate).
-    fn decide(
-        &mut self,
-        req: &mut request::Parts,
-        cx: &RequestCx,
-        lookup: Lookup,
-        cached: Option<Arc<Object>>,
-    ) -> Flow {
-        let shared = self.shared.clone();
-        let now = Instant::now();
-        let head = lookup.head;
-        if let Some(obj) = &cached {
-            let cond = Conditions::of(&req.headers);
-            if obj.fresh(now) {
-                shared.metrics.hits.inc();
-                let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
-                return with_outcome(serve::answer(obj, now, head, &cond, &status), "hit");
-            }
-            if !obj.always_revalidate && obj.staleness(now) < obj.stale_while_revalidate {
-                shared.metrics.stale_while_revalidate.inc();
-                if let Fetch::Lead(leader) = shared.store.fetch(&lookup.primary) {
-                    let fetching = lookup.fetching(req, "stale");
-                    revalidate::spawn(&shared, leader, obj, &fetching, req, cx);
-                }
-                let status = hit_status(obj, now, Some("stale-while-revalidate"));
-                return with_outcome(serve::answer(obj, now, head, &cond, &status), "stale");
-            }
-        }
-        let fwd = if lookup.bypass { "request" } else { "miss" };
-        let mut fetching = lookup.fetching(req, fwd);
-        if let Some(obj) = cached {
-            if obj.staleness(now) < obj.stale_if_error {
-                fetching.fallback = Some(obj.clone());
-            }
-            if let Some(validator) = validator(&obj) {
-                shared.metrics.revalidations.inc();
-                // The client's own conditions are answered from the refreshed object.
-                let _ = Conditions::take(&mut req.headers);
-                req.headers.insert(validator.0, validator.1);
-                fetching.fwd = "stale";
-                fetching.stale = Some(obj);
-                self.step = Step::Fetch(fetching);
-                return Flow::Continue;
-            }
-        }
-        shared.metrics.misses.inc();
-        if !head {
-            // The whole object is fetched and stored; a later range is answered from it.
-            req.headers.remove(RANGE);
-            req.headers.remove(IF_RANGE);
-        }
-        self.step = Step::Fetch(fetching);
-        Flow::Continue
-    }
-
-    fn response(&mut self, res: &mut response::Parts) -> Flow {
-        let shared = self.shared.clone();
-        match std::mem::replace(&mut self.step, Step::Pass("method")) {
-            Step::Pass(fwd) => {
-                res.extensions.insert(CacheOutcome("pass"));
-                set_status(&mut res.headers, &format!("gateway; fwd={fwd}"));
-            }
-            Step::Invalidate(primary) => {
-                if res.status.is_success() || res.status.is_redirection() {
-                    let n = shared.store.remove(&primary);
-                    shared.metrics.invalidations.add(n as u64);
-                }
-                res.extensions.insert(CacheOutcome("pass"));
-                set_status(&mut res.headers, "gateway; fwd=method");
-            }
-            Step::Fetch(f) => return self.fetched(f, res),
-        }
-        Flow::Continue
-    }
-
-    /// The upstream's answer to a fetch: a 304 refreshes the stale object and answers from
-    /// it; a storable answer starts filling the store.
-    fn fetched(&mut self, f: Box<Fetching>, res: &mut response::Parts) -> Flow {
-        let shared = self.shared.clone();
-        let now_sys = SystemTime::now();
-        let cond = Conditions::of(&f.request);
-        if let Some(fallback) = &f.fallback
-            && matches!(res.status.as_u16(), 500 | 502 | 503 | 504)
-        {
-            shared.metrics.stale_if_error.inc();
-            self.leader = None;
-            let status = format!(
-                "gateway; fwd=stale; fwd-status={}; detail=stale-if-error",
-                res.status.as_u16()
-            );
-            let answer = serve::answer(fallback, Instant::now(), f.head, &cond, &status);
-            return with_outcome(answer, "stale");
-        }
-        if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
-            let obj = shared.refresh(stale, &res.headers, &f, now_sys);
-            let status = "gateway; fwd=stale; fwd-status=304";
-            let answer = serve::answer(&obj, Instant::now(), f.head, &cond, status);
-            return with_outcome(answer, "revalidated");
-        }
-        res.extensions.insert(CacheOutcome("miss"));
-        let fwd = f.fwd;
-        let with_status = |extra: &str| {
-            if fwd == "stale" {
-                format!(
-                    "gateway; fwd=stale; fwd-status={}{extra}",
-                    res.status.as_u16()
-                )
-            } else {
-                format!("gateway; fwd={fwd}{extra}")
-            }
-        };
-        if f.head || f.request.contains_key(RANGE) && res.status == StatusCode::PARTIAL_CONTENT {
-            set_status(&mut res.headers, &with_status(""));
-            self.leader = None;
-            return Flow::Continue;
-        }
-        let decided = fresh::decide(
-            &f.request,
-            &f.request_cc,
-            res.status,
-            &res.headers,
-            &shared.defaults,
-            now_sys,
-        )
-        .and_then(|fr| {
-            let declared = res
-                .headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > shared.max_object_size as u64) {
-                return Err(NotStored::TooLarge);
-            }
-            Ok((fr, declared))
-        });
-        match decided {
-            Ok((freshness, expected)) => {
-                let status = with_status("; stored");
-                res.headers
-                    .insert(AGE, HeaderValue::from(freshness.initial_age.as_secs()));
-                self.fill = Some(Fill {
-                    status: res.status,
-                    headers: stored_head(&res.headers),
-                    fetching: f,
-                    freshness,
-                    body: BytesMut::with_capacity(
-                        expected
-                            .map_or(0, |n| n as usize)
-                            .min(shared.max_object_size),
-                    ),
-                    expected,
-                });
-                set_status(&mut res.headers, &status);
-            }
-            Err(r) => {
-                shared.not_stored(r);
-                let status = with_status(&format!("; detail={}", r.label()));
-                set_status(&mut res.headers, &status);
-                self.leader = None;
-            }
-        }
-        Flow::Continue
-    }
-
-    fn body(&mut self, chunk: Option<&Bytes>, eos: bool) {
-        let Some(fill) = self.fill.as_mut() else {
-            return;
-        };
-        if let Some(c) = chunk {
-            if fill.body.len() + c.len() > self.shared.max_object_size {
-                self.fill = None;
-                self.leader = None;
-                self.shared.not_stored(NotStored::TooLarge);
-                return;
-            }
-            fill.body.extend_from_slice(c);
-        }
-        if !eos {
-            return;
-        }
-        let Some(fill) = self.fill.take() else { return };
-        if fill.expected.is_some_and(|n| n != fill.body.len() as u64) {
-            self.shared.not_stored(NotStored::Truncated);
-        } else {
-            let f = fill.fetching;
-            let obj = object(
-                fill.status,
-                fill.headers,
-                fill.body.freeze(),
-                &f.path,
-                &fill.freshness,
-            );
-            if !self.shared.store.put(&f.primary, &f.request, obj) {
-                self.shared.not_stored(NotStored::TooLarge);
-            }
-        }
-        self.leader = None;
-    }
-}
-
 /// Untrusted bytes through every parser of the filter, as `Cache-Control`, `Expires`, `Age`,
 /// `Vary`, `If-None-Match`, `If-Modified-Since`, `Range` and `If-Range` of a request and of an
 /// answer, and the answer made from them: none may panic. The `cache_control` fuzz target.
@@ -676,7 +409,7 @@ pub fn check_untrusted(data: &[u8]) {
     };
     let mut h = HeaderMap::new();
     for name in [
-        CACHE_CONTROL,
+        http::header::CACHE_CONTROL,
         http::header::EXPIRES,
         http::header::DATE,
         AGE,
@@ -685,8 +418,8 @@ pub fn check_untrusted(data: &[u8]) {
         LAST_MODIFIED,
         IF_NONE_MATCH,
         IF_MODIFIED_SINCE,
-        RANGE,
-        IF_RANGE,
+        http::header::RANGE,
+        http::header::IF_RANGE,
     ] {
         h.insert(name, v.clone());
     }
@@ -705,7 +438,7 @@ pub fn check_untrusted(data: &[u8]) {
             &obj,
             Instant::now(),
             false,
-            &Conditions::of(&h),
+            &serve::Conditions::of(&h),
             "gateway; hit",
         );
         let _ = store::variant(&obj.vary, &h);
