@@ -38,9 +38,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import loadgen
-from bench import prepare_files
+from bench import jwt_fixture, prepare_files
 from link_order import self_costs
-from scenarios import BY_NAME, Scenario
+from scenarios import BY_NAME, Scenario, with_token
 from servers import Env, Server, have, wait_tcp
 
 HERE = Path(__file__).resolve().parent
@@ -170,6 +170,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
     p.add_argument("--compare", type=Path, help="another build, measured after the first")
     p.add_argument("--scenario", default="hello", help="a wrk or h2load scenario of the harness")
+    p.add_argument(
+        "--jwt-fixture",
+        type=Path,
+        default=REPO / "target/release/jwt_fixture",
+        help="writes the key set and prints the token of the `jwt` variant",
+    )
     p.add_argument("--conns", type=int, help="default: the scenario's quick concurrency")
     p.add_argument("--warmup", type=int, default=5, help="seconds of load before counting")
     p.add_argument("--duration", type=int, default=10, help="seconds counted")
@@ -208,6 +214,9 @@ def main(argv: list[str]) -> int:
         env = prepare_files(work)
         env.backend_port = args.port_base + 80
         env.plugin = args.plugin if args.plugin.is_file() else None
+        # The `jwt` variant's key set and the one token every request carries.
+        env.jwks, token = jwt_fixture(args.jwt_fixture, work)
+        args.sc.headers = with_token(args.sc.headers, token)
         backend = Server("backend", "backend", env.backend_port, env)
         backend.start()
         try:

@@ -28,6 +28,8 @@ BROWSER_HEADERS = [
 # gets `Access-Control-Allow-Origin`, `-Allow-Credentials`, `-Expose-Headers` and `Vary`).
 API_PATH = "/api/hello"
 API_CORS_PATH = "/api/cors/hello"
+# The API route with a `rewrite` filter added (the path's prefix replaced), on the gateway only.
+API_REWRITE_PATH = "/api-rewrite/hello"
 CORS_ORIGIN = "https://app.example.com"
 
 # A compressible answer (JSON text) the backend serves from the document root, proxied and
@@ -132,10 +134,16 @@ SCENARIOS = [
              variants=[Variant("bare", "/proxy/hello", "proxy"),
                        Variant("api", API_PATH, "api-route"),
                        Variant("cors", API_CORS_PATH, "api-cors"),
+                       Variant("rewrite", API_REWRITE_PATH, "rewrite"),
                        Variant("jwt", JWT_PATH, "jwt")]),
     Scenario("compress-gzip", f"Proxied {TEXT_SIZE // 1024} KiB JSON gzip-compressed on the way "
              f"(level {GZIP_LEVEL}), keep-alive", "wrk", "http", f"/text/{TEXT_FILE}", "compress",
              [50], [50], headers=["Accept-Encoding: gzip"], peers=["gateway", "nginx"]),
+    # A redirect made from the request (the path's prefix replaced, host and query kept): what
+    # a `redirect` route costs beside `hello`'s fixed answer.
+    Scenario("redirect", "Redirect (301, Location from the request's host and path), keep-alive",
+             "wrk", "http", "/old/hello", "redirect", [200], [200], status=301,
+             peers=["gateway", "nginx"]),
     Scenario("tls-h1-1k", "TLS HTTP/1.1, static 1 KiB, keep-alive", "wrk", "tls",
              "/static/1k.bin", "tls", [10, 200], [200], body_size=1024),
     Scenario("tls-h2-1k", "TLS HTTP/2, static 1 KiB, 10 streams per connection", "h2load",

@@ -33,7 +33,7 @@ CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
     "nginx": {"hello", "static", "static-small", "proxy", "api-route", "api-cors", "compress",
-              "tls", "h2", "l4"},
+              "redirect", "tls", "h2", "l4"},
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
     # A file server with a strong TLS stack; `hello` from its mruby handler.
@@ -56,6 +56,8 @@ GATEWAY_SECTIONS = {
     "api-cors": "api-cors",
     "compress": "compress",
     "jwt": "jwt",
+    "rewrite": "rewrite",
+    "redirect": "redirect",
     "general": "general",
 }
 

@@ -97,6 +97,15 @@ class Configs(ConfigCase):
         self.assertIn(f"server 127.0.0.1:{env_in(self.work).backend_port};", text)
         self.nginx_accepts(config)
 
+    def test_nginx_redirects_old_to_new_as_the_gateway_does(self) -> None:
+        self_signed(self.work)
+        config = server("nginx", self.work).write_config()
+        assert config is not None
+        self.assertIn("rewrite ^/old(/.*)$ /new$1 permanent;", config.read_text())
+        gateway = (CONFIGS / "gateway.yaml").read_text()
+        self.assertIn("redirect: { replace_prefix: /new, status: 301 }", gateway)
+        self.nginx_accepts(config)
+
     def test_the_backend_sends_the_hidden_field_under_api_only(self) -> None:
         config = server("backend", self.work).write_config()
         assert config is not None
@@ -230,6 +239,12 @@ class PlanCase(unittest.TestCase):
 
 
 class Expansion(PlanCase):
+    def test_redirect_runs_on_the_gateway_and_nginx_expecting_a_301(self) -> None:
+        labels, skipped = self.targets("redirect", set(GATEWAY_SECTIONS))
+        self.assertEqual(labels, ["gateway old/hello", "nginx old/hello"])
+        self.assertEqual((BY_NAME["redirect"].status, BY_NAME["redirect"].body_size), (301, None))
+        self.assertEqual(skipped, [])
+
     def test_api_route_is_each_servers_route_beside_its_bare_route(self) -> None:
         labels, skipped = self.targets("api-route", set(GATEWAY_SECTIONS))
         self.assertEqual(
@@ -238,6 +253,7 @@ class Expansion(PlanCase):
                 "gateway bare proxy/hello",
                 "gateway api api/hello",
                 "gateway cors api/cors/hello",
+                "gateway rewrite api-rewrite/hello",
                 "gateway jwt jwt/hello",
                 "nginx bare proxy/hello",
                 "nginx api api/hello",

@@ -51,6 +51,10 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// Several of the errors above, in the order of the file's sections (`gateway validate`
+    /// reports them all at once); one per line.
+    #[error("{}", list(.0))]
+    Many(Vec<ConfigError>),
     /// An OpenTelemetry environment variable (`OTEL_*`) the `telemetry:` section takes
     /// settings from holds a value that cannot be used.
     #[error("environment variable {variable}: {message}")]
@@ -63,11 +67,41 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// The error as `gateway validate` shows it: each located error followed by the line of
+    /// `source` it points at, with a caret under its column.
+    pub fn render(&self, source: &str) -> String {
+        let one = |e: &ConfigError| {
+            let mut out = e.to_string();
+            if let Some(at) = e.location()
+                && let Some(text) = source.lines().nth(at.line.saturating_sub(1))
+            {
+                let number = at.line.to_string();
+                let pad = " ".repeat(number.len());
+                let caret = " ".repeat(at.column.saturating_sub(1).min(text.len()));
+                out.push_str(&format!("\n {number} | {text}\n {pad} | {caret}^"));
+            }
+            out
+        };
+        match self {
+            Self::Many(all) => {
+                let shown: Vec<String> = all.iter().map(one).collect();
+                format!("{} errors:\n{}", all.len(), shown.join("\n"))
+            }
+            other => one(other),
+        }
+    }
+
     /// The location the error points at, when it has one.
     pub fn location(&self) -> Option<&Location> {
         match self {
             Self::Read { .. } | Self::Environment { .. } => None,
+            Self::Many(errors) => errors.first().and_then(Self::location),
             Self::Parse { location, .. } | Self::Invalid { location, .. } => Some(location),
         }
     }
+}
+
+fn list(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} errors:\n{}", errors.len(), lines.join("\n"))
 }

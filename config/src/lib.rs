@@ -16,6 +16,7 @@ pub mod model;
 mod nesting;
 mod otel_env;
 mod runtime;
+mod sections;
 pub mod units;
 mod validate;
 
@@ -28,6 +29,7 @@ pub use model::RawConfig;
 pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
+pub use validate::is_origin_path;
 
 /// The JSON Schema (draft 2020-12) of the config file, made from the serde model and its doc
 /// comments: every key with its type, allowed values, default and description. Editors use it
@@ -79,6 +81,12 @@ pub fn parse(text: &str, file: &str) -> Result<RawConfig, ConfigError> {
         });
     }
     serde_yaml::from_str(text).map_err(|e| {
+        // Every section's and entry's own error, when there are several.
+        let mut all = sections::each_error(text, file);
+        if all.len() > 1 {
+            all.sort_by_key(|e| e.location().map(|l| l.line));
+            return ConfigError::Many(all);
+        }
         let (line, column) = e
             .location()
             .map(|l| (l.line(), l.column()))

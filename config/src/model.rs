@@ -323,6 +323,9 @@ pub struct ListenerConfig {
     /// Expect a PROXY protocol v1/v2 header from a front load balancer.
     #[serde(default)]
     pub accept_proxy_protocol: bool,
+    /// Peers (CIDRs, or bare addresses) whose `X-Forwarded-For` / `Forwarded` name the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// Plain HTTP/1.1 `GET`/`HEAD` requests for a fixed response or a cached static file are
     /// answered without the general HTTP/1 machinery (see docs/architecture.md); `false`
     /// sends every request through it.
@@ -563,6 +566,10 @@ pub struct UpstreamConfig {
     /// Extra attempts on another target for idempotent requests.
     #[serde(default)]
     pub retries: u32,
+    /// Re-resolve host-name targets this often, off the request path; resolved once at load
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_every: Option<Duration>,
     /// Health checking; passive checks always run, and never eject the last selectable
     /// target.
     #[serde(default)]
@@ -859,6 +866,8 @@ pub struct RouteConfig {
     /// Terminal: static files.
     #[serde(rename = "static")]
     pub static_files: Option<StaticConfig>,
+    /// Terminal: a redirect.
+    pub redirect: Option<RedirectConfig>,
 }
 
 /// `routes[].match`.
@@ -907,6 +916,8 @@ pub enum FilterConfig {
     /// Asks an authentication service about each request (Traefik's ForwardAuth, nginx's
     /// `auth_request`).
     ForwardAuth(ForwardAuthConfig),
+    /// Path and host rewrite, for the terminal (the route matched on the original).
+    Rewrite(RewriteConfig),
     /// An RFC 9111 shared cache of the route's answers.
     Cache(CacheFilterConfig),
 }
@@ -1016,6 +1027,22 @@ pub struct BasicAuthConfig {
 
 fn default_basic_auth_cache() -> Duration {
     Duration::from_secs(300)
+}
+
+/// `rewrite:` filter settings: at most one of `path`, `replace_prefix`, `path_regex`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteConfig {
+    /// The whole path replaced by this one (the query is kept).
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// A regular expression on the path; the path becomes `to` when it matches.
+    pub path_regex: Option<String>,
+    /// The new path for `path_regex`, with `$1`..`$9` for its groups and `$$` for `$`.
+    pub to: Option<String>,
+    /// The `Host` (and HTTP/2 or HTTP/3 `:authority`) the terminal sees, `name[:port]`.
+    pub host: Option<String>,
 }
 
 /// `rate_limit:` filter settings.
@@ -1213,8 +1240,21 @@ fn default_jwks_refresh() -> Duration {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// Upstream name.
-    pub upstream: String,
+    /// Upstream name; exactly one of `upstream` and `split` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Upstreams chosen per request by weight (canary, blue-green), instead of `upstream`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<SplitConfig>,
+    /// Copies of the requests sent, fire-and-forget, to another upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorConfig>,
+    /// Time allowed for the whole response on this route, instead of the upstream's `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// Extra attempts on this route, instead of the upstream's `retries` (same rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
     /// Prefix removed from the path before forwarding.
     pub strip_prefix: Option<String>,
     /// Forward the client's Host header (default) or the target's address.
@@ -1228,12 +1268,99 @@ pub struct ProxyConfig {
     pub upgrades: Vec<String>,
 }
 
+impl ProxyConfig {
+    /// A proxy to one upstream, every other setting at its default.
+    pub fn to_upstream(name: &str) -> Self {
+        Self {
+            upstream: Some(name.to_owned()),
+            split: Vec::new(),
+            mirror: None,
+            timeout: None,
+            retries: None,
+            strip_prefix: None,
+            preserve_host: true,
+            upgrades: default_upgrades(),
+        }
+    }
+
+    /// The upstreams requests go to, with their weights: `upstream` alone (weight 1), or the
+    /// `split` entries.
+    pub fn backends(&self) -> Vec<(&str, u32)> {
+        match &self.upstream {
+            Some(u) => vec![(u.as_str(), 1)],
+            None => self
+                .split
+                .iter()
+                .map(|s| (s.upstream.as_str(), s.weight))
+                .collect(),
+        }
+    }
+}
+
+/// An entry of `routes[].proxy.split`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SplitConfig {
+    /// Upstream name.
+    pub upstream: String,
+    /// Relative share of the requests; 0 sends none (a standby for blue-green).
+    pub weight: u32,
+}
+
+/// `routes[].proxy.mirror`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// Upstream the copies go to.
+    pub upstream: String,
+    /// Share of the requests copied, 0 to 100.
+    #[serde(default = "hundred")]
+    pub percent: f64,
+    /// Copies in flight at most; a request over it is not copied (counted as dropped).
+    #[serde(default = "default_mirror_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn hundred() -> f64 {
+    100.0
+}
+
+fn default_mirror_in_flight() -> usize {
+    1000
+}
+
 fn default_upgrades() -> Vec<String> {
     vec!["websocket".into()]
 }
 
 fn yes() -> bool {
     true
+}
+
+/// `routes[].redirect`: parts not given are kept from the request.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectConfig {
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    /// Host name or address, without a port.
+    pub host: Option<String>,
+    /// Port; the default port of the scheme is left out of `Location`.
+    pub port: Option<u16>,
+    /// The whole path replaced by this one.
+    pub path: Option<String>,
+    /// The part of the path the route's `match.path_prefix` matched, replaced by this.
+    pub replace_prefix: Option<String>,
+    /// Drop the request's query string.
+    #[serde(default)]
+    pub strip_query: bool,
+    /// 301, 302, 303, 307 or 308 (default 302).
+    #[serde(default = "found_status")]
+    pub status: u16,
+}
+
+fn found_status() -> u16 {
+    302
 }
 
 /// `routes[].respond`.

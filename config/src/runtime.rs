@@ -66,6 +66,27 @@ impl Config {
         }
     }
 
+    /// Refuses a configuration that would serve nothing: no HTTP listener and no stream. Such a
+    /// file is almost always a mistake (the wrong file, a section indented under another), and
+    /// a gateway started on it would run without answering anything. The command line checks
+    /// it on `validate`, `run` and every reload; building a configuration does not, so a test or
+    /// a program embedding the gateway may start one with only its admin API.
+    pub fn check_serves_something(&self) -> Result<(), crate::ConfigError> {
+        if self.listeners.is_empty() && self.streams.is_empty() {
+            return Err(crate::ConfigError::Invalid {
+                location: Location {
+                    file: self.file.clone(),
+                    line: 1,
+                    column: 1,
+                },
+                key: "listeners".into(),
+                message: "the configuration serves nothing: it has no `listeners` and no `streams`"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Builds a located error for `key`.
     pub fn error(&self, key: impl Into<String>, message: impl Into<String>) -> crate::ConfigError {
         let key = key.into();
@@ -158,6 +179,8 @@ pub struct Listener {
     pub http3: bool,
     /// TLS settings.
     pub tls: Option<ListenerTlsConfig>,
+    /// `trusted_proxies`, a bare address as its /32 or /128.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Everything else, as written.
     pub settings: ListenerConfig,
 }
@@ -180,8 +203,14 @@ pub struct Upstream {
 pub struct Target {
     /// As written (`host:port`), used as the authority and in metrics.
     pub authority: String,
-    /// Resolved at load.
-    pub addr: SocketAddr,
+    /// The host: an IP address, or a name the gateway resolves when it loads the config (and
+    /// every `resolve_every`). Validation never looks a name up, so a config can be checked
+    /// before its backends exist.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The address when the host is an IP address; `None` for a name.
+    pub addr: Option<SocketAddr>,
     /// Relative weight, at least 1.
     pub weight: u32,
 }
@@ -336,6 +365,8 @@ pub enum Filter {
     BasicAuth(BasicAuthConfig),
     /// Forward authentication.
     ForwardAuth(ForwardAuth),
+    /// Path and host rewrite.
+    Rewrite(Rewrite),
     /// Response cache (its store exists, its key parts are known).
     Cache(CacheFilter),
 }
@@ -387,6 +418,53 @@ pub enum AuthService {
     Url(Box<Upstream>),
 }
 
+/// A validated `rewrite` filter: one path rule at most, and the host.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// The new path, when the path changes.
+    pub path: Option<PathRewrite>,
+    /// The new `Host` (a valid `name[:port]`).
+    pub host: Option<String>,
+}
+
+/// How a `rewrite` or `redirect` changes the path.
+#[derive(Debug, Clone)]
+pub enum PathRewrite {
+    /// The whole path replaced (starts with `/`).
+    Replace(String),
+    /// The route's matched prefix (`match.path_prefix`, as written) replaced by `with`.
+    ReplacePrefix {
+        /// The route's `match.path_prefix`.
+        prefix: String,
+        /// What replaces it.
+        with: String,
+    },
+    /// When the expression matches, the path becomes `to` with its groups substituted.
+    Regex {
+        /// The expression.
+        regex: regex::Regex,
+        /// The template (`$1`..`$9` name groups the expression has; `$$` is `$`).
+        to: String,
+    },
+}
+
+/// A validated `redirect` terminal.
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    /// `http` or `https`, when it changes.
+    pub scheme: Option<String>,
+    /// The host (lower-case, without port), when it changes.
+    pub host: Option<String>,
+    /// The port, when given.
+    pub port: Option<u16>,
+    /// The new path, when the path changes (never `Regex`).
+    pub path: Option<PathRewrite>,
+    /// Drop the query.
+    pub strip_query: bool,
+    /// One of 301, 302, 303, 307, 308.
+    pub status: u16,
+}
+
 /// What a rate limit counts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateLimitKey {
@@ -405,6 +483,8 @@ pub enum RouteAction {
     Respond(RespondConfig),
     /// Static files (root absolute and a directory).
     Static(StaticConfig),
+    /// A redirect.
+    Redirect(Redirect),
 }
 
 /// A validated L4 stream.

@@ -85,14 +85,27 @@ fn render_upstreams(upstreams: &Upstreams, out: &mut String) {
     }
     let _ = writeln!(
         out,
+        "# HELP gateway_upstream_resolve_failures_total Lookups of a target's host name that failed or found no address (the name kept its last addresses).\n# TYPE gateway_upstream_resolve_failures_total counter"
+    );
+    for u in &names {
+        let labels = [("upstream".to_owned(), u.name.to_string())];
+        let _ = writeln!(
+            out,
+            "gateway_upstream_resolve_failures_total{} {}",
+            label_text(&labels, None),
+            u.targets.resolve_failures()
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP gateway_upstream_discarded_connections_total Keep-alive connections to a target closed rather than reused because the target broke HTTP/1.1 framing (reason: unexpected_bytes after a complete response, bodiless_with_framing on a 1xx or 204).\n# TYPE gateway_upstream_discarded_connections_total counter"
     );
-    for (u, (upstream, targets)) in names.iter().zip(&rows) {
-        for (t, counts) in targets.iter().zip(u.discarded_connections()) {
+    for u in &names {
+        for (target, counts) in u.discarded_connections() {
             for (reason, value) in counts {
                 let labels = [
-                    ("upstream".to_owned(), upstream.clone()),
-                    ("target".to_owned(), t.authority.clone()),
+                    ("upstream".to_owned(), u.name.to_string()),
+                    ("target".to_owned(), target.clone()),
                 ];
                 let _ = writeln!(
                     out,
@@ -117,7 +130,7 @@ fn render_upstreams(upstreams: &Upstreams, out: &mut String) {
                 };
                 let labels = [
                     ("upstream".to_owned(), upstream.clone()),
-                    ("target".to_owned(), t.authority.clone()),
+                    ("target".to_owned(), t.id.clone()),
                 ];
                 let _ = writeln!(out, "{name}{} {value}", label_text(&labels, None));
             }

@@ -1,7 +1,8 @@
 //! Facts about the connection a request arrived on ([`ConnInfo`]), and what is derived from them
-//! once per connection: the client address's keyed hash (per-client tables key on it) and its
-//! text in the forwarding headers ([`ClientText`]). Below telemetry, the request context and
-//! the proxy, which all read them.
+//! once per connection: the client address's keyed hash (per-client tables key on it) and the
+//! peer's text in the forwarding headers ([`ClientText`]). Behind a trusted proxy the client is
+//! per request ([`ConnInfo::for_client`]). Below telemetry, the request context and the proxy,
+//! which all read them.
 
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
@@ -12,11 +13,16 @@ use http::HeaderValue;
 const HTTP: HeaderValue = HeaderValue::from_static("http");
 const HTTPS: HeaderValue = HeaderValue::from_static("https");
 
-/// Facts about the connection a request arrived on, shared by its requests.
+/// Facts about the connection a request arrived on, shared by its requests; or, for a request
+/// whose trusted forwarding fields name another client, those facts with that client
+/// ([`ConnInfo::for_client`]).
 #[derive(Debug)]
 pub struct ConnInfo {
-    /// The client (after PROXY protocol, when the listener accepts it).
+    /// The client: the peer, unless a trusted proxy's forwarding fields named another
+    /// (`listeners[].trusted_proxies`).
     pub client: SocketAddr,
+    /// The connection's peer (after PROXY protocol, when the listener accepts it).
+    pub peer: SocketAddr,
     /// The local address the connection was accepted on.
     pub local: SocketAddr,
     /// Listener name.
@@ -27,8 +33,9 @@ pub struct ConnInfo {
     pub sni: Option<Arc<str>>,
     /// [`client_ip_hash`] of `client`, made when first asked for.
     client_hash: ClientHash,
-    /// `client` as the proxy's forwarding headers write it, made when first asked for.
-    client_text: OnceLock<ClientText>,
+    /// `peer` as the proxy's forwarding headers write it (the hop the gateway appends), made
+    /// when first asked for.
+    peer_text: OnceLock<ClientText>,
     /// What a Wasm plugin reads about the connection and the route (its properties), made for
     /// the connection's first request that runs a plugin and shared by the later ones on the
     /// same route.
@@ -52,12 +59,29 @@ impl ConnInfo {
     ) -> Self {
         Self {
             client,
+            peer: client,
             local,
             listener,
             tls,
             sni,
             client_hash: ClientHash::default(),
-            client_text: OnceLock::new(),
+            peer_text: OnceLock::new(),
+            plugin_facts: OnceLock::new(),
+        }
+    }
+
+    /// The facts of one request whose trusted forwarding fields name `client`: the same
+    /// connection, peer and forwarding text, with what is derived from the client made anew.
+    pub fn for_client(&self, client: SocketAddr) -> Self {
+        Self {
+            client,
+            peer: self.peer,
+            local: self.local,
+            listener: self.listener.clone(),
+            tls: self.tls,
+            sni: self.sni.clone(),
+            client_hash: ClientHash::default(),
+            peer_text: OnceLock::from(self.peer_text().clone()),
             plugin_facts: OnceLock::new(),
         }
     }
@@ -70,10 +94,12 @@ impl ConnInfo {
             .get_or_init(|| client_ip_hash(self.client.ip()))
     }
 
-    /// The client's address as the forwarding headers write it.
-    pub fn client_text(&self) -> &ClientText {
-        self.client_text
-            .get_or_init(|| ClientText::new(self.client.ip(), self.tls))
+    /// The peer's address as the forwarding headers write it: each hop appends the address
+    /// it received the request from, so behind a trusted proxy the chain it sent is kept and
+    /// the proxy's own address added.
+    pub fn peer_text(&self) -> &ClientText {
+        self.peer_text
+            .get_or_init(|| ClientText::new(self.peer.ip(), self.tls))
     }
 }
 
@@ -92,7 +118,7 @@ pub fn client_ip_hash(ip: IpAddr) -> u64 {
 /// A connection's client address as the forwarding headers write it, made once per connection
 /// (the requests of a keep-alive connection reuse it): formatting the address, and checking the
 /// values made from it, were most of what the forwarding headers cost a proxied request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ClientText {
     /// The address alone: the element `X-Forwarded-For` gets.
     pub(crate) ip: HeaderValue,
@@ -124,5 +150,23 @@ impl ClientText {
             element: element.into_boxed_str(),
             proto: if tls { HTTPS } else { HTTP },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_client_keeps_the_peer_for_the_forwarding_headers() {
+        let peer: SocketAddr = "10.0.0.1:40000".parse().unwrap();
+        let conn = ConnInfo::new(peer, "10.0.0.2:80".parse().unwrap(), "l".into(), true, None);
+        let client: SocketAddr = "[2001:db8::7]:0".parse().unwrap();
+        let req = conn.for_client(client);
+        assert_eq!((req.client, req.peer), (client, peer));
+        assert_eq!(req.peer_text().ip, "10.0.0.1");
+        assert_eq!(&*req.peer_text().element, "for=10.0.0.1;proto=https");
+        assert_eq!(req.client_hash(), client_ip_hash(client.ip()));
+        assert_ne!(req.client_hash(), conn.client_hash());
     }
 }

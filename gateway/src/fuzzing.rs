@@ -14,6 +14,7 @@
 //!   entity tags, ranges) and the answers made from them never panic.
 //! * [`basic_auth`]: `Authorization: Basic` values and htpasswd files, as `basic_auth` reads
 //!   them: no panic, and credentials that survive their own encoding.
+//! * [`forwarded`]: the client a trusted proxy's `X-Forwarded-For` or `Forwarded` names.
 //!
 //! The HTTP/1.1 codec's own targets (request framing, response heads, chunked bodies) live
 //! beside it, in `http1/fuzz/`.
@@ -37,8 +38,10 @@ use crate::server::policy::ListenerPolicy;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 mod entry;
+mod forwarded;
 
 pub use entry::{host, path_normalize};
+pub use forwarded::forwarded;
 
 /// Routes for [`router`]: every kind of condition, on two listeners.
 const ROUTES: &str = r#"
@@ -389,5 +392,10 @@ mod tests {
     #[test]
     fn basic_auth_corpus_replays() {
         replay("basic_auth", super::basic_auth);
+    }
+
+    #[test]
+    fn forwarded_corpus_replays() {
+        replay("forwarded", super::forwarded);
     }
 }

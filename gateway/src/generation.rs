@@ -9,7 +9,7 @@ use gateway_config::{AuthService, Config, Filter, RouteAction};
 use crate::cluster::Cluster;
 use crate::error::GatewayError;
 use crate::filter::{Chain, FilterFactory, HeadersFilterFactory};
-use crate::proxy::{ProxyRoute, Upstream, Upstreams};
+use crate::proxy::{Upstream, Upstreams};
 use crate::router::{Matcher, Router};
 use crate::telemetry::stream_observer::observed;
 use crate::telemetry::{RouteMetrics, Telemetry};
@@ -94,7 +94,8 @@ impl Generation {
             ),
             None => None,
         };
-        let upstreams = Upstreams::build(&config)?;
+        let lookup = stream_proxy::upstream::resolve::system();
+        let upstreams = Upstreams::build_with(&config, &lookup)?;
         let caches: indexmap::IndexMap<_, _> = config
             .caches
             .iter()
@@ -125,12 +126,17 @@ impl Generation {
                     crate::static_files::StaticFiles::new(s)
                         .map_err(|m| config.error(format!("{key}.static"), m))?,
                 )),
-                RouteAction::Proxy(p) => {
-                    let upstream = upstreams.get(&p.upstream).ok_or_else(|| {
-                        config.error(format!("{key}.proxy.upstream"), "no such upstream")
-                    })?;
-                    Terminal::Proxy(Arc::new(ProxyRoute::new(p, upstream.clone())))
-                }
+                RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
+                    crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
+                )),
+                RouteAction::Proxy(p) => crate::proxy::terminal(
+                    &config,
+                    &format!("{key}.proxy"),
+                    &route.name,
+                    p,
+                    &upstreams,
+                    &telemetry.registry,
+                )?,
             };
             let mut factories: Vec<Arc<dyn FilterFactory>> = Vec::new();
             for (j, filter) in route.filters.iter().enumerate() {
@@ -167,7 +173,7 @@ impl Generation {
                                 })?
                             }
                             AuthService::Url(u) => {
-                                let up = Arc::new(Upstream::build(&config, u)?);
+                                let up = Arc::new(Upstream::build(&config, u, &lookup)?);
                                 private_upstreams.push(up.clone());
                                 up
                             }
@@ -180,6 +186,16 @@ impl Generation {
                                 &telemetry.registry,
                             )
                             .map_err(|m| config.error(format!("{fkey}.forward_auth"), m))?,
+                        ));
+                    }
+                    Filter::Rewrite(rw) => {
+                        factories.push(Arc::new(
+                            crate::filter::RewriteFilterFactory::new(
+                                &route.name,
+                                rw,
+                                &telemetry.registry,
+                            )
+                            .map_err(|m| config.error(format!("{fkey}.rewrite"), m))?,
                         ));
                     }
                     Filter::Plugin(name) => {

@@ -13,6 +13,7 @@ pub mod context;
 pub mod error;
 pub(crate) mod file_watch;
 pub mod filter;
+pub mod forwarded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod gcra;

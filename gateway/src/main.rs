@@ -93,16 +93,23 @@ fn main() -> ExitCode {
                 println!("ok");
                 ExitCode::SUCCESS
             }
+            Err(gateway::GatewayError::Config(e)) => {
+                eprintln!("error: {}", shown(&e, &config));
+                ExitCode::FAILURE
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::FAILURE
             }
         },
         Command::Run { config } => {
-            let loaded = match gateway_config::load(&config) {
+            let loaded = match gateway_config::load(&config).and_then(|c| {
+                c.check_serves_something()?;
+                Ok(c)
+            }) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", shown(&e, &config));
                     return ExitCode::FAILURE;
                 }
             };
@@ -153,6 +160,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// A config error with the lines of the file it points at.
+fn shown(e: &gateway_config::ConfigError, path: &std::path::Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(source) => e.render(&source),
+        Err(_) => e.to_string(),
+    }
+}
+
 /// The manual: gateway(1) on stdout, or every page (one per subcommand too) into `dir`.
 fn manpage(dir: Option<PathBuf>) -> std::io::Result<()> {
     match dir {
@@ -169,6 +184,7 @@ fn manpage(dir: Option<PathBuf>) -> std::io::Result<()> {
 /// port already in use) is left to `run`.
 fn validate(path: &std::path::Path) -> Result<(), gateway::GatewayError> {
     let config = std::sync::Arc::new(gateway_config::load(path)?);
+    config.check_serves_something()?;
     gateway::generation::Generation::check(config.clone(), &gateway::telemetry::Telemetry::new())?;
     gateway::server::tls::load_certificates(&config)?;
     gateway::telemetry::trace::check(&config.telemetry).map_err(|(key, m)| config.error(key, m))?;

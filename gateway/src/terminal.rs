@@ -1,8 +1,9 @@
-//! Terminals produce a route's response: a synthetic `respond`, static files, or the reverse
-//! proxy. Dispatch is a plain `match`. A synthetic response to a bodiless request, and a static
-//! file served from the cache, are made at once, without a future; the other paths are boxed,
-//! so a [`TerminalFuture`] is a response or a pointer, whatever the terminal (the static and
-//! proxy futures are kilobytes, and one allocation per request is noise next to their work).
+//! Terminals produce a route's response: a synthetic `respond`, a `redirect`, static files, or
+//! the reverse proxy. Dispatch is a plain `match`. A synthetic response or a redirect to a
+//! bodiless request, and a static file served from the cache, are made at once, without a
+//! future; the other paths are boxed, so a [`TerminalFuture`] is a response or a pointer,
+//! whatever the terminal (the static and proxy futures are kilobytes, and one allocation per
+//! request is noise next to their work).
 
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
@@ -16,6 +17,10 @@ use http::{Method, Request, Response, StatusCode};
 use crate::body::Body;
 use crate::context::RequestCx;
 use gateway_http1::fields::push_field;
+
+mod redirect;
+
+pub use redirect::{Origin, Redirect};
 
 /// A terminal's answer: ready at once, or one boxed future.
 pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
@@ -34,6 +39,10 @@ pub enum Terminal {
     Static(Arc<crate::static_files::StaticFiles>),
     /// The reverse proxy.
     Proxy(Arc<crate::proxy::ProxyRoute>),
+    /// The reverse proxy to upstreams picked by weight.
+    Split(Arc<crate::proxy::Split>),
+    /// A redirect.
+    Redirect(Arc<Redirect>),
 }
 
 impl Terminal {
@@ -46,6 +55,26 @@ impl Terminal {
             Self::Respond(r) => Either::Right(Box::pin(respond_after_body(r.clone(), req))),
             Self::Static(s) => Either::Right(Box::pin(s.clone().serve(req))),
             Self::Proxy(p) => Either::Right(Box::pin(p.forward(req, cx))),
+            Self::Redirect(r) if http_body::Body::is_end_stream(req.body()) => {
+                Either::Left(ready(r.response(&req, cx)))
+            }
+            Self::Redirect(r) => {
+                Either::Right(Box::pin(redirect_after_body(r.clone(), req, cx.clone())))
+            }
+            Self::Split(s) => Either::Right(Box::pin(s.forward(req, cx))),
+        }
+    }
+
+    /// The upstream that answered `res`, for the access log: the route's one, or the one a
+    /// split picked; `None` for other terminals.
+    pub fn served_by(&self, res: &Response<Body>) -> Option<Arc<str>> {
+        match self {
+            Self::Proxy(p) => Some(p.upstream_name().clone()),
+            Self::Split(_) => res
+                .extensions()
+                .get::<crate::proxy::ServedBy>()
+                .map(|s| s.0.clone()),
+            _ => None,
         }
     }
 
@@ -102,6 +131,19 @@ async fn respond_after_body(r: Arc<Respond>, req: Request<Body>) -> Response<Bod
         return crate::error::GatewayError::RequestBody(e).into_response();
     }
     r.response(&parts.method)
+}
+
+/// A redirect of a request with a body: read first, as for [`respond_after_body`].
+async fn redirect_after_body(
+    r: Arc<Redirect>,
+    req: Request<Body>,
+    cx: RequestCx,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    if let Err(e) = discard(body).await {
+        return crate::error::GatewayError::RequestBody(e).into_response();
+    }
+    r.response(&Request::from_parts(parts, ()), &cx)
 }
 
 /// A request's header map emptied for its response, with room for `capacity` headers, unless

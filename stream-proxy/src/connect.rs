@@ -44,7 +44,7 @@ pub(crate) async fn connect(up: &StreamUpstream, client: IpAddr) -> Result<Conne
         let index = selection.index();
         match connect_within(addr, up.connect_timeout).await {
             Ok(Ok(io)) => {
-                up.targets.report_success(index);
+                up.targets.report_success_on(selection.state());
                 return Ok(Connected { io, selection });
             }
             Ok(Err(e)) => {
@@ -54,7 +54,7 @@ pub(crate) async fn connect(up: &StreamUpstream, client: IpAddr) -> Result<Conne
                 tracing::debug!(upstream = %up.name, target = %addr, timeout = ?up.connect_timeout, "connect timed out; trying the next target");
             }
         }
-        up.targets.report_failure(index);
+        up.targets.report_failure_on(selection.state());
         tried.push(index);
     }
     Err(StreamError::NoHealthyTarget(up.name.to_string()))

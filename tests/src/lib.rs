@@ -301,6 +301,24 @@ where
     handshake_h2(io, authority, "http").await
 }
 
+/// An HTTP/1.1 keep-alive client over `io`, a connection to `authority` already made.
+pub async fn http1_over<IO>(io: IO, authority: String) -> Client
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    handshake_h1(io, authority, "http").await
+}
+
+/// A connection to `addr` from the loopback address `source` (any of 127.0.0.0/8), so that
+/// tests can be several clients on one machine.
+pub async fn connect_from(source: std::net::IpAddr, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::new(source, 0))
+        .expect("bind source");
+    socket.connect(addr).await.expect("connect")
+}
+
 /// A TLS client: ALPN offers `alpn` (e.g. `[b"h2", b"http/1.1"]`); HTTP/2 is used when the
 /// server picks `h2`. Returns the client and the negotiated ALPN protocol.
 pub async fn https(

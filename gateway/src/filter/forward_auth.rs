@@ -167,12 +167,9 @@ impl ForwardAuthFilterFactory {
                 .map(|n| HeaderName::from_bytes(n.as_bytes()).map_err(|e| format!("`{n}`: {e}")))
                 .collect::<Result<Vec<_>, _>>()
         };
-        let proxy = gateway_config::model::ProxyConfig {
-            upstream: service.name.to_string(),
-            strip_prefix: None,
-            preserve_host: false,
-            upgrades: Vec::new(),
-        };
+        let mut proxy = gateway_config::model::ProxyConfig::to_upstream(&service.name);
+        proxy.preserve_host = false;
+        proxy.upgrades = Vec::new();
         Ok(Self {
             shared: Arc::new(Shared {
                 service: Arc::new(ProxyRoute::new(&proxy, service)),

@@ -15,6 +15,7 @@ pub mod forward_auth;
 mod headers;
 pub mod jwt;
 pub mod rate_limit;
+mod rewrite;
 pub mod waf;
 
 use bytes::Bytes;
@@ -29,6 +30,7 @@ pub use forward_auth::ForwardAuthFilterFactory;
 pub use headers::HeadersFilterFactory;
 pub use jwt::JwtFilterFactory;
 pub use rate_limit::RateLimitFilterFactory;
+pub use rewrite::RewriteFilterFactory;
 pub use waf::WafFilterFactory;
 
 use crate::body::{Body, BoxError};

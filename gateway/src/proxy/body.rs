@@ -26,6 +26,8 @@ pub(crate) struct Lease {
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) selection: Selection,
     pub(crate) deadline: super::deadline::Deadline,
+    /// The route's deadline for the whole response (for the error that reports it).
+    pub(crate) timeout: Option<std::time::Duration>,
     /// The attempt's client span, ended with the body (dropped unfinished when the client
     /// goes away first).
     pub(crate) span: Option<OpenSpan>,
@@ -43,7 +45,9 @@ impl Lease {
     /// The exchange broke (`error_type`: `response_error` or `timeout`): the target is
     /// charged (the body that failed drops, and closes, its connection).
     fn fail(self, error_type: &'static str) {
-        self.upstream.targets.report_failure(self.selection.index());
+        self.upstream
+            .targets
+            .report_failure_on(self.selection.state());
         if let Some(span) = self.span {
             span.fail(error_type);
         }
@@ -241,7 +245,7 @@ impl HttpBody for UpstreamBody {
                 if !expired {
                     return Poll::Pending;
                 }
-                let timeout = lease.upstream.timeout.unwrap_or_default();
+                let timeout = lease.timeout.unwrap_or_default();
                 tracing::debug!(upstream = %lease.upstream.name, ?timeout, "upstream response body timed out");
                 if let Some(lease) = this.lease.take() {
                     lease.fail("timeout");

@@ -11,6 +11,7 @@ use http::{Method, Request, header};
 use tokio_util::sync::CancellationToken;
 
 use super::connect::Conn;
+use super::pool::Pool;
 use super::upstream::Upstream;
 use crate::body::Body;
 
@@ -33,24 +34,30 @@ pub(crate) async fn run(
             _ = cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let checks = (0..up.pools.len()).map(|i| check(&up, i, &path, &cfg));
+        // The targets now: a target that joins later is checked from the next round on.
+        let targets = up.targets.current();
+        let (up, path, cfg) = (&up, &path, &cfg);
+        let checks = targets.iter().filter_map(|t| {
+            let pool = t.attachment::<Arc<Pool>>()?;
+            Some(async move { (t, check(up, pool, path, cfg).await) })
+        });
         let results = tokio::select! {
             _ = cancel.cancelled() => return,
             r = join_all(checks) => r,
         };
-        for (i, passed) in results.into_iter().enumerate() {
-            up.targets.report_check(i, passed);
+        for (t, passed) in results {
+            up.targets.report_check_on(t, passed);
         }
     }
 }
 
 async fn check(
     up: &Upstream,
-    index: usize,
+    pool: &Pool,
     path: &http::uri::PathAndQuery,
     cfg: &HealthCheckConfig,
 ) -> bool {
-    let endpoint = &up.pools[index].endpoint;
+    let endpoint = &pool.endpoint;
     let attempt = async {
         let conn = up
             .connector

@@ -23,9 +23,11 @@ pub mod deadline;
 mod h1;
 pub(crate) mod headers;
 mod health;
+mod mirror;
 mod outcome;
 mod pace;
 mod pool;
+mod split;
 mod text;
 pub mod tls;
 pub(crate) mod trailers;
@@ -47,6 +49,7 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use stream_proxy::upstream::Selection;
 use tokio::time::Sleep;
 
+pub use split::{ServedBy, Split, terminal};
 pub use upstream::{Upstream, Upstreams};
 
 use self::body::{Lease, RawBody};
@@ -76,6 +79,15 @@ pub struct ProxyRoute {
     strip_prefix: Option<Box<str>>,
     preserve_host: bool,
     upgrades: upgrade::AllowedUpgrades,
+    /// Whole-response deadline per attempt (the route's, else the upstream's); `None` when 0.
+    timeout: Option<Duration>,
+    /// Extra attempts (the route's, else the upstream's).
+    retries: u32,
+    /// Where copies of the requests go, when the route mirrors.
+    mirror: Option<Arc<mirror::Mirror>>,
+    /// A mirror's route: its failures are counted, not logged one by one (a dead shadow
+    /// would log every copy).
+    shadow: bool,
 }
 
 /// The rewritten request line (method and path) and the authority to send with it (`Host`,
@@ -136,12 +148,36 @@ impl ProxyRoute {
             .map(|p| p.trim_end_matches('/'))
             .filter(|p| !p.is_empty())
             .map(Box::from);
+        let timeout = cfg
+            .timeout
+            .map_or(upstream.timeout, |t| Some(t.get()).filter(|t| !t.is_zero()));
         Self {
+            retries: cfg.retries.unwrap_or(upstream.retries),
+            timeout,
             upstream,
             strip_prefix,
             preserve_host: cfg.preserve_host,
             upgrades: upgrade::AllowedUpgrades::new(&cfg.upgrades),
+            mirror: None,
+            shadow: false,
         }
+    }
+
+    /// The route with copies of its requests sent to `mirror`.
+    fn mirrored(mut self, mirror: Option<Arc<mirror::Mirror>>) -> Self {
+        self.mirror = mirror;
+        self
+    }
+
+    /// Whether the route copies requests to a mirror (the fast path leaves such routes to the
+    /// general path, which tees bodies).
+    pub fn mirrors(&self) -> bool {
+        self.mirror.is_some()
+    }
+
+    /// The name of the upstream the route forwards to.
+    pub fn upstream_name(&self) -> &Arc<str> {
+        &self.upstream.name
     }
 
     /// Forwards one request; every failure becomes a response here.
@@ -203,7 +239,7 @@ impl ProxyRoute {
         parts.headers.remove(header::EXPECT);
         headers::add_forwarding(
             &mut parts.headers,
-            cx.conn.client_text(),
+            cx.conn.peer_text(),
             client_host.as_ref(),
             parts.version,
         );
@@ -230,8 +266,8 @@ impl ProxyRoute {
             host: client_host.filter(|_| self.preserve_host && !h2),
             method: parts.method,
         };
-        let retries = if up.retries > 0 && is_idempotent(&line.method) && !upgrading {
-            up.retries as usize
+        let retries = if self.retries > 0 && is_idempotent(&line.method) && !upgrading {
+            self.retries as usize
         } else {
             0
         };
@@ -243,9 +279,18 @@ impl ProxyRoute {
         } else {
             body
         };
-        let (body, pace) = pace::paced(body, body_empty, up.timeout);
+        // A copy's body is teed from the client's as it goes up, before the pacing that
+        // the copy gets again on its own side.
+        let (body, copy) = match &self.mirror {
+            Some(m) if !upgrading => m.select(body, body_empty),
+            _ => (body, None),
+        };
+        let (body, pace) = pace::paced(body, body_empty, self.timeout);
         let mut line = line;
         headers::detach(&mut line.path, &mut line.host, &mut parts.headers);
+        if let (Some(m), Some(copy)) = (&self.mirror, copy) {
+            m.send(copy, &line, &parts.headers, body_empty);
+        }
         Ok(Rewritten {
             line,
             headers: parts.headers,
@@ -297,7 +342,9 @@ impl ProxyRoute {
                 };
                 let index = selection.index();
                 let retry_left = tried.len() < req.retries;
-                let pool = &up.pools[index];
+                let Some(pool) = Upstream::pool(&selection) else {
+                    return self.fail(GatewayError::NoHealthyTarget(up.name.to_string()));
+                };
                 let span;
                 // The request is made and moved into the attempt in this block, so the state
                 // kept across the attempt does not hold it a second time.
@@ -341,7 +388,7 @@ impl ProxyRoute {
                 match attempt.await {
                     Ok(sent) => {
                         let status = sent.response.status();
-                        up.report_answer(index, status);
+                        up.report_answer(&selection, status);
                         let retry =
                             matches!(status.as_u16(), 502..=504) && retry_left && req.body_empty;
                         if retry {
@@ -359,7 +406,7 @@ impl ProxyRoute {
                         break self.respond(sent, selection, span, &mut req);
                     }
                     Err(Failed { error, unsent }) => {
-                        up.report_error(index, &error);
+                        up.report_error(&selection, &error);
                         tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                         if let Some(unsent) = unsent {
                             req.body = Some(unsent);
@@ -397,6 +444,9 @@ impl ProxyRoute {
             GatewayError::NoHealthyTarget(_) => {
                 tracing::debug!(upstream = %self.upstream.name, error = %error, "proxying failed")
             }
+            _ if self.shadow => {
+                tracing::debug!(upstream = %self.upstream.name, error = %error, cause = ?cause, "mirrored copy failed")
+            }
             _ => {
                 tracing::warn!(upstream = %self.upstream.name, error = %error, cause = ?cause, "proxying failed")
             }
@@ -427,13 +477,12 @@ impl ProxyRoute {
         let Some(prefix) = &self.strip_prefix else {
             return target.into();
         };
-        match path.strip_prefix(&**prefix) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let query = &target[path.len()..];
-                let rest = if rest.is_empty() { "/" } else { rest };
-                format!("{rest}{query}").into()
+        match crate::router::replace_prefix(prefix, "", path) {
+            Some(mut rest) => {
+                rest.push_str(&target[path.len()..]);
+                rest.into()
             }
-            _ => target.into(),
+            None => target.into(),
         }
     }
 
@@ -499,13 +548,13 @@ impl ProxyRoute {
     ) -> impl Future<Output = Result<Sent, Failed>> + Send + 'a {
         async move {
             let up = &self.upstream;
-            let timeout = up.timeout.unwrap_or_default();
+            let timeout = self.timeout.unwrap_or_default();
             let timed_out = || GatewayError::UpstreamTimeout(timeout);
             let upstream_failed = |e: BoxError| GatewayError::UpstreamFailed {
                 addr: pool.endpoint.addr.to_string(),
                 source: e,
             };
-            let mut deadline = deadline::start(up.timeout);
+            let mut deadline = deadline::start(self.timeout);
             // A pooled connection the peer closed while idle hands the request back unsent; try
             // again on another (a fresh one, once the idle ones run out).
             loop {
@@ -635,6 +684,7 @@ impl ProxyRoute {
             upstream: self.upstream.clone(),
             selection,
             deadline,
+            timeout: self.timeout,
             span,
         };
         if switching {

@@ -15,6 +15,8 @@
 
 use http::StatusCode;
 
+use stream_proxy::upstream::Selection;
+
 use super::upstream::Upstream;
 use crate::error::GatewayError;
 
@@ -54,21 +56,21 @@ pub(crate) fn is_targets_fault(error: &GatewayError) -> bool {
 }
 
 impl Upstream {
-    /// The target at `index` answered with `status`: a success unless the status is counted.
+    /// The `selected` target answered with `status`: a success unless the status is counted.
     #[inline]
-    pub(crate) fn report_answer(&self, index: usize, status: StatusCode) {
+    pub(crate) fn report_answer(&self, selected: &Selection, status: StatusCode) {
         if self.counted_statuses.contains(status) {
-            self.targets.report_failure(index);
+            self.targets.report_failure_on(selected.state());
         } else {
-            self.targets.report_success(index);
+            self.targets.report_success_on(selected.state());
         }
     }
 
-    /// An attempt on the target at `index` failed with `error` before an answer: a failure of
+    /// An attempt on the `selected` target failed with `error` before an answer: a failure of
     /// the target when it is the target's fault, nothing otherwise.
-    pub(crate) fn report_error(&self, index: usize, error: &GatewayError) {
+    pub(crate) fn report_error(&self, selected: &Selection, error: &GatewayError) {
         if is_targets_fault(error) {
-            self.targets.report_failure(index);
+            self.targets.report_failure_on(selected.state());
         }
     }
 }

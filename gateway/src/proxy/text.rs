@@ -191,7 +191,7 @@ impl ProxyRoute {
             text.extend_from_slice(host);
         }
         // `GET` and `HEAD` are idempotent and carry no body here: every one may be retried.
-        let retries = up.retries as usize;
+        let retries = self.retries as usize;
         Some(Forwarding {
             text,
             line,
@@ -228,11 +228,13 @@ impl ProxyRoute {
             };
             let index = selection.index();
             let retry_left = tried.len() < fwd.retries;
-            let pool = &up.pools[index];
+            let Some(pool) = super::Upstream::pool(&selection) else {
+                return Err(self.fail(GatewayError::NoHealthyTarget(up.name.to_string())));
+            };
             match self.attempt_text(pool, fwd, replaced, out).await {
                 Ok((head, written, body, deadline)) => {
                     let status = head.status;
-                    up.report_answer(index, status);
+                    up.report_answer(&selection, status);
                     let replaceable = matches!(status.as_u16(), 502..=504);
                     let answered = Answered {
                         head,
@@ -242,6 +244,7 @@ impl ProxyRoute {
                             upstream: up.clone(),
                             selection,
                             deadline,
+                            timeout: self.timeout,
                             span: None,
                         },
                     };
@@ -255,7 +258,7 @@ impl ProxyRoute {
                     break answered;
                 }
                 Err(error) => {
-                    up.report_error(index, &error);
+                    up.report_error(&selection, &error);
                     tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                     if retry_left && error.retryable() {
                         up.retries_total
@@ -319,8 +322,8 @@ impl ProxyRoute {
         out: &mut Vec<u8>,
     ) -> Result<(BareResponseHead, Written, super::h1::ResponseBody, Deadline), GatewayError> {
         let up = &self.upstream;
-        let timeout = up.timeout.unwrap_or_default();
-        let mut deadline = super::deadline::start(up.timeout);
+        let timeout = self.timeout.unwrap_or_default();
+        let mut deadline = super::deadline::start(self.timeout);
         let host = fwd.host_for(pool.endpoint.host.as_bytes());
         // A pooled connection the peer closed while idle did not take the request; try again
         // on another (a fresh one, once the idle ones run out).

@@ -1,9 +1,13 @@
 //! An upstream at run time: its targets (balancer and health, shared with L4 streams through
-//! [`stream_proxy::upstream::Targets`]), one connection pool per target, the connector, and the
-//! settings requests need, all built once per config generation. [`Upstreams`] holds a
-//! generation's upstreams and their background tasks (idle reaping, active health checks),
-//! which stop when the generation is dropped; requests still in flight keep their upstream (and
-//! so its pools) alive through an `Arc`.
+//! [`stream_proxy::upstream::Targets`]), one connection pool per target (the target's
+//! attachment, so it comes and goes with the target), the connector, and the settings requests
+//! need, all built once per config generation. Host-name targets are resolved when the
+//! generation is built, never during validation; with `resolve_every`, a background task
+//! resolves them again off the request path and the set changes under the requests. A target
+//! that leaves keeps its pool until its last request ends; its idle connections close with it.
+//! [`Upstreams`] holds a generation's upstreams and their background tasks (idle reaping,
+//! active health checks, name refreshes), which stop when the generation is dropped; requests
+//! still in flight keep their upstream (and so its pools) alive through an `Arc`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +16,8 @@ use std::time::Duration;
 use gateway_config::{Config, HashKey};
 use http::header::{self, HeaderName, HeaderValue};
 use http::uri::{Authority, Scheme};
-use stream_proxy::upstream::{KeyHasher, Targets};
+use stream_proxy::upstream::resolve::{self, Lookup};
+use stream_proxy::upstream::{Attacher, Attachment, KeyHasher, Selection, TargetSpec, Targets};
 use tokio_util::sync::CancellationToken;
 
 use super::connect::Connector;
@@ -26,7 +31,6 @@ pub struct Upstream {
     pub name: Arc<str>,
     /// Targets with their balancer, health and counters.
     pub targets: Arc<Targets>,
-    pub(crate) pools: Box<[Arc<Pool>]>,
     pub(crate) connector: Connector,
     /// `http` or `https`, for HTTP/2 `:scheme`.
     pub(crate) scheme: Scheme,
@@ -40,6 +44,15 @@ pub struct Upstream {
     hash_on: Option<HashOn>,
     health: gateway_config::model::HealthCheckConfig,
     idle_timeout: Duration,
+    resolve_every: Option<Duration>,
+}
+
+/// What a target's pool is made of besides its address, the same for every address of one
+/// written target.
+struct EndpointParts {
+    server_name: rustls_pki_types::ServerName<'static>,
+    host: HeaderValue,
+    authority: Authority,
 }
 
 enum HashOn {
@@ -53,6 +66,7 @@ impl Upstream {
     pub(crate) fn build(
         config: &Config,
         u: &gateway_config::Upstream,
+        lookup: &Lookup,
     ) -> Result<Self, GatewayError> {
         let key = |k: &str| format!("upstreams.{}.{k}", u.name);
         let s = &u.settings;
@@ -67,11 +81,12 @@ impl Upstream {
             },
             max_open: s.pool.max_connections_per_target,
         };
-        let mut pools = Vec::with_capacity(u.targets.len());
+        // Checked for every written target now, so a target's pool cannot fail to be made when
+        // its name resolves later.
+        let mut parts = HashMap::with_capacity(u.targets.len());
         for (i, t) in u.targets.iter().enumerate() {
             let bad = |m: String| config.error(key(&format!("targets[{i}]")), m);
-            let endpoint = Endpoint {
-                addr: t.addr,
+            let endpoint = EndpointParts {
                 server_name: super::tls::server_name(&tls, &t.authority).map_err(|m| {
                     if tls.server_name.is_some() {
                         config.error(key("tls.server_name"), m)
@@ -83,8 +98,19 @@ impl Upstream {
                 authority: Authority::try_from(t.authority.as_str())
                     .map_err(|e| bad(e.to_string()))?,
             };
-            pools.push(Arc::new(Pool::new(endpoint, limits)));
+            parts.insert(t.authority.clone(), endpoint);
         }
+        let attacher: Attacher = Arc::new(move |spec: &TargetSpec| {
+            let p = parts.get(&*spec.authority)?;
+            let endpoint = Endpoint {
+                addr: spec.addr,
+                server_name: p.server_name.clone(),
+                host: p.host.clone(),
+                authority: p.authority.clone(),
+            };
+            let pool: Attachment = Arc::new(Arc::new(Pool::new(endpoint, limits)));
+            Some(pool)
+        });
         let hash_on = u.hash_on.as_ref().map(|h| match h {
             HashKey::ClientIp => HashOn::ClientIp,
             HashKey::Path => HashOn::Path,
@@ -99,8 +125,7 @@ impl Upstream {
             .flatten();
         Ok(Self {
             name: Arc::from(u.name.as_str()),
-            targets: Arc::new(Targets::from_config(u)),
-            pools: pools.into(),
+            targets: Arc::new(Targets::from_config_with(u, lookup.clone(), Some(attacher))),
             scheme: if s.tls.is_some()
                 || s.protocol == gateway_config::model::UpstreamProtocol::Http2
             {
@@ -118,17 +143,36 @@ impl Upstream {
             hash_on,
             health: s.health_check.clone(),
             idle_timeout: s.pool.idle_timeout.get(),
+            resolve_every: s.resolve_every.map(|d| d.get()),
         })
     }
 
-    /// For each target, in the targets' order, how many of its pooled connections were closed
-    /// for each [`Discard`] reason: `(reason label, count)`.
-    pub(crate) fn discarded_connections(
-        &self,
-    ) -> impl Iterator<Item = [(&'static str, u64); 2]> + '_ {
-        self.pools
+    /// The pool of a selected target.
+    pub(crate) fn pool(selection: &Selection) -> Option<&Arc<Pool>> {
+        selection.state().attachment::<Arc<Pool>>()
+    }
+
+    /// The pools of the targets now, in the targets' order.
+    pub(crate) fn pools(&self) -> Vec<Arc<Pool>> {
+        self.targets
+            .current()
             .iter()
-            .map(|pool| Discard::ALL.map(|why| (why.label(), pool.discards(why))))
+            .filter_map(|t| t.attachment::<Arc<Pool>>().cloned())
+            .collect()
+    }
+
+    /// For each target now, in the targets' order, its id and how many of its pooled
+    /// connections were closed for each [`Discard`] reason: `(reason label, count)`.
+    pub(crate) fn discarded_connections(&self) -> Vec<(String, [(&'static str, u64); 2])> {
+        self.targets
+            .current()
+            .iter()
+            .filter_map(|t| {
+                let pool = t.attachment::<Arc<Pool>>()?;
+                let counts = Discard::ALL.map(|why| (why.label(), pool.discards(why)));
+                Some((t.spec.id.to_string(), counts))
+            })
+            .collect()
     }
 
     /// The consistent-hash key of a request (0 for other balancers). A request without the
@@ -192,14 +236,20 @@ impl Upstream {
         Some(h.finish())
     }
 
+    /// Whether [`super::ProxyRoute::rewrite_text`] takes every request to this upstream: an
+    /// HTTP/1.1 upstream that does not balance by a cookie.
+    pub(crate) fn forwards_as_text(&self) -> bool {
+        !self.connector.is_h2() && !matches!(self.hash_on, Some(HashOn::Cookie(_)))
+    }
+
     /// Connections open to each target (for tests and metrics).
     pub fn open_connections(&self) -> Vec<usize> {
-        self.pools.iter().map(|p| p.open()).collect()
+        self.pools().iter().map(|p| p.open()).collect()
     }
 
     /// Idle keep-alive connections to each target.
     pub fn idle_connections(&self) -> Vec<usize> {
-        self.pools.iter().map(|p| p.idle()).collect()
+        self.pools().iter().map(|p| p.idle()).collect()
     }
 
     fn spawn_background(self: &Arc<Self>, cancel: &CancellationToken) {
@@ -216,13 +266,16 @@ impl Upstream {
             loop {
                 tokio::select! {
                     _ = cancel_pools.cancelled() => return,
-                    _ = shed.tick() => up.pools.iter().for_each(|p| p.shed_buffers()),
+                    _ = shed.tick() => up.pools().iter().for_each(|p| p.shed_buffers()),
                     _ = reap.tick(), if reap_every.is_some() => {
-                        up.pools.iter().for_each(|p| p.reap())
+                        up.pools().iter().for_each(|p| p.reap())
                     }
                 }
             }
         });
+        if let Some(every) = self.resolve_every {
+            tokio::spawn(refresh_names(self.targets.clone(), every, cancel.clone()));
+        }
         if let Some(path) = &self.health.path {
             tokio::spawn(super::health::run(
                 self.clone(),
@@ -230,6 +283,26 @@ impl Upstream {
                 self.health.clone(),
                 cancel.clone(),
             ));
+        }
+    }
+}
+
+/// Resolves `targets`' host names again every `every`, on a blocking thread (the system's
+/// resolver blocks), until `cancel`.
+async fn refresh_names(targets: Arc<Targets>, every: Duration, cancel: CancellationToken) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let t = targets.clone();
+        // A lookup that hangs holds its thread, not this task's next tick past cancellation.
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::task::spawn_blocking(move || t.refresh()) => {}
         }
     }
 }
@@ -253,11 +326,17 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    /// Builds every upstream in `config`. Nothing runs until [`Upstreams::start`].
+    /// Builds every upstream in `config`, resolving host names with the system's resolver.
+    /// Nothing runs until [`Upstreams::start`].
     pub fn build(config: &Config) -> Result<Self, GatewayError> {
+        Self::build_with(config, &resolve::system())
+    }
+
+    /// [`Upstreams::build`] with host names resolved by `lookup`, now and on each refresh.
+    pub fn build_with(config: &Config, lookup: &Lookup) -> Result<Self, GatewayError> {
         let mut by_name = HashMap::with_capacity(config.upstreams.len());
         for (name, u) in &config.upstreams {
-            by_name.insert(name.clone(), Arc::new(Upstream::build(config, u)?));
+            by_name.insert(name.clone(), Arc::new(Upstream::build(config, u, lookup)?));
         }
         Ok(Self {
             by_name,
@@ -266,7 +345,7 @@ impl Upstreams {
     }
 
     /// Starts every upstream's background tasks (idle-connection reaping, active health
-    /// checks) on the current Tokio runtime; they stop when `self` is dropped.
+    /// checks, name refreshes) on the current Tokio runtime; they stop when `self` is dropped.
     pub fn start(&self) {
         self.by_name
             .values()
@@ -299,6 +378,121 @@ impl Drop for Upstreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The refresh task, with a lookup the test answers: a name that does not resolve at load
+    /// leaves the upstream without targets (it still builds), later answers become targets with
+    /// their pools, a failed lookup keeps them, and the task stops with its generation.
+    #[tokio::test]
+    async fn the_refresh_task_follows_the_names_answers_until_the_generation_goes() {
+        use std::net::IpAddr;
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+        let answer: Arc<Mutex<Option<Vec<IpAddr>>>> = Arc::new(Mutex::new(None));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let lookup: Lookup = {
+            let (answer, calls) = (answer.clone(), calls.clone());
+            Arc::new(move |host| {
+                assert_eq!(host, "app.internal");
+                calls.fetch_add(1, Relaxed);
+                let found = answer.lock().unwrap().clone();
+                found.ok_or_else(|| std::io::Error::other("no such host"))
+            })
+        };
+        let yaml =
+            "upstreams:\n  app:\n    targets: [app.internal:8080]\n    resolve_every: 20ms\n";
+        let config = gateway_config::load_str(yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+        let upstreams = Upstreams::build_with(&config, &lookup).unwrap();
+        let up = upstreams.get("app").unwrap().clone();
+        assert!(up.targets.is_empty());
+        upstreams.start();
+
+        let wait_for = |n: usize| {
+            let up = up.clone();
+            async move {
+                for _ in 0..200 {
+                    if up.targets.len() == n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("never {n} targets: {:?}", up.targets.snapshot());
+            }
+        };
+        let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
+        *answer.lock().unwrap() = Some(loopback[..1].to_vec());
+        wait_for(1).await;
+        *answer.lock().unwrap() = Some(loopback.clone());
+        wait_for(2).await;
+        let addrs: Vec<_> = up.pools().iter().map(|p| p.endpoint.addr).collect();
+        assert_eq!(
+            addrs,
+            [
+                "127.0.0.1:8080".parse().unwrap(),
+                "[::1]:8080".parse().unwrap()
+            ]
+        );
+        assert_eq!(up.pools()[1].endpoint.host, "app.internal:8080");
+
+        // Failures keep the last good set.
+        *answer.lock().unwrap() = None;
+        let before = up.targets.resolve_failures();
+        while up.targets.resolve_failures() < before + 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(up.targets.len(), 2);
+
+        drop(upstreams);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let stopped = calls.load(Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            calls.load(Relaxed),
+            stopped,
+            "the task outlived its generation"
+        );
+    }
+
+    /// A name that does not resolve when the config loads: the upstream is built without a
+    /// target for it and its requests get `503` (no healthy target), not a failed start.
+    #[tokio::test]
+    async fn a_name_not_resolved_yet_is_answered_503() {
+        let lookup: Lookup = Arc::new(|_| Err(std::io::Error::other("no such host")));
+        let yaml = "upstreams:\n  app:\n    targets: [app.internal:8080]\n\
+                    routes:\n  - match: { path_prefix: / }\n    proxy: { upstream: app }\n";
+        let config = gateway_config::load_str(yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+        let upstreams = Upstreams::build_with(&config, &lookup).unwrap();
+        let up = upstreams.get("app").unwrap().clone();
+        assert_eq!((up.targets.len(), up.targets.resolve_failures()), (0, 1));
+        let gateway_config::RouteAction::Proxy(p) = &config.routes[0].action else {
+            panic!("not a proxy route");
+        };
+        let route = Arc::new(super::super::ProxyRoute::new(p, up));
+        let fields = [httparse::Header {
+            name: "host",
+            value: b"example.com",
+        }];
+        let request = super::super::TextRequest {
+            head: false,
+            target: "/",
+            path: "/",
+            host: Some(b"example.com"),
+            fields: &fields,
+            close: false,
+        };
+        let ip: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let client = crate::connection::ClientText::new(ip, false);
+        let fwd = route.rewrite_text(&request, &client, ip).unwrap();
+        let replaced = super::super::Replaced {
+            hsts: false,
+            alt_svc: false,
+        };
+        let answer = route.forward_text(&fwd, replaced, &mut Vec::new()).await;
+        let Err(res) = answer else {
+            panic!("answered without a target");
+        };
+        assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    }
 
     #[test]
     fn cookie_lookup() {

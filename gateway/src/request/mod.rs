@@ -9,6 +9,7 @@ use http::{HeaderMap, Request, Uri, Version, header};
 
 pub mod host;
 pub mod path;
+pub mod rewrite;
 
 pub use path::{EscapedSlashes, PathRefusal, PathRules};
 

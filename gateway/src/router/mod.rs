@@ -115,6 +115,26 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
     }
 }
 
+/// `path` with the part a route's `path_prefix` matched replaced by `with` (the Gateway API's
+/// `ReplacePrefixMatch`): `/api` → `/v2` turns `/api` into `/v2` and `/api/x` into `/v2/x`;
+/// an empty `with` strips the prefix (`/api/x` → `/x`, `/api` → `/`). `None` when the prefix
+/// does not match on a segment boundary. One rule for `proxy.strip_prefix`, the `rewrite`
+/// filter and the `redirect` terminal.
+pub fn replace_prefix(prefix: &str, with: &str, path: &str) -> Option<String> {
+    // A trailing `/` on either side is the segment boundary, not part of the prefix.
+    let prefix = prefix.trim_end_matches('/');
+    let with = with.trim_end_matches('/');
+    let rest = path.strip_prefix(prefix)?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    Some(match (with.is_empty(), rest.is_empty()) {
+        (true, true) => "/".to_owned(),
+        (false, true) => with.to_owned(),
+        _ => [with, rest].concat(),
+    })
+}
+
 /// One listener's routes (indices into [`Router::routes`]), in file order, by the first path
 /// segment they require.
 #[derive(Debug)]
@@ -315,6 +335,21 @@ pub fn strip_port(authority: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replace_prefix_works_on_segment_boundaries() {
+        let r = |prefix, with, path| replace_prefix(prefix, with, path);
+        assert_eq!(r("/api", "/v2", "/api").as_deref(), Some("/v2"));
+        assert_eq!(r("/api", "/v2", "/api/x/y").as_deref(), Some("/v2/x/y"));
+        assert_eq!(r("/api/", "/v2/", "/api/x").as_deref(), Some("/v2/x"));
+        assert_eq!(r("/api", "/v2", "/api/").as_deref(), Some("/v2/"));
+        assert_eq!(r("/api", "", "/api/x").as_deref(), Some("/x"));
+        assert_eq!(r("/api", "/", "/api").as_deref(), Some("/"));
+        assert_eq!(r("/", "/v2", "/x").as_deref(), Some("/v2/x"));
+        assert_eq!(r("/", "", "/x").as_deref(), Some("/x"));
+        assert_eq!(r("/api", "/v2", "/apix"), None);
+        assert_eq!(r("/api", "/v2", "/other"), None);
+    }
 
     fn route(yaml: &str) -> gateway_config::Route {
         let cfg = gateway_config::load_str(yaml, "t.yaml", std::path::Path::new(".")).unwrap();

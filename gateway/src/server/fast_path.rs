@@ -88,6 +88,9 @@ pub struct Lane<'a> {
     /// Whether the connection is a plain socket that takes `sendfile`: a file not in the
     /// cache is then looked up and answered here (a large one sent from disk).
     sends_files: bool,
+    /// The peer is one of the listener's `trusted_proxies`: a request naming its client in a
+    /// forwarding field is the service's, which makes that client the request's.
+    trusted_peer: bool,
 }
 
 impl<'a> Lane<'a> {
@@ -115,6 +118,7 @@ impl<'a> Lane<'a> {
             listener_lines,
             no_headers: HeaderMap::new(),
             sends_files,
+            trusted_peer: svc.policy.trusts(svc.conn.peer.ip()),
         }
     }
 }

@@ -228,6 +228,7 @@ impl Gateway {
         let config = tokio::task::spawn_blocking(move || gateway_config::load(&path))
             .await
             .map_err(|e| GatewayError::Internal(e.to_string()))??;
+        config.check_serves_something()?;
         let config = Arc::new(config);
         let cx = &self.inner.cx;
         let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);

@@ -15,7 +15,9 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::body::{Body, BoxError};
+use crate::connection::ConnInfo;
 use crate::error::{BodyLimitExceeded, GatewayError};
+use crate::forwarded::TrustedProxies;
 use crate::request::{self, EntryRefusal, EntryRules, EscapedSlashes, PathRules};
 use crate::telemetry::{Counter, Registry};
 use gateway_http1::framing::Violation;
@@ -75,6 +77,9 @@ pub struct ListenerPolicy {
     pub entry: EntryRules,
     /// Refusal counters.
     pub rejected: Rejections,
+    /// `trusted_proxies`, when any, with the count of malformed forwarding fields they sent
+    /// (`gateway_http_forwarded_invalid_total`).
+    pub trusted: Option<(TrustedProxies, Counter)>,
 }
 
 impl ListenerPolicy {
@@ -91,7 +96,37 @@ impl ListenerPolicy {
                 .map(hsts_value),
             entry: entry_rules(settings),
             rejected: Rejections::new(registry, &listener.name),
+            trusted: TrustedProxies::new(&listener.trusted_proxies).map(|t| {
+                let invalid = registry.counter(
+                    "gateway_http_forwarded_invalid_total",
+                    "Requests from a trusted proxy whose X-Forwarded-For or Forwarded held a malformed entry, by listener.",
+                    &[("listener", &listener.name)],
+                );
+                (t, invalid)
+            }),
         }
+    }
+
+    /// Whether `peer` is one of the listener's trusted proxies.
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        self.trusted.as_ref().is_some_and(|(t, _)| t.contains(peer))
+    }
+
+    /// A request's own facts, when its peer is a trusted proxy whose forwarding fields name
+    /// another client; `None` (the connection's facts hold) otherwise, and at once when the
+    /// listener trusts no one.
+    pub fn client_of(&self, conn: &ConnInfo, headers: &http::HeaderMap) -> Option<Arc<ConnInfo>> {
+        let (trusted, invalid) = self.trusted.as_ref()?;
+        if !trusted.contains(conn.peer.ip()) {
+            return None;
+        }
+        let resolved = trusted.resolve(headers);
+        if resolved.invalid {
+            invalid.inc();
+            tracing::debug!(peer = %conn.peer, "malformed forwarding field from a trusted proxy");
+        }
+        let client = resolved.client?;
+        (client.ip() != conn.client.ip()).then(|| Arc::new(conn.for_client(client)))
     }
 
     /// Checks a request before routing: `414` for a long target, `413` for a declared length
@@ -309,6 +344,7 @@ mod tests {
             hsts: None,
             entry: EntryRules::default(),
             rejected: Rejections::default(),
+            trusted: None,
         }
     }
 

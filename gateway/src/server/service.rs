@@ -26,7 +26,7 @@ use crate::telemetry::trace::{self, ServerSpan, with_current};
 use crate::telemetry::{
     AccessLog, AccessRecord, RequestText, RouteMetrics, Telemetry, protocol_text,
 };
-use crate::terminal::BoxedResponse;
+use crate::terminal::{BoxedResponse, Terminal};
 
 /// A request's future: the response, when it was ready at once (a synthetic response on a
 /// route without filters, a request refused before routing); a terminal's own boxed future
@@ -93,6 +93,9 @@ struct RequestEnd {
     // box and touched on every request.
     facts: Option<Box<RequestFacts>>,
     span: Option<Box<ServerSpan>>,
+    /// The request's own facts, when a trusted proxy named its client (the connection's
+    /// otherwise).
+    client: Option<Arc<ConnInfo>>,
     /// Counts the request in flight on the connection until the response head (or until the
     /// request is abandoned).
     _in_flight: Option<InFlight>,
@@ -154,6 +157,9 @@ impl ConnService {
     ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
+        // Behind a trusted proxy the client is the request's: named before anything records it.
+        let client = self.policy.client_of(&self.conn, req.headers());
+        let conn = client.as_ref().unwrap_or(&self.conn);
         let end = RequestEnd {
             start: Instant::now(),
             version: req.version(),
@@ -165,8 +171,9 @@ impl ConnService {
                 .telemetry
                 .tracer
                 .load_full()
-                .map(|t| Box::new(ServerSpan::start(&t, &req, &self.conn))),
+                .map(|t| Box::new(ServerSpan::start(&t, &req, conn))),
             _in_flight: in_flight,
+            client,
         };
         let (generation, index) = match routed {
             Some(routed) => {
@@ -180,7 +187,8 @@ impl ConnService {
                     Err(status) => {
                         let server = generation.server_header.as_ref();
                         let mut res = with_server(error_response(status), server);
-                        self.finish(end, &mut res, &Arc::from(""), &generation.unrouted);
+                        let unrouted = (&Arc::from(""), &generation.unrouted);
+                        self.finish(end, &mut res, unrouted, None);
                         return Either::Left(ready(res));
                     }
                 }
@@ -194,7 +202,8 @@ impl ConnService {
         let cx = || self.request_cx(&end, route);
         let rest = match route.chain.start(&route.terminal, req, cx, server) {
             Started::Done(mut res) => {
-                self.finish(end, &mut res, &route.name, &route.metrics);
+                let terminal = Some(&route.terminal);
+                self.finish(end, &mut res, (&route.name, &route.metrics), terminal);
                 return Either::Left(ready(res));
             }
             // The terminal's future is the request's one allocation: the rest is kept beside
@@ -217,14 +226,15 @@ impl ConnService {
             let server = generation.server_header.as_ref();
             let run = rest.resume(&route.chain, &route.terminal, server);
             let mut res = in_trace(&end, run).await;
-            svc.finish(end, &mut res, &route.name, &route.metrics);
+            let terminal = Some(&route.terminal);
+            svc.finish(end, &mut res, (&route.name, &route.metrics), terminal);
             res
         })))
     }
 
     fn request_cx(&self, end: &RequestEnd, route: &CompiledRoute) -> RequestCx {
         RequestCx {
-            conn: self.conn.clone(),
+            conn: end.client.as_ref().unwrap_or(&self.conn).clone(),
             route: route.name.clone(),
             start: end.start,
             trace: end.span.as_ref().map(|s| s.context().clone()),
@@ -267,8 +277,8 @@ impl ConnService {
         &self,
         end: RequestEnd,
         res: &mut Response<Body>,
-        route_name: &Arc<str>,
-        metrics: &RouteMetrics,
+        (route_name, metrics): (&Arc<str>, &RouteMetrics),
+        terminal: Option<&Terminal>,
     ) {
         self.decorate(res);
         if res.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -280,9 +290,10 @@ impl ConnService {
         let open = end
             .span
             .and_then(|s| (*s).end_head(res.status(), route_name));
-        if let (Some(log), Some(facts)) = (end.log, end.facts) {
+        if let (Some(log), Some(mut facts)) = (end.log, end.facts) {
+            facts.upstream = terminal.and_then(|t| t.served_by(res));
             let mut record = (*facts).into_record(
-                &self.conn,
+                end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
                 res.status(),
                 body_bytes(res),
@@ -371,7 +382,9 @@ impl Future for Finishing {
                 .end
                 .take()
                 .expect("`Finishing` polled after it finished");
-            this.svc.finish(end, &mut res, &route.name, &route.metrics);
+            let terminal = Some(&route.terminal);
+            this.svc
+                .finish(end, &mut res, (&route.name, &route.metrics), terminal);
             return Poll::Ready(res);
         }
     }
@@ -390,6 +403,8 @@ pub(crate) struct RequestFacts {
     pub(crate) time: std::time::SystemTime,
     pub(crate) method: http::Method,
     pub(crate) text: RequestText,
+    /// The upstream the request was proxied to, once known.
+    pub(crate) upstream: Option<Arc<str>>,
 }
 
 impl RequestFacts {
@@ -406,6 +421,7 @@ impl RequestFacts {
                 header(header::USER_AGENT),
                 header(header::REFERER),
             ),
+            upstream: None,
         }
     }
 
@@ -429,6 +445,7 @@ impl RequestFacts {
             bytes,
             duration,
             route,
+            upstream: self.upstream,
             trace_id: None,
             user: None,
             cache: None,

@@ -39,6 +39,8 @@ pub struct AccessRecord {
     pub duration: Duration,
     /// Route name ("" when none matched).
     pub route: Arc<str>,
+    /// The upstream the request was proxied to, when it was.
+    pub upstream: Option<Arc<str>>,
     /// Trace id, when the request is traced.
     pub trace_id: Option<String>,
     /// The authenticated user (a verified token's `sub`, or the user `basic_auth` let in),

@@ -35,13 +35,9 @@ impl Dispatch {
             .keys()
             .filter_map(|name| {
                 let up = upstreams.get(name)?.clone();
-                let cfg = gateway_config::model::ProxyConfig {
-                    upstream: name.clone(),
-                    strip_prefix: None,
-                    preserve_host: true,
-                    // A plugin's call gets its answer as a body; it never switches protocols.
-                    upgrades: Vec::new(),
-                };
+                let mut cfg = gateway_config::model::ProxyConfig::to_upstream(name);
+                // A plugin's call gets its answer as a body; it never switches protocols.
+                cfg.upgrades = Vec::new();
                 Some((name.clone(), Arc::new(ProxyRoute::new(&cfg, up))))
             })
             .collect();

@@ -669,3 +669,32 @@ impl Drop for WasmFilter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::ConnInfo;
+
+    #[test]
+    fn a_plugin_sees_the_client_a_trusted_proxy_named_as_the_source() {
+        let peer = "10.0.0.1:40000".parse().unwrap();
+        let conn = ConnInfo::new(
+            peer,
+            "10.0.0.2:80".parse().unwrap(),
+            "l".into(),
+            false,
+            None,
+        );
+        let client = "192.0.2.9:0".parse().unwrap();
+        let cx = RequestCx {
+            conn: Arc::new(conn.for_client(client)),
+            route: "r".into(),
+            start: tokio::time::Instant::now(),
+            trace: None,
+            request_head: None,
+            jwt: None,
+            user: None,
+        };
+        assert_eq!(stream_info(&cx).source, Some(client));
+    }
+}

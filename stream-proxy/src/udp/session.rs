@@ -139,14 +139,14 @@ impl SessionTask {
                         Ok(Some(datagram)) => {
                             if !answered {
                                 answered = true;
-                                self.upstream.targets.report_success(self.selection.index());
+                                self.upstream.targets.report_success_on(self.selection.state());
                             }
                             self.forward(&datagram).await;
                         }
                         Err(e) => {
                             // ECONNREFUSED here is the target's ICMP "port unreachable".
                             if e.kind() == io::ErrorKind::ConnectionRefused {
-                                self.upstream.targets.report_failure(self.selection.index());
+                                self.upstream.targets.report_failure_on(self.selection.state());
                             }
                             break Some(e.to_string());
                         }

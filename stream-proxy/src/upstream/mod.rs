@@ -18,32 +18,46 @@
 //! // A retry asks for any target but the ones already tried:
 //! assert!(targets.select(0, &[first.index()]).is_none());
 //! ```
+//!
+//! The set can change while it serves: host-name targets are resolved when the set is built and
+//! again on each [`Targets::refresh`] ([`resolve`]), every address of a name becoming a target.
+//! The current set is swapped whole; a [`Selection`] keeps its target (with its counters,
+//! health and attachment, such as the HTTP proxy's connection pool) alive until it is dropped,
+//! so a target that vanished from DNS leaves once its last request or connection ends.
 
 mod balancer;
 mod hash;
 mod health;
+pub mod resolve;
 mod stats;
 
+use std::any::Any;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use gateway_config::model::Balance;
 use tokio::time::Instant;
 
 use balancer::{Balancer, Candidates};
 use health::{HealthState, Transition};
+use resolve::{Entry, Lookup};
 
 pub use hash::{KeyHasher, hash_bytes};
 pub use health::HealthPolicy;
 pub use stats::{Health, TargetSnapshot, TargetStats};
 
-/// One target as configured.
+/// One target as configured (or, for a host name, one of its addresses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetSpec {
-    /// `host:port` as written (the HTTP authority, the name in metrics, the ring identity).
+    /// `host:port` as written (the HTTP authority and TLS name).
     pub authority: Arc<str>,
+    /// The target's name in metrics, logs and the consistent-hash ring: the authority, with
+    /// `@IP` after it when the address came from resolving a name (a name may have several).
+    pub id: Arc<str>,
     /// Resolved address.
     pub addr: SocketAddr,
     /// Relative weight (at least 1).
@@ -51,9 +65,21 @@ pub struct TargetSpec {
 }
 
 impl TargetSpec {
-    /// A target.
+    /// A target written as an address.
     pub fn new(authority: &str, addr: SocketAddr, weight: u32) -> Self {
+        let authority: Arc<str> = Arc::from(authority);
         Self {
+            id: authority.clone(),
+            authority,
+            addr,
+            weight: weight.max(1),
+        }
+    }
+
+    /// One address a host-name target resolved to.
+    pub fn resolved(authority: &str, addr: SocketAddr, weight: u32) -> Self {
+        Self {
+            id: Arc::from(format!("{authority}@{}", addr.ip())),
             authority: Arc::from(authority),
             addr,
             weight: weight.max(1),
@@ -61,36 +87,115 @@ impl TargetSpec {
     }
 }
 
+/// What a user of the set keeps per target beside it (the HTTP proxy's connection pool), made
+/// by an [`Attacher`] when the target joins the set and dropped with the target.
+pub type Attachment = Arc<dyn Any + Send + Sync>;
+
+/// Makes a target's [`Attachment`] as it joins the set.
+pub type Attacher = Arc<dyn Fn(&TargetSpec) -> Option<Attachment> + Send + Sync>;
+
 /// A target with its live state.
-#[derive(Debug)]
 pub struct TargetState {
     /// What was configured.
     pub spec: TargetSpec,
     /// Counters.
     pub stats: TargetStats,
     health: HealthState,
+    attachment: Option<Attachment>,
 }
 
-/// Told when passive checks eject a target here: the target's authority and how long it stays
+impl TargetState {
+    /// The target's attachment, if it has one of type `T`.
+    pub fn attachment<T: Any>(&self) -> Option<&T> {
+        self.attachment.as_deref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for TargetState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TargetState")
+            .field("spec", &self.spec)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Told when passive checks eject a target here: the target's id and how long it stays
 /// out. Runs on the request path of the failing request, so it must only hand the fact on.
 pub type EjectionListener = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
-/// An upstream's targets with their balancer and health.
+/// The targets in service at one time, with their balancer.
 #[derive(Debug)]
-pub struct Targets {
-    name: Arc<str>,
+struct Set {
     targets: Box<[Arc<TargetState>]>,
     balancer: Balancer,
+}
+
+/// An upstream's targets with their balancer and health.
+pub struct Targets {
+    name: Arc<str>,
+    set: SetCell,
+    balance: Balance,
     policy: HealthPolicy,
     epoch: Instant,
     listener: OnceLock<Listener>,
+    /// The configured entries and what their names last resolved to.
+    entries: Mutex<Vec<Entry>>,
+    lookup: Lookup,
+    attacher: Option<Attacher>,
+    resolve_failures: AtomicU64,
+}
+
+impl std::fmt::Debug for Targets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Targets")
+            .field("name", &self.name)
+            .field("set", &*self.set.load())
+            .finish_non_exhaustive()
+    }
 }
 
 struct Listener(EjectionListener);
 
-impl std::fmt::Debug for Listener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EjectionListener")
+/// Where the current set lives: a set of addresses only never changes, and is read without the
+/// swap's cost on every selection; a set with host names is swapped when they resolve anew.
+enum SetCell {
+    Fixed(Arc<Set>),
+    Changing(ArcSwap<Set>),
+}
+
+/// The current set, borrowed or guarded.
+enum Current<'a> {
+    Fixed(&'a Arc<Set>),
+    Changing(arc_swap::Guard<Arc<Set>>),
+}
+
+impl Current<'_> {
+    fn clone_arc(&self) -> Arc<Set> {
+        match self {
+            Self::Fixed(set) => Arc::clone(set),
+            Self::Changing(guard) => Arc::clone(guard),
+        }
+    }
+}
+
+impl std::ops::Deref for Current<'_> {
+    type Target = Set;
+
+    fn deref(&self) -> &Set {
+        match self {
+            Self::Fixed(set) => set,
+            Self::Changing(guard) => guard,
+        }
+    }
+}
+
+impl SetCell {
+    fn load(&self) -> Current<'_> {
+        match self {
+            Self::Fixed(set) => Current::Fixed(set),
+            Self::Changing(swap) => Current::Changing(swap.load()),
+        }
     }
 }
 
@@ -103,7 +208,7 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// Index of the target in configuration order (pass it to `report_*` and `excluding`).
+    /// Index of the target in the set it was chosen from (pass it to `excluding`).
     pub fn index(&self) -> usize {
         self.index
     }
@@ -111,6 +216,12 @@ impl Selection {
     /// The target.
     pub fn target(&self) -> &TargetSpec {
         &self.target.spec
+    }
+
+    /// The target with its state, to report on (`report_*_on`) and read its attachment: it
+    /// stays this target even after the set changed.
+    pub fn state(&self) -> &TargetState {
+        &self.target
     }
 }
 
@@ -123,44 +234,127 @@ impl Drop for Selection {
 impl Targets {
     /// Builds a set from specs in configuration order.
     pub fn new(specs: Vec<TargetSpec>, balance: Balance, policy: HealthPolicy) -> Self {
-        Self::named("", specs, balance, policy)
+        let entries = specs.iter().map(Entry::fixed).collect();
+        Self::build("", entries, balance, policy, resolve::system(), None)
     }
 
-    /// Builds a set from a validated upstream.
+    /// Builds a set from a validated upstream, resolving host names with the system's resolver.
     pub fn from_config(upstream: &gateway_config::Upstream) -> Self {
-        let specs = upstream
-            .targets
-            .iter()
-            .map(|t| TargetSpec::new(&t.authority, t.addr, t.weight))
-            .collect();
-        Self::named(
+        Self::from_config_with(upstream, resolve::system(), None)
+    }
+
+    /// Builds a set from a validated upstream, resolving host names with `lookup` (now, and on
+    /// each [`Targets::refresh`]); `attacher` makes each target's attachment.
+    pub fn from_config_with(
+        upstream: &gateway_config::Upstream,
+        lookup: Lookup,
+        attacher: Option<Attacher>,
+    ) -> Self {
+        let entries = upstream.targets.iter().map(Entry::from_config).collect();
+        Self::build(
             &upstream.name,
-            specs,
+            entries,
             upstream.settings.balance,
             HealthPolicy::from(&upstream.settings.health_check),
+            lookup,
+            attacher,
         )
     }
 
-    fn named(name: &str, specs: Vec<TargetSpec>, balance: Balance, policy: HealthPolicy) -> Self {
-        let ids: Vec<(&str, u32)> = specs.iter().map(|s| (&*s.authority, s.weight)).collect();
-        let balancer = Balancer::new(balance, &ids);
-        Self {
+    fn build(
+        name: &str,
+        entries: Vec<Entry>,
+        balance: Balance,
+        policy: HealthPolicy,
+        lookup: Lookup,
+        attacher: Option<Attacher>,
+    ) -> Self {
+        let fixed = entries.iter().all(Entry::is_fixed);
+        let empty = Arc::new(Set {
+            targets: Box::new([]),
+            balancer: Balancer::new(balance, &[]),
+        });
+        let mut targets = Self {
             name: Arc::from(name),
-            targets: specs
-                .into_iter()
-                .map(|spec| {
-                    Arc::new(TargetState {
-                        spec,
-                        stats: TargetStats::default(),
-                        health: HealthState::default(),
-                    })
-                })
-                .collect(),
-            balancer,
+            set: SetCell::Changing(ArcSwap::new(empty)),
+            balance,
             policy,
             epoch: Instant::now(),
             listener: OnceLock::new(),
+            entries: Mutex::new(entries),
+            lookup,
+            attacher,
+            resolve_failures: AtomicU64::new(0),
+        };
+        targets.refresh();
+        if fixed {
+            targets.set = SetCell::Fixed(targets.set.load().clone_arc());
         }
+        targets
+    }
+
+    /// Resolves the host names again (blocking: call it off the request path) and, when the
+    /// addresses changed, swaps in the new set. A target that stays keeps its state; a new one
+    /// starts healthy. A name whose lookup fails or finds nothing keeps the addresses it last
+    /// had (counted in [`Targets::resolve_failures`] and logged). Returns whether the set
+    /// changed.
+    pub fn refresh(&self) -> bool {
+        let specs = {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for entry in entries.iter_mut() {
+                if let Err(why) = entry.resolve(&self.lookup) {
+                    self.resolve_failures.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        upstream = %self.name, target = %entry.authority(), error = %why,
+                        kept = entry.addresses(),
+                        "target name not resolved; its last addresses are kept"
+                    );
+                }
+            }
+            entries.iter().flat_map(Entry::specs).collect::<Vec<_>>()
+        };
+        let current = self.set.load();
+        let same = specs.len() == current.targets.len()
+            && specs
+                .iter()
+                .zip(current.targets.iter())
+                .all(|(s, t)| *s == t.spec);
+        if same {
+            return false;
+        }
+        let targets: Box<[Arc<TargetState>]> = specs
+            .into_iter()
+            .map(
+                |spec| match current.targets.iter().find(|t| t.spec == spec) {
+                    Some(kept) => kept.clone(),
+                    None => Arc::new(TargetState {
+                        attachment: self.attacher.as_ref().and_then(|make| make(&spec)),
+                        spec,
+                        stats: TargetStats::default(),
+                        health: HealthState::default(),
+                    }),
+                },
+            )
+            .collect();
+        let ids: Vec<(&str, u32)> = targets
+            .iter()
+            .map(|t| (&*t.spec.id, t.spec.weight))
+            .collect();
+        let balancer = Balancer::new(self.balance, &ids);
+        if !current.targets.is_empty() {
+            tracing::info!(upstream = %self.name, targets = targets.len(), "upstream targets changed");
+        }
+        match &self.set {
+            SetCell::Changing(swap) => swap.store(Arc::new(Set { targets, balancer })),
+            // Only sets of addresses are fixed, and their addresses never change.
+            SetCell::Fixed(_) => return false,
+        }
+        true
+    }
+
+    /// Lookups of a target name that failed or found no address, since the set was built.
+    pub fn resolve_failures(&self) -> u64 {
+        self.resolve_failures.load(Relaxed)
     }
 
     /// The upstream's name (empty for sets built with [`Targets::new`]).
@@ -174,104 +368,128 @@ impl Targets {
         self.listener.set(Listener(listener)).is_ok()
     }
 
-    /// Ejects the target written `authority` for `eject_for`, on another instance's report,
-    /// unless it is the last selectable target here. The listener is not told (the report came
-    /// from it). `false` when no target is written so.
-    pub fn eject_from_peer(&self, authority: &str, eject_for: Duration) -> bool {
-        let Some(index) = self
-            .targets
-            .iter()
-            .position(|t| &*t.spec.authority == authority)
-        else {
+    /// Ejects the target named `id` for `eject_for`, on another instance's report, unless it
+    /// is the last selectable target here. The listener is not told (the report came from
+    /// it). `false` when no target has that id.
+    pub fn eject_from_peer(&self, id: &str, eject_for: Duration) -> bool {
+        let set = self.set.load();
+        let Some(t) = set.targets.iter().find(|t| &*t.spec.id == id) else {
             return false;
         };
-        let t = &self.targets[index];
         let now = self.now_ms();
         let until = now.saturating_add(eject_for.as_millis() as u64);
         let transition = t
             .health
-            .on_peer_ejection(&t.stats, until, now, || self.alone(index));
+            .on_peer_ejection(&t.stats, until, now, || self.alone(&set, t));
         self.log(t, transition);
         true
     }
 
-    /// Number of targets.
+    /// Number of targets now.
     pub fn len(&self) -> usize {
-        self.targets.len()
+        self.set.load().targets.len()
     }
 
-    /// Whether there are no targets (validated configs always have one).
+    /// Whether there are no targets now (a name that has not resolved yet).
     pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
+        self.set.load().targets.is_empty()
     }
 
-    /// The target at `index`.
-    pub fn get(&self, index: usize) -> Option<&TargetState> {
-        self.targets.get(index).map(|t| &**t)
+    /// The target at `index` in the current set.
+    pub fn get(&self, index: usize) -> Option<Arc<TargetState>> {
+        self.set.load().targets.get(index).cloned()
     }
 
-    /// Picks a healthy target not in `excluding`; `key` is the request's hash for
-    /// `consistent_hash` (ignored otherwise). `None` when every candidate is down or excluded.
+    /// The targets now, in configuration order.
+    pub fn current(&self) -> Vec<Arc<TargetState>> {
+        self.set.load().targets.to_vec()
+    }
+
+    /// Picks a healthy target not in `excluding` (indices in the current set); `key` is the
+    /// request's hash for `consistent_hash` (ignored otherwise). `None` when every candidate
+    /// is down or excluded, or there is none.
     pub fn select(&self, key: u64, excluding: &[usize]) -> Option<Selection> {
+        let set = self.set.load();
         let view = View {
             set: self,
+            targets: &set.targets,
             excluding,
             now: std::cell::Cell::new(None),
         };
-        let index = self.balancer.pick(&view, key)?;
-        let target = self.targets[index].clone();
+        let index = set.balancer.pick(&view, key)?;
+        let target = set.targets.get(index)?.clone();
         target.stats.attempts.fetch_add(1, Relaxed);
         target.stats.in_flight.fetch_add(1, Relaxed);
         Some(Selection { index, target })
     }
 
-    /// A request or connection on `index` succeeded.
+    /// A request or connection on `index` (in the current set) succeeded.
     pub fn report_success(&self, index: usize) {
-        if let Some(t) = self.targets.get(index) {
-            let transition = t.health.on_success(&t.stats, || self.now_ms());
-            self.log(t, transition);
+        if let Some(t) = self.get(index) {
+            self.report_success_on(&t);
         }
     }
 
-    /// A request or connection on `index` failed in a way that says something about the target
+    /// A request or connection on `index` (in the current set) failed; see
+    /// [`Targets::report_failure_on`].
+    pub fn report_failure(&self, index: usize) {
+        if let Some(t) = self.get(index) {
+            self.report_failure_on(&t);
+        }
+    }
+
+    /// An active health check of `index` (in the current set) passed or failed.
+    pub fn report_check(&self, index: usize, passed: bool) {
+        if let Some(t) = self.get(index) {
+            self.report_check_on(&t, passed);
+        }
+    }
+
+    /// A request or connection on `t` succeeded.
+    pub fn report_success_on(&self, t: &TargetState) {
+        let transition = t.health.on_success(&t.stats, || self.now_ms());
+        self.log(t, transition);
+    }
+
+    /// A request or connection on `t` failed in a way that says something about the target
     /// (connect error, reset, timeout of its answer, bad response). Never takes the set's last
     /// selectable target out: that ejection is counted as spared instead.
-    pub fn report_failure(&self, index: usize) {
-        if let Some(t) = self.targets.get(index) {
-            let transition = t
-                .health
-                .on_failure(&t.stats, &self.policy, self.now_ms(), || self.alone(index));
-            if transition == Transition::Ejected
-                && let Some(Listener(tell)) = self.listener.get()
-            {
-                tell(&t.spec.authority, self.policy.eject_for);
-            }
-            self.log(t, transition);
+    pub fn report_failure_on(&self, t: &TargetState) {
+        let set = self.set.load();
+        let transition = t
+            .health
+            .on_failure(&t.stats, &self.policy, self.now_ms(), || {
+                self.alone(&set, t)
+            });
+        if transition == Transition::Ejected
+            && let Some(Listener(tell)) = self.listener.get()
+        {
+            tell(&t.spec.id, self.policy.eject_for);
         }
+        self.log(t, transition);
     }
 
-    /// An active health check of `index` passed or failed.
-    pub fn report_check(&self, index: usize, passed: bool) {
-        if let Some(t) = self.targets.get(index) {
-            let transition = t.health.on_check(&t.stats, &self.policy, passed);
-            self.log(t, transition);
-        }
+    /// An active health check of `t` passed or failed.
+    pub fn report_check_on(&self, t: &TargetState, passed: bool) {
+        let transition = t.health.on_check(&t.stats, &self.policy, passed);
+        self.log(t, transition);
     }
 
-    /// The health of `index` now.
+    /// The health of `index` (in the current set) now.
     pub fn health(&self, index: usize) -> Option<Health> {
-        self.targets
-            .get(index)
-            .map(|t| t.health.health(self.now_ms()))
+        self.get(index).map(|t| t.health.health(self.now_ms()))
     }
 
     /// Copies of every target's state, in configuration order.
     pub fn snapshot(&self) -> Vec<TargetSnapshot> {
         let now = self.now_ms();
-        self.targets
+        self.set
+            .load()
+            .targets
             .iter()
             .map(|t| TargetSnapshot {
                 authority: t.spec.authority.to_string(),
+                id: t.spec.id.to_string(),
                 addr: t.spec.addr,
                 weight: t.spec.weight,
                 health: t.health.health(now),
@@ -290,18 +508,16 @@ impl Targets {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Whether no target but `index` is selectable now (ejected and down ones are not).
-    fn alone(&self, index: usize) -> bool {
+    /// Whether no target of `set` but `t` is selectable now (ejected and down ones are not).
+    fn alone(&self, set: &Set, t: &TargetState) -> bool {
         let now = self.now_ms();
-        !self
-            .targets
+        !set.targets
             .iter()
-            .enumerate()
-            .any(|(i, t)| i != index && t.health.available(|| now))
+            .any(|o| !std::ptr::eq(&**o, t) && o.health.available(|| now))
     }
 
     fn log(&self, t: &TargetState, transition: Transition) {
-        let (upstream, target) = (&*self.name, &*t.spec.authority);
+        let (upstream, target) = (&*self.name, &*t.spec.id);
         match transition {
             Transition::None => {}
             Transition::Ejected => tracing::warn!(
@@ -330,35 +546,34 @@ impl Targets {
 /// some target carries an ejection.
 struct View<'a> {
     set: &'a Targets,
+    targets: &'a [Arc<TargetState>],
     excluding: &'a [usize],
     now: std::cell::Cell<Option<u64>>,
 }
 
 impl Candidates for View<'_> {
     fn len(&self) -> usize {
-        self.set.targets.len()
+        self.targets.len()
     }
 
     fn weight(&self, i: usize) -> u32 {
-        self.set.targets[i].spec.weight
+        self.targets[i].spec.weight
     }
 
     fn load(&self, i: usize) -> u32 {
-        self.set.targets[i].stats.in_flight()
+        self.targets[i].stats.in_flight()
     }
 
     fn eligible(&self, i: usize) -> bool {
         !self.excluding.contains(&i)
-            && self.set.targets[i]
-                .health
-                .available(|| match self.now.get() {
-                    Some(now) => now,
-                    None => {
-                        let now = self.set.now_ms();
-                        self.now.set(Some(now));
-                        now
-                    }
-                })
+            && self.targets[i].health.available(|| match self.now.get() {
+                Some(now) => now,
+                None => {
+                    let now = self.set.now_ms();
+                    self.now.set(Some(now));
+                    now
+                }
+            })
     }
 }
 

@@ -48,6 +48,8 @@ pub enum Health {
 pub struct TargetSnapshot {
     /// `host:port` as configured.
     pub authority: String,
+    /// The target's name in metrics: the authority, with `@IP` when it came from a host name.
+    pub id: String,
     /// Resolved address.
     pub addr: SocketAddr,
     /// Relative weight.

@@ -1,6 +1,7 @@
 //! Health and bookkeeping through the public `Targets` API (the balancers' own distributions are
 //! tested next to each balancer). Time is paused so ejection windows are exact.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use super::*;
@@ -239,4 +240,157 @@ async fn ejections_are_reported_to_the_listener_and_peer_reports_eject_for_their
     assert!(t.eject_from_peer("127.0.0.1:9000", Duration::from_secs(1)));
     tokio::time::advance(Duration::from_millis(2000)).await;
     assert_eq!(t.health(0), Some(Health::Ejected));
+}
+
+/// A lookup whose answers the test changes: `None` fails.
+fn feed() -> (Arc<Mutex<Option<Vec<IpAddr>>>>, resolve::Lookup) {
+    let answer: Arc<Mutex<Option<Vec<IpAddr>>>> = Arc::new(Mutex::new(None));
+    let a = answer.clone();
+    let lookup: resolve::Lookup = Arc::new(move |host| {
+        assert_eq!(host, "app.internal");
+        a.lock()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| std::io::Error::other("no such host"))
+    });
+    (answer, lookup)
+}
+
+fn named(balance: &str) -> gateway_config::Upstream {
+    let yaml = format!(
+        "upstreams:\n  app:\n    targets: [ {{ address: app.internal:8080, weight: 3 }}, 127.0.0.1:9000 ]\n    balance: {balance}\n    hash_on: path\n"
+    );
+    let config = gateway_config::load_str(&yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    config.upstreams["app"].clone()
+}
+
+fn ids(t: &Targets) -> Vec<String> {
+    t.snapshot().into_iter().map(|s| s.id).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_address_of_a_name_is_a_target_and_refreshes_keep_the_state_of_those_that_stay() {
+    let (answer, lookup) = feed();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    // Not resolvable at first: only the address target serves.
+    let t = Targets::from_config_with(&named("round_robin"), lookup, None);
+    assert_eq!(ids(&t), ["127.0.0.1:9000"]);
+    assert_eq!(t.resolve_failures(), 1);
+
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.2"), ip("10.0.0.1"), ip("10.0.0.2")]);
+    assert!(t.refresh());
+    assert_eq!(
+        ids(&t),
+        [
+            "app.internal:8080@10.0.0.1",
+            "app.internal:8080@10.0.0.2",
+            "127.0.0.1:9000"
+        ]
+    );
+    let snap = t.snapshot();
+    assert_eq!(snap[0].authority, "app.internal:8080");
+    assert_eq!(snap[0].addr, "10.0.0.1:8080".parse().unwrap());
+    assert_eq!((snap[0].weight, snap[1].weight, snap[2].weight), (3, 3, 1));
+    assert_eq!(
+        picks(&t, 70),
+        [30, 30, 10],
+        "the entry's weight applies to each address"
+    );
+    // The same answer changes nothing.
+    assert!(!t.refresh());
+
+    // 10.0.0.1 is ejected; a selection on 10.0.0.2 is in flight across the change.
+    t.report_failure(0);
+    t.report_failure(0);
+    assert_eq!(t.health(0), Some(Health::Ejected));
+    let held = t.select(0, &[0, 2]).unwrap();
+    assert_eq!(held.target().id.as_ref(), "app.internal:8080@10.0.0.2");
+
+    // 10.0.0.2 vanishes, 10.0.0.3 appears: the ejected one stays ejected, the new one starts
+    // healthy, and the vanished one lives on for the request that holds it.
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.1"), ip("10.0.0.3")]);
+    assert!(t.refresh());
+    assert_eq!(
+        ids(&t),
+        [
+            "app.internal:8080@10.0.0.1",
+            "app.internal:8080@10.0.0.3",
+            "127.0.0.1:9000"
+        ]
+    );
+    assert_eq!(t.health(0), Some(Health::Ejected));
+    assert_eq!(t.health(1), Some(Health::Healthy));
+    t.report_failure_on(held.state());
+    assert_eq!(held.state().stats.failures.load(Relaxed), 1);
+    assert_eq!(
+        t.snapshot()[1].failures,
+        0,
+        "a report on a vanished target charges no other"
+    );
+    drop(held);
+
+    // A failed or empty lookup keeps the last good set, and is counted.
+    *answer.lock().unwrap() = None;
+    assert!(!t.refresh());
+    *answer.lock().unwrap() = Some(Vec::new());
+    assert!(!t.refresh());
+    assert_eq!(t.resolve_failures(), 3);
+    assert_eq!(t.len(), 3);
+}
+
+#[test]
+fn a_set_with_no_target_yet_selects_none_with_every_balancer() {
+    for balance in ["round_robin", "least_requests", "random", "consistent_hash"] {
+        let (_, lookup) = feed();
+        let mut up = named(balance);
+        up.targets.truncate(1);
+        let t = Targets::from_config_with(&up, lookup, None);
+        assert!(t.is_empty());
+        assert!(t.select(7, &[]).is_none(), "{balance}");
+    }
+}
+
+#[test]
+fn localhost_resolves_to_a_target_per_address() {
+    let yaml = "upstreams:\n  app:\n    targets: [localhost:8080]\n";
+    let config = gateway_config::load_str(yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    let t = Targets::from_config(&config.upstreams["app"]);
+    let addrs: Vec<SocketAddr> = t.snapshot().iter().map(|s| s.addr).collect();
+    assert!(
+        addrs.contains(&"127.0.0.1:8080".parse().unwrap()),
+        "{addrs:?}"
+    );
+    assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+}
+
+#[test]
+fn a_vanished_target_and_its_attachment_go_when_its_last_selection_ends() {
+    let (answer, lookup) = feed();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.1"), ip("10.0.0.2")]);
+    let live = Arc::new(());
+    let attacher: Attacher = {
+        let live = live.clone();
+        Arc::new(move |_: &TargetSpec| {
+            let a: Attachment = Arc::new(live.clone());
+            Some(a)
+        })
+    };
+    let t = Targets::from_config_with(&named("round_robin"), lookup, Some(attacher));
+    // The test's and the attacher's, and one attachment for each of the name's two addresses
+    // and the address target.
+    assert_eq!(Arc::strong_count(&live), 5);
+    let held = t.select(0, &[1, 2]).unwrap();
+    assert_eq!(held.target().addr.ip(), ip("10.0.0.1"));
+    assert!(held.state().attachment::<Arc<()>>().is_some());
+    *answer.lock().unwrap() = Some(vec![ip("10.0.0.2")]);
+    assert!(t.refresh());
+    assert_eq!(t.len(), 2);
+    assert_eq!(
+        Arc::strong_count(&live),
+        5,
+        "kept while a selection holds it"
+    );
+    drop(held);
+    assert_eq!(Arc::strong_count(&live), 4);
 }

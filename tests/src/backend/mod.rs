@@ -78,6 +78,12 @@ impl Backend {
         Self::launch(name, "127.0.0.1:0".parse().expect("addr"), None).await
     }
 
+    /// Starts a cleartext backend called `name` on `addr` (an IPv4 or IPv6 address, port 0
+    /// for any free one).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> Self {
+        Self::launch(name, addr, None).await
+    }
+
     /// Starts a TLS backend offering `h2` and `http/1.1`, with a certificate for `localhost`
     /// and 127.0.0.1 from `ca`.
     pub async fn start_tls(name: &str, ca: &crate::TestCa) -> Self {
@@ -204,7 +210,12 @@ impl Drop for Backend {
 
 /// Binds with SO_REUSEADDR so a stopped backend's port can be bound again at once.
 async fn bind_reusable(addr: SocketAddr) -> TcpListener {
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .expect("socket");
     socket.set_reuseaddr(true).expect("reuseaddr");
     // A port just released may still be held for a moment by the aborted task's drop.
     for _ in 0..50 {

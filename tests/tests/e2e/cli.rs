@@ -390,3 +390,83 @@ fn validate_says_ok_to_every_example_and_every_optional_section() {
         "{printed}"
     );
 }
+
+/// A file that serves nothing (empty, only comments, only an admin section) is refused by
+/// `validate` and by `run`, with the reason, instead of "ok" and a gateway answering nothing.
+#[test]
+fn a_config_that_serves_nothing_is_refused() {
+    let dir = temp_dir();
+    for (name, text) in [
+        ("empty.yaml", ""),
+        ("comments.yaml", "# to do\n"),
+        ("admin-only.yaml", "admin: { bind: 127.0.0.1:0 }\n"),
+    ] {
+        let path = write_file(dir.path(), name, text);
+        for command in ["validate", "run"] {
+            let out = Command::new(gateway_binary())
+                .args([command, "--config"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1), "{command} {name}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!(
+                    "{name}:1:1: listeners: the configuration serves nothing"
+                )),
+                "{command} {name}: {err}"
+            );
+        }
+    }
+    // A stream alone serves.
+    let stream = write_file(
+        dir.path(),
+        "stream.yaml",
+        "upstreams:\n  db: { targets: [127.0.0.1:5432] }\nstreams:\n  - name: db\n    bind: 127.0.0.1:0\n    protocol: tcp\n    upstream: db\n",
+    );
+    let (ok, said) = validate(&stream);
+    assert!(ok, "{said}");
+}
+
+/// `validate` reports an error of every section and entry that has one, in one run, each with
+/// its location, key path and the line it points at: parse errors (unknown keys, wrong values)
+/// and checks (addresses, references) alike.
+#[test]
+fn validate_reports_every_error_with_its_line() {
+    let dir = temp_dir();
+    let parse = write_file(
+        dir.path(),
+        "parse.yaml",
+        "server:\n  drain_timout: 1s\nlisteners:\n  - name: a\n    bind: 127.0.0.1:0\n    protocls: [http1]\nroutes:\n  - match: { pth: / }\n    respond: { body: hi }\n",
+    );
+    let (ok, err) = validate(&parse);
+    assert!(!ok);
+    assert!(err.contains("3 errors:"), "{err}");
+    for expected in [
+        "parse.yaml:2:3: server: unknown field `drain_timout`",
+        " 2 |   drain_timout: 1s",
+        "parse.yaml:6:5: listeners[0]: unknown field `protocls`",
+        "parse.yaml:8:14: routes[0].match: unknown field `pth`",
+        " 8 |   - match: { pth: / }",
+    ] {
+        assert!(err.contains(expected), "{expected} in {err}");
+    }
+
+    let checks = write_file(
+        dir.path(),
+        "checks.yaml",
+        "listeners:\n  - name: a\n    bind: 127.0.0.1:0\n  - name: b\n    bind: nonsense\nupstreams:\n  app: { targets: [] }\n  ok: { targets: [127.0.0.1:1] }\nroutes:\n  - match: { path: / }\n    respond: { body: hi }\n",
+    );
+    let (ok, err) = validate(&checks);
+    assert!(!ok);
+    assert!(err.contains("2 errors:"), "{err}");
+    assert!(
+        err.contains("checks.yaml:5:11: listeners[1].bind: `nonsense` is not an ip:port"),
+        "{err}"
+    );
+    assert!(
+        err.contains("checks.yaml:7:10: upstreams.app.targets: at least one target is required"),
+        "{err}"
+    );
+    assert!(err.contains(" 7 |   app: { targets: [] }"), "{err}");
+}

@@ -63,7 +63,7 @@ async fn hostile_plugin_fails_only_its_requests() {
         assert_eq!(counter.load(Relaxed), before + 1, "{path} counted");
         if path == "/loop" {
             assert!(
-                started.elapsed() < Duration::from_secs(2),
+                started.elapsed() < Duration::from_secs(5),
                 "loop stopped at its limit"
             );
         }

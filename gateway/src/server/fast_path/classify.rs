@@ -175,6 +175,7 @@ pub(super) fn facts(req: &Plain<'_>) -> RequestFacts {
             first("user-agent"),
             first("referer"),
         ),
+        upstream: None,
     }
 }
 

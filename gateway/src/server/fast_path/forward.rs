@@ -84,12 +84,16 @@ impl Lane<'_> {
             close: req.close,
         };
         let conn = &svc.conn;
-        let fwd = proxy.rewrite_text(&text, conn.client_text(), conn.client.ip())?;
+        let fwd = proxy.rewrite_text(&text, conn.peer_text(), conn.client.ip())?;
         Some(Box::new(Forwarded {
             proxy: proxy.clone(),
             fwd,
             close: req.close,
-            facts: svc.telemetry.access_log.is_on().then(|| facts(req)),
+            facts: svc.telemetry.access_log.is_on().then(|| {
+                let mut facts = facts(req);
+                facts.upstream = Some(proxy.upstream_name().clone());
+                facts
+            }),
             generation: Arc::clone(generation),
             index,
             start,

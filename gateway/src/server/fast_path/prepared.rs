@@ -1,7 +1,8 @@
 //! The answers the fast path makes itself, for a route without filters: a `respond` route's
-//! fixed response, a static file (cached, or looked up here and sent from disk), a range of it
-//! (206), its 304 and the general path's error pages, each recorded in the route's metrics, the
-//! access log and the trace as the general path records it. Other requests go on to
+//! fixed response, a `redirect` (its `Location` made from the head's host and path), a static
+//! file (cached, or looked up here and sent from disk), a range of it (206), its 304 and the
+//! general path's error pages, each recorded in the route's metrics, the access log and the
+//! trace as the general path records it. Other requests go on to
 //! [`super::forward`] or [`super::general`].
 
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use crate::static_files::{
     LargeFile, Looked, Missed, Prepared, PreparedFile, RangeSpec, Ranged, Recheck, StaticFiles,
 };
 use crate::telemetry::trace::ServerSpan;
-use crate::terminal::Terminal;
+use crate::terminal::{Origin, Terminal};
 
 impl Lane<'_> {
     /// Appends the answer to `req` to `answers`, or says why not.
@@ -36,8 +37,10 @@ impl Lane<'_> {
             return Outcome::HandOff;
         }
         // A request the entry rules would refuse or change goes to the service, which applies
-        // them (`crate::request`).
+        // them (`crate::request`); so does one whose trusted proxy names its client, which the
+        // service makes the request's (`ListenerPolicy::client_of`).
         if req.general
+            || (self.trusted_peer && crate::forwarded::names_a_client(req.headers))
             || req.target.len() > svc.policy.max_uri
             || !request::passes_unchanged(req.host, req.path, &svc.policy.entry)
         {
@@ -161,12 +164,44 @@ impl Lane<'_> {
                     }));
                 }
             }
-            Terminal::Proxy(proxy) => {
+            Terminal::Redirect(r) => {
+                // Made from the request's host and path, which the entry rules passed as they
+                // are; a host it will not write is the service's to refuse.
+                let Some(location) = r.location(&origin(req, &svc.conn)) else {
+                    return routed();
+                };
+                svc.activity.request_started(false);
+                let out = &mut answers.text;
+                let (length, body) = r.push_wire_head(out, &location);
+                if let Some(server) = server {
+                    push_field(out, b"server", server.as_bytes());
+                }
+                out.extend_from_slice(&self.listener_lines);
+                out.extend_from_slice(length);
+                end_head(out, req.close);
+                if !req.head {
+                    answers.push_body(body, None);
+                }
+                let observe = || self.observe(req);
+                self.record(route, r.status(), body.len(), start, observe, answers);
+            }
+            // A mirror tees request bodies and sends copies: the general path's work.
+            Terminal::Proxy(proxy) if !proxy.mirrors() => {
                 return match self.rewrite(req, proxy, &generation, index, start) {
                     Some(job) => Outcome::Forwards(job),
                     None => routed(),
                 };
             }
+            // Only when every upstream of the split takes text requests, and no trace needs
+            // the general path: a pick made here is then the request's only one.
+            Terminal::Split(split) if split.forwards_as_text() && !svc.telemetry.tracer.is_on() => {
+                let proxy = split.pick();
+                return match self.rewrite(req, proxy, &generation, index, start) {
+                    Some(job) => Outcome::Forwards(job),
+                    None => routed(),
+                };
+            }
+            Terminal::Proxy(_) | Terminal::Split(_) => return routed(),
         }
         svc.activity.request_done();
         self.answered.inc();
@@ -468,6 +503,20 @@ pub(super) struct Pending {
 pub(super) struct Observed {
     pub(super) facts: Option<RequestFacts>,
     pub(super) span: Option<ServerSpan>,
+}
+
+/// What a redirect's `Location` is made from, read off the request's head.
+fn origin<'r>(req: &Plain<'r>, conn: &crate::connection::ConnInfo) -> Origin<'r> {
+    Origin {
+        scheme: if conn.tls { "https" } else { "http" },
+        authority: req
+            .host
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| !h.is_empty()),
+        local: conn.local,
+        path: req.path,
+        query: req.target.get(req.path.len() + 1..),
+    }
 }
 
 /// Ends a response head: `Connection: close` when the connection ends with it (hyper's line

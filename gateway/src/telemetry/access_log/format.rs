@@ -43,6 +43,10 @@ impl Formatter {
         push_ms(out, r.duration);
         push(out, ",\"route\":");
         push_json_str(out, &r.route);
+        if let Some(u) = &r.upstream {
+            push(out, ",\"upstream\":");
+            push_json_str(out, u);
+        }
         push(out, ",\"host\":");
         push_json_str(out, r.request.host());
         push(out, ",\"user_agent\":");
@@ -351,6 +355,7 @@ mod tests {
             bytes: 1024,
             duration: Duration::from_nanos(1_234_567),
             route: Arc::from("files"),
+            upstream: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             user: None,
             cache: None,

@@ -92,6 +92,7 @@ mod tests {
             bytes: 0,
             duration: Duration::ZERO,
             route: "r".into(),
+            upstream: None,
             trace_id: None,
             user: None,
             cache: None,

@@ -44,6 +44,10 @@ impl Random {
 
     fn draw(&self, rng: &mut impl Rng, c: &impl Candidates) -> Option<usize> {
         let n = c.len();
+        // A set of names not resolved yet has no target to draw.
+        if n == 0 {
+            return None;
+        }
         (0..DRAWS)
             .map(|_| match &self.cumulative {
                 None => rng.random_range(0..n),
