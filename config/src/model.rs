@@ -68,6 +68,27 @@ pub struct ServerSettings {
     pub release_memory_after_burst: usize,
     /// The form of the gateway's own log on stderr (not the access log).
     pub log_format: LogFormat,
+    /// A directory keeping plugins' compiled code, so a restart or reload of an unchanged
+    /// module skips compiling it. Off when absent.
+    pub wasm_cache: Option<WasmCacheConfig>,
+}
+
+/// `server.wasm_cache`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WasmCacheConfig {
+    /// The directory (relative to the config file; created if missing), e.g. systemd's
+    /// `CacheDirectory`, `/var/cache/gateway`.
+    pub path: PathBuf,
+    /// Largest total size of the cached files; the least recently used go first.
+    #[serde(default = "WasmCacheConfig::default_max_size")]
+    pub max_size: ByteSize,
+}
+
+impl WasmCacheConfig {
+    fn default_max_size() -> ByteSize {
+        ByteSize::mib(512)
+    }
 }
 
 /// `server.log_format`.
@@ -95,6 +116,7 @@ impl Default for ServerSettings {
             watch_config: true,
             release_memory_after_burst: Self::DEFAULT_RELEASE_MEMORY_AFTER_BURST,
             log_format: LogFormat::Text,
+            wasm_cache: None,
         }
     }
 }

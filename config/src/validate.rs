@@ -212,7 +212,13 @@ pub(crate) fn validate(
         base_dir: base_dir.to_owned(),
         source,
         source_map: map.clone(),
-        server: raw.server.clone(),
+        server: {
+            let mut server = raw.server.clone();
+            if let Some(cache) = &mut server.wasm_cache {
+                cache.path = c.path(&cache.path);
+            }
+            server
+        },
         admin,
         telemetry,
         certificates,

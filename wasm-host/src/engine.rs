@@ -2,7 +2,7 @@
 //! executor, so a runaway guest is stopped even when every worker is busy; see [`Ticker`]), the
 //! pooling allocator when a probe shows this machine can reserve its address space, and a
 //! compile cache keyed by the sha256 of the module bytes, so reloading an unchanged file never
-//! recompiles.
+//! recompiles, and optionally one on disk ([`DiskCache`]), so a restart does not either.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, Module, PoolingAllocationConfig};
 
+pub use crate::disk_cache::{DiskCache, DiskCacheStats};
 use crate::error::PluginError;
 pub use crate::ticker::{EPOCH_TICK, Ticker};
 
@@ -25,6 +26,9 @@ pub struct HostEngine {
     pooling: bool,
     ticker: Arc<Ticker>,
     cache: Mutex<Vec<(Digest32, Module)>>,
+    /// Compiled code on disk, when the config has a `server.wasm_cache`.
+    disk: Mutex<Option<DiskCache>>,
+    disk_stats: DiskCacheStats,
     /// Runs first on every compile thread (see `with_compile_thread_init`).
     compile_thread_init: Option<fn()>,
 }
@@ -55,6 +59,8 @@ impl HostEngine {
             pooling,
             ticker,
             cache: Mutex::new(Vec::new()),
+            disk: Mutex::new(None),
+            disk_stats: DiskCacheStats::default(),
             compile_thread_init,
         })
     }
@@ -74,14 +80,38 @@ impl HostEngine {
         self.pooling
     }
 
-    /// Compiles `bytes`, or returns the cached module with the same digest. Slow (tens of
-    /// milliseconds to seconds): call it off the request path.
+    /// Uses `cache` for the compiles from now on (`None`: no cache on disk).
+    pub fn set_disk_cache(&self, cache: Option<DiskCache>) {
+        *self.disk.lock().unwrap_or_else(|p| p.into_inner()) = cache;
+    }
+
+    /// What the disk cache did.
+    pub fn disk_cache_stats(&self) -> &DiskCacheStats {
+        &self.disk_stats
+    }
+
+    /// Compiles `bytes`, or returns the cached module with the same digest (from memory, else
+    /// from the disk cache). Slow (tens of milliseconds to seconds) when it compiles: call it
+    /// off the request path.
     pub fn compile(&self, bytes: &[u8]) -> Result<(Module, Digest32), PluginError> {
         let digest: Digest32 = Sha256::digest(bytes).into();
         if let Some(m) = self.cached(&digest) {
             return Ok((m, digest));
         }
-        let module = self.compile_detached(bytes)?;
+        let disk = self.disk.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let from_disk = disk
+            .as_ref()
+            .and_then(|d| d.load(&self.engine, &digest, &self.disk_stats));
+        let module = match from_disk {
+            Some(m) => m,
+            None => {
+                let (module, artifact) = self.compile_detached(bytes)?;
+                if let (Some(d), Some(artifact)) = (&disk, artifact) {
+                    d.store(&self.engine, &digest, &artifact, &self.disk_stats);
+                }
+                module
+            }
+        };
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= CACHE_ENTRIES {
             cache.remove(0);
@@ -97,7 +127,8 @@ impl HostEngine {
     /// gateway compiles only when it loads a config, so either would hold the compile's
     /// garbage resident for good. Dropping the engine frees the first, the thread's exit the
     /// second (hence one thread, not wasmtime's parallel compile on a pool that lives on).
-    fn compile_detached(&self, bytes: &[u8]) -> Result<Module, PluginError> {
+    /// The artifact comes back too when the shared engine took it (for the disk cache).
+    fn compile_detached(&self, bytes: &[u8]) -> Result<(Module, Option<Vec<u8>>), PluginError> {
         let compile_error = |e: wasmtime::Error| PluginError::Compile(format!("{e:#}"));
         let artifact = std::thread::scope(|scope| {
             let compiling = std::thread::Builder::new()
@@ -119,12 +150,14 @@ impl HostEngine {
         })
         .map_err(compile_error)?;
         match load_own_artifact(&self.engine, &artifact) {
-            Ok(module) => Ok(module),
+            Ok(module) => Ok((module, Some(artifact))),
             Err(e) => {
                 // Not expected (both engines have the same settings); compiling in the
                 // shared engine costs only the memory above.
                 tracing::debug!(error = %e, "precompiled plugin not accepted; compiling in place");
-                Module::new(&self.engine, bytes).map_err(compile_error)
+                Module::new(&self.engine, bytes)
+                    .map(|m| (m, None))
+                    .map_err(compile_error)
             }
         }
     }

@@ -14,6 +14,7 @@
 
 mod abi;
 mod cpu;
+mod disk_cache;
 pub mod engine;
 pub mod error;
 mod exports;

@@ -142,6 +142,8 @@ pub struct PluginStats {
     pub memory_access: AtomicU64,
     /// VMs replaced after a failure.
     pub vm_replacements: AtomicU64,
+    /// Linear memory of the plugin's live VMs, bytes (a gauge).
+    pub memory_bytes: AtomicU64,
 }
 
 impl PluginStats {
@@ -335,6 +337,15 @@ impl Metrics {
                     );
                 }
             }
+        }
+        let _ = writeln!(out, "# TYPE gateway_plugin_memory_bytes gauge");
+        for (name, s) in plugins.iter() {
+            let _ = writeln!(
+                out,
+                "gateway_plugin_memory_bytes{{plugin=\"{}\"}} {}",
+                escape(name),
+                s.memory_bytes.load(Relaxed)
+            );
         }
         let mut last = "";
         for (family, label, get) in families {

@@ -38,6 +38,7 @@ impl Vm {
         state.effective = ROOT_ID;
         state.log_level = current_level();
         state.queue_owner = queue_owner;
+        state.limiter.gauge = Some(plugin.stats.clone());
         let mut store = Store::new(&engine, state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(crate::cpu::on_deadline);
@@ -90,8 +91,11 @@ impl Vm {
             vm.plugin.ticker.arm(&mut vm.store, ticks);
             f(vm).map_err(|e| PluginError::Start(vm.describe(e).to_string()))
         };
+        let configuring = |vm: &mut Self, on: bool| vm.store.data_mut().configuring = on;
         if let Some(f) = self.ex.context_create.clone() {
+            configuring(self, true);
             run(self, &|vm| f.call(&mut vm.store, (ROOT_ID, 0)).map(|()| 1))?;
+            configuring(self, false);
         }
         if let Some(f) = self.ex.vm_start.clone() {
             let n = info.vm_config.len() as u32;
@@ -103,7 +107,10 @@ impl Vm {
         }
         if let Some(f) = self.ex.configure.clone() {
             let n = info.config.len() as u32;
-            if run(self, &|vm| f.call(&mut vm.store, (ROOT_ID, n)))? == 0 {
+            configuring(self, true);
+            let configured = run(self, &|vm| f.call(&mut vm.store, (ROOT_ID, n)));
+            configuring(self, false);
+            if configured? == 0 {
                 return Err(PluginError::Start(
                     "proxy_on_configure returned false (configuration rejected)".into(),
                 ));

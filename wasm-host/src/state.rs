@@ -398,12 +398,25 @@ impl Effects {
 pub(crate) struct Limiter {
     pub(crate) memory: u64,
     pub(crate) hit: bool,
+    /// This VM's linear memory, bytes, added to `gauge` as it grows and taken off when the
+    /// VM is dropped.
+    pub(crate) held: u64,
+    pub(crate) gauge: Option<Arc<crate::metrics::PluginStats>>,
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        if let Some(g) = &self.gauge {
+            g.memory_bytes
+                .fetch_sub(self.held, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -412,6 +425,12 @@ impl ResourceLimiter for Limiter {
             // Trap at the growth itself: a guest allocator that ignores a failed grow would
             // otherwise fail somewhere less obvious.
             return Err(wasmtime::Error::msg("plugin memory limit reached"));
+        }
+        let more = desired.saturating_sub(current) as u64;
+        self.held += more;
+        if let Some(g) = &self.gauge {
+            g.memory_bytes
+                .fetch_add(more, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(true)
     }
@@ -455,6 +474,9 @@ pub struct HostState {
     pub(crate) deadline_cpu: Option<std::time::Duration>,
     /// The engine's epoch ticker (the deadline callback keeps it awake).
     pub(crate) ticker: Arc<crate::engine::Ticker>,
+    /// Whether the plugin configuration can be read: only while the root context is created
+    /// and configured, as in Envoy, which has no plugin at hand in any other callback.
+    pub(crate) configuring: bool,
 }
 
 impl HostState {
@@ -467,6 +489,8 @@ impl HostState {
             limiter: Limiter {
                 memory: plugin.limits.memory,
                 hit: false,
+                held: 0,
+                gauge: None,
             },
             plugin,
             shared,
@@ -487,6 +511,7 @@ impl HostState {
             queue_owner: None,
             deadline_cpu: None,
             ticker,
+            configuring: false,
         }
     }
 

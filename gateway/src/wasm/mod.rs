@@ -62,6 +62,7 @@ pub fn host() -> &'static WasmHost {
 pub fn render_prometheus(out: &mut String) {
     if let Some(h) = HOST.get() {
         h.shared.metrics.render_prometheus(out);
+        h.engine.disk_cache_stats().render_prometheus(out);
     }
 }
 
@@ -92,6 +93,14 @@ impl Plugins {
         if config.plugins.is_empty() {
             return Ok(Self::default());
         }
+        // Each generation's setting holds for its compiles, hot reloads of its plugins too.
+        host().engine.set_disk_cache(
+            config
+                .server
+                .wasm_cache
+                .as_ref()
+                .map(|c| wasm_host::engine::DiskCache::new(c.path.clone(), c.max_size.bytes())),
+        );
         let dispatch = Arc::new(dispatch::Dispatch::new(config, upstreams));
         let workers = match config.server.worker_threads {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),

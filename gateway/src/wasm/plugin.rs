@@ -119,14 +119,25 @@ fn info(spec: &gateway_config::Plugin, global: &Option<GlobalStoreRef>) -> Plugi
         name: Arc::from(spec.name.as_str()),
         root_id: Arc::from(""),
         vm_id: Arc::from(""),
-        config: Bytes::from(spec.config_json.clone()),
-        vm_config: Bytes::from(spec.vm_config_json.clone()),
+        config: envoy_bytes(&spec.config_json),
+        vm_config: envoy_bytes(&spec.vm_config_json),
         limits: Limits {
             memory: spec.limits.memory.bytes(),
             time: spec.limits.time.get(),
         },
         global: global.clone(),
     }
+}
+
+/// The bytes a plugin reads for a configuration held as JSON: a string's own bytes (Envoy hands
+/// a string value over as it is), anything else the JSON text.
+fn envoy_bytes(json: &[u8]) -> Bytes {
+    if json.first() == Some(&b'"')
+        && let Ok(text) = serde_json::from_slice::<String>(json)
+    {
+        return Bytes::from(text);
+    }
+    Bytes::copy_from_slice(json)
 }
 
 /// Compiles (cached by digest), links and starts one VM per worker.

@@ -28,7 +28,13 @@ impl<F: Filter> RootContext for Root<F> {
     fn on_configure(&mut self, _: usize) -> bool {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         let text: &[u8] = if bytes.is_empty() { b"{}" } else { &bytes };
-        match serde_json::from_slice(text) {
+        // A YAML string reaches the plugin as its bytes, not as JSON: read it as a string.
+        let parsed = serde_json::from_slice(text).or_else(|e| {
+            std::str::from_utf8(text)
+                .map_err(|_| e)
+                .and_then(|s| serde_json::from_value(serde_json::Value::String(s.to_owned())))
+        });
+        match parsed {
             Ok(c) => {
                 self.config = Some(Rc::new(c));
                 true

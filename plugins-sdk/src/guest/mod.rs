@@ -21,8 +21,8 @@ pub use proxy_wasm;
 
 /// A filter: one instance per request, created from the plugin's typed configuration.
 pub trait Filter: Sized + 'static {
-    /// The configuration, deserialised from the plugin's JSON `config` (an absent config
-    /// deserialises from `{}`). A config that does not deserialise rejects the plugin.
+    /// The configuration, deserialised from the plugin's JSON `config` (a YAML string as a
+    /// JSON string; an absent config deserialises from `{}`). A config that does not deserialise rejects the plugin.
     type Config: DeserializeOwned + 'static;
 
     /// The instance for one request.

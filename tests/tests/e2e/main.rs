@@ -46,6 +46,8 @@ mod trusted_proxies;
 mod waf;
 mod wasm;
 mod wasm_auth;
+mod wasm_cache;
+mod wasm_compat;
 mod wasm_isolation;
 mod wasm_plugins;
 mod wasm_reload;

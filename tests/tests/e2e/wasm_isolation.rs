@@ -54,6 +54,7 @@ async fn hostile_plugin_fails_only_its_requests() {
         ("/trap-body", &stats.traps),
         ("/oob", &stats.memory_access),
         ("/loop", &stats.timeouts),
+        ("/loop-response-body", &stats.timeouts),
         ("/memory", &stats.memory_limits),
     ] {
         let before = counter.load(Relaxed);
@@ -82,6 +83,42 @@ async fn hostile_plugin_fails_only_its_requests() {
         metrics.contains("gateway_plugin_failures_total{plugin=\"hostile\",kind=\"timeout\"}"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_plugin_over_its_time_in_the_request_body_callback_answers_500() {
+    let dir = temp_dir();
+    install(dir.path(), "hostile", "hostile_body.wasm");
+    let backend = gateway_tests::backend::Backend::start("hostile-body").await;
+    let cfg = one_plugin(
+        "hostile_body.wasm",
+        "{}",
+        "    limits: { time: 100ms }",
+        Some(backend.addr()),
+    );
+    let gw = TestGateway::start_in(dir, &cfg).await;
+    let handle = gw
+        .gateway()
+        .generation()
+        .plugins
+        .get("hostile_body")
+        .cloned();
+    let stats = handle.expect("plugin").stats.clone();
+    let mut c = http1(gw.addr("main")).await;
+    let req = http::Request::post("/echo/loop-body")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            b"payload",
+        )))
+        .unwrap();
+    let r = c.send(req).await.unwrap();
+    assert_eq!(r.status(), 500, "{}", r.text());
+    assert_eq!(
+        stats.timeouts.load(Relaxed),
+        1,
+        "counted as a plugin failure"
+    );
+    let r = http1(gw.addr("main")).await.get("/echo/after").await;
+    assert_eq!(r.status(), 200, "the next request is served");
 }
 
 #[tokio::test]

@@ -75,7 +75,7 @@ pub(crate) fn link(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
 fn snapshot(s: &mut HostState, buf: u32) -> Option<Bytes> {
     match buf {
         VM_CONFIGURATION => Some(s.plugin.vm_config.clone()),
-        PLUGIN_CONFIGURATION => Some(s.plugin.config.clone()),
+        PLUGIN_CONFIGURATION => s.configuring.then(|| s.plugin.config.clone()),
         CALL_RESPONSE_BODY => s.call_response.as_ref().map(|r| r.body.clone()),
         _ => target(s, buf).map(|b| b.snapshot()),
     }

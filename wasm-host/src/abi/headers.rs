@@ -3,7 +3,9 @@
 //!
 //! Request heads are kept as `http::request::Parts`, so pseudo-headers map onto its fields
 //! (`:method`, `:path`, `:authority`, `:scheme`) and the response's `:status` onto its status;
-//! nothing is converted unless the guest asks. Names are lowercased. A value the gateway cannot
+//! nothing is converted unless the guest asks. A request's `Host` is its `:authority`, as in
+//! Envoy: the map never shows a `host` entry, whatever the HTTP version, and a write of `host`
+//! is a write of `:authority` (which goes upstream as `Host` over HTTP/1.1). Names are lowercased. A value the gateway cannot
 //! send (control characters) is ignored with a log line rather than reported: the Rust SDK
 //! panics on any status other than OK from these calls.
 
@@ -170,7 +172,8 @@ fn serialize(s: &mut HostState, map: u32, out: &mut Vec<u8>) {
                 match map {
                     REQUEST_HEADERS => {
                         let pseudo = request_pseudo(h);
-                        let it = pseudo.iter().copied().chain(plain(&h.request().headers));
+                        let plain = plain(&h.request().headers).filter(|(k, _)| *k != b"host");
+                        let it = pseudo.iter().copied().chain(plain);
                         return serialize_map(it, out);
                     }
                     RESPONSE_HEADERS => {
@@ -203,6 +206,9 @@ fn get(s: &mut HostState, map: u32, key: &[u8]) -> Option<Vec<u8>> {
             .map(|(_, v)| v.to_vec());
     }
     let h = s.http()?;
+    if map == REQUEST_HEADERS && key.eq_ignore_ascii_case(b"host") {
+        return None;
+    }
     if key.first() == Some(&b':') {
         return match map {
             REQUEST_HEADERS => request_pseudo(h)
@@ -252,6 +258,11 @@ fn set(s: &mut HostState, map: u32, key: &[u8], value: &[u8], replace: bool) {
     let plugin = &s.plugin.name;
     let Some(Stream::Http(h)) = s.streams.get_mut(&s.effective) else {
         return;
+    };
+    let key = if map == REQUEST_HEADERS && key.eq_ignore_ascii_case(b"host") {
+        &b":authority"[..]
+    } else {
+        key
     };
     if key.first() == Some(&b':') {
         if !set_pseudo(h, map, key, value) {
@@ -321,6 +332,10 @@ fn set_pseudo(h: &mut HttpStream, map: u32, key: &[u8], value: &[u8]) -> bool {
 }
 
 fn remove(s: &mut HostState, map: u32, key: &[u8]) {
+    if map == REQUEST_HEADERS && key.eq_ignore_ascii_case(b"host") {
+        // `host` is `:authority`, which a request cannot be without.
+        return;
+    }
     let Some(h) = s.http() else { return };
     if let (Some(headers), Ok(k)) = (headers_mut(h, map), std::str::from_utf8(key)) {
         headers.remove(k);
@@ -329,6 +344,13 @@ fn remove(s: &mut HostState, map: u32, key: &[u8]) {
 
 fn clear(s: &mut HostState, map: u32) {
     if let Some(headers) = s.http().and_then(|h| headers_mut(h, map)) {
+        // The request keeps its authority unless the new pairs give another `:authority`.
+        let host = (map == REQUEST_HEADERS)
+            .then(|| headers.remove(HOST))
+            .flatten();
         headers.clear();
+        if let Some(host) = host {
+            headers.insert(HOST, host);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The request body through the filters' hooks as the terminal reads it (a filter streams the
 //! request body, `BodyAccess::Stream`). A local reply from a hook ends the body with an error;
-//! the chain then answers with the reply.
+//! the chain then answers with the reply. So does a hook that fails: the answer is the filter
+//! failure's (500), as from any other hook, not the terminal's for a broken body.
 
 use std::ops::ControlFlow::Break;
 use std::pin::Pin;
@@ -9,15 +10,16 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::Body as HttpBody;
 
-use super::Shared;
 use super::hook_stream::{FramePoll, HookFuture, TrailerSlot, drain_pending, run_trailer_hooks};
+use super::{Chain, Shared};
 use crate::body::{Body, BoxError};
-use crate::filter::Flow;
 
 /// Passes request data through the filters' body hooks as the terminal reads it.
 pub(super) struct RequestBodyHooks {
     inner: Body,
     state: Shared,
+    /// Turns a hook's failure into the answer.
+    chain: Chain,
     pending: Option<HookFuture>,
     done: bool,
     /// Request trailers, emitted once their hooks ran.
@@ -26,10 +28,11 @@ pub(super) struct RequestBodyHooks {
 
 impl RequestBodyHooks {
     /// `inner` through the hooks of the filters in `state`.
-    pub(super) fn new(inner: Body, state: Shared) -> Self {
+    pub(super) fn new(inner: Body, state: Shared, chain: Chain) -> Self {
         Self {
             inner,
             state,
+            chain,
             pending: None,
             done: false,
             trailers: TrailerSlot::default(),
@@ -39,15 +42,19 @@ impl RequestBodyHooks {
 
 async fn run_request_body_hooks(
     state: Shared,
+    chain: Chain,
     mut chunk: Option<Bytes>,
     eos: bool,
 ) -> Result<Option<Bytes>, BoxError> {
     let mut guard = state.lock().await;
     let st = &mut *guard;
-    for f in st.filters.iter_mut() {
-        if let Flow::Respond(reply) = f.on_request_body(&mut chunk, eos, &mut st.cx).await? {
+    for i in 0..st.filters.len() {
+        let flow = st.filters[i]
+            .on_request_body(&mut chunk, eos, &mut st.cx)
+            .await;
+        if let Some(reply) = chain.decide(flow, i) {
             st.local_reply = Some(Box::new(reply));
-            return Err("request ended by a filter's local reply".into());
+            return Err("request ended by a filter".into());
         }
     }
     Ok(chunk)
@@ -70,6 +77,7 @@ impl HttpBody for RequestBodyHooks {
                         this.done = eos;
                         this.pending = Some(Box::pin(run_request_body_hooks(
                             this.state.clone(),
+                            this.chain.clone(),
                             Some(data),
                             eos,
                         )));
@@ -81,9 +89,10 @@ impl HttpBody for RequestBodyHooks {
                             this.done = true;
                             this.trailers.put(Some(t));
                             let (state, mut slot) = (this.state.clone(), this.trailers.clone());
+                            let chain = this.chain.clone();
                             this.pending = Some(Box::pin(async move {
-                                let tail =
-                                    run_request_body_hooks(state.clone(), None, true).await?;
+                                let tail = run_request_body_hooks(state.clone(), chain, None, true)
+                                    .await?;
                                 if let Some(mut t) = slot.take() {
                                     run_trailer_hooks(&state, None, &mut t).await?;
                                     slot.put(Some(t));
@@ -99,6 +108,7 @@ impl HttpBody for RequestBodyHooks {
                     this.done = true;
                     this.pending = Some(Box::pin(run_request_body_hooks(
                         this.state.clone(),
+                        this.chain.clone(),
                         None,
                         true,
                     )));

@@ -208,7 +208,7 @@ impl Chain {
     ) -> Response<Body> {
         let terminal_cx = st.cx.clone();
         let state: Shared = Arc::new(Mutex::new(st));
-        let body = Body::new(RequestBodyHooks::new(body, state.clone()));
+        let body = Body::new(RequestBodyHooks::new(body, state.clone(), self.clone()));
         let response = terminal
             .handle(Request::from_parts(parts, body), &terminal_cx)
             .await;

@@ -6,10 +6,12 @@ use std::ops::ControlFlow::Break;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header, response};
 use http_body::{Body as HttpBody, Frame};
+use http_body_util::BodyExt;
 use tokio::sync::Mutex;
 
 use super::hook_stream::{FramePoll, HookFuture, TrailerSlot, drain_pending, run_trailer_hooks};
@@ -345,8 +347,51 @@ async fn finish_later(
     out
 }
 
+/// Most of a body the hooks still see once the client has gone: Envoy's default buffer limit
+/// per connection, past which it would have stopped reading the upstream anyway.
+const AFTER_CLIENT_LEFT: usize = 1 << 20;
+
+/// How long the hooks wait for each next piece of the body once the client has gone: bytes
+/// the upstream had already sent are in by then; later ones Envoy would not see either.
+const ARRIVED_GRACE: Duration = Duration::from_millis(20);
+
+/// The client went away mid-body. Envoy runs its filters' body callbacks as the upstream's
+/// bytes arrive, whether or not the client reads them, so what the upstream had already sent
+/// still goes through the hooks (with the end of the body, when that came too), then the log
+/// phase runs. What has not arrived is not waited for: Envoy resets the stream when the
+/// client goes.
+async fn drain_arrived(mut inner: Body, state: Shared, upto: usize) {
+    let mut seen = 0;
+    while seen <= AFTER_CLIENT_LEFT {
+        let (chunk, eos) = match tokio::time::timeout(ARRIVED_GRACE, inner.frame()).await {
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => (Some(data), inner.is_end_stream()),
+                Err(_) => (None, true),
+            },
+            Ok(None) => (None, true),
+            Ok(Some(Err(_))) | Err(_) => break,
+        };
+        seen += chunk.as_ref().map_or(0, Bytes::len);
+        let hooks = run_response_body_hooks(state.clone(), upto, chunk, eos).await;
+        if eos || hooks.is_err() {
+            break;
+        }
+    }
+    run_log(state).await;
+}
+
 impl Drop for ResponseBodyHooks {
     fn drop(&mut self) {
+        if self.hooks
+            && !self.finished
+            && self.pending.is_none()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let inner = std::mem::take(&mut self.inner);
+            let rest = drain_arrived(inner, self.state.clone(), self.upto);
+            handle.spawn(trace::scope_some(self.trace.clone(), rest));
+            return;
+        }
         // The client went away (or the body was never polled): the log phase still runs.
         if !self.finished || self.pending.is_some() {
             log_soon(&self.state, self.trace.as_ref());

@@ -1051,6 +1051,7 @@ async fn request_trailers_go_through_the_hooks_after_the_body() {
         let body = Body::new(RequestBodyHooks::new(
             body_with_trailers(with_trailers),
             state,
+            chain.clone(),
         ));
         let collected = body.collect().await.unwrap();
         assert_eq!(seen_by(collected.trailers()), expected);
