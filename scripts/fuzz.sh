@@ -40,6 +40,7 @@ all=(
   gateway:path_normalize
   gateway:host
   gateway:basic_auth
+  gateway:cache_control
   wasm-host:host_calls
   stream-proxy:client_hello
   stream-proxy:proxy_protocol

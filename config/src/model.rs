@@ -38,6 +38,9 @@ pub struct RawConfig {
     /// Named WAF policies.
     #[serde(default)]
     pub waf: IndexMap<String, WafPolicyConfig>,
+    /// Named HTTP response caches, used by the `cache` filter.
+    #[serde(default)]
+    pub caches: IndexMap<String, CacheStoreConfig>,
     /// HTTP routes, first match wins.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
@@ -937,6 +940,61 @@ pub enum FilterConfig {
     ForwardAuth(ForwardAuthConfig),
     /// Path and host rewrite, for the terminal (the route matched on the original).
     Rewrite(RewriteConfig),
+    /// An RFC 9111 shared cache of the route's answers.
+    Cache(CacheFilterConfig),
+}
+
+/// One entry of `caches:`: where a cache keeps its objects.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheStoreConfig {
+    /// The memory tier's bound, counting objects' bodies, heads and keys; the least recently
+    /// used objects are evicted beyond it.
+    pub memory: ByteSize,
+}
+
+/// `cache:` filter settings.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheFilterConfig {
+    /// The cache (a name under `caches:`).
+    pub store: String,
+    /// What tells objects apart: `method`, `scheme`, `host`, `path`, `query`, `header:NAME`.
+    #[serde(default = "default_cache_key")]
+    pub key: Vec<String>,
+    /// Freshness given to answers that state none (no `max-age`, `s-maxage` or `Expires`)
+    /// and whose status is cacheable by default; `0s` stores only answers that state theirs.
+    #[serde(default)]
+    pub default_ttl: Duration,
+    /// Larger answers go through without being stored.
+    #[serde(default = "default_cache_max_object_size")]
+    pub max_object_size: ByteSize,
+    /// How long a request waits for another one fetching the same object before it goes to
+    /// the upstream itself.
+    #[serde(default = "default_cache_coalesce_timeout")]
+    pub coalesce_timeout: Duration,
+    /// How long past its freshness an object is still served at once while it is revalidated
+    /// in the background, when the answer has no `stale-while-revalidate` of its own.
+    #[serde(default)]
+    pub stale_while_revalidate: Duration,
+    /// How long past its freshness an object is served when the upstream fails (no answer,
+    /// or 500, 502, 503, 504), when the answer has no `stale-if-error` of its own.
+    #[serde(default)]
+    pub stale_if_error: Duration,
+}
+
+fn default_cache_key() -> Vec<String> {
+    ["method", "host", "path", "query"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_cache_max_object_size() -> ByteSize {
+    ByteSize::mib(8)
+}
+
+fn default_cache_coalesce_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 /// `forward_auth:` filter settings.

@@ -44,6 +44,8 @@ pub struct Config {
     pub plugins: IndexMap<String, Plugin>,
     /// WAF policies.
     pub waf: IndexMap<String, WafPolicy>,
+    /// HTTP response caches.
+    pub caches: IndexMap<String, CacheStoreConfig>,
     /// Routes in match order.
     pub routes: Vec<Route>,
     /// L4 streams.
@@ -365,6 +367,34 @@ pub enum Filter {
     ForwardAuth(ForwardAuth),
     /// Path and host rewrite.
     Rewrite(Rewrite),
+    /// Response cache (its store exists, its key parts are known).
+    Cache(CacheFilter),
+}
+
+/// A validated `cache` filter.
+#[derive(Debug, Clone)]
+pub struct CacheFilter {
+    /// Settings as written.
+    pub settings: CacheFilterConfig,
+    /// The key's parts, parsed.
+    pub key: Vec<CacheKeyPart>,
+}
+
+/// One part of a cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheKeyPart {
+    /// The method (`HEAD` counts as `GET`: a HEAD is answered from the GET's object).
+    Method,
+    /// `http` or `https`.
+    Scheme,
+    /// The host the client asked for.
+    Host,
+    /// The path.
+    Path,
+    /// The query string.
+    Query,
+    /// A request header's value (lowercase name).
+    Header(String),
 }
 
 /// A validated `forward_auth` filter.

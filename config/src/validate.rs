@@ -182,6 +182,7 @@ pub(crate) fn validate(
     let upstreams = validate_upstreams(&c, &mut raw)?;
     let plugins = validate_plugins(&c, &mut raw)?;
     let waf = validate_waf(&c, &raw)?;
+    let caches = c.keep(http_filters::caches(&c, &raw)).unwrap_or_default();
     let referenced_ok = c.error_count() == before;
     if referenced_ok {
         c.keep(check_acme_reachable(&c, &certificates, &listeners));
@@ -225,6 +226,7 @@ pub(crate) fn validate(
         upstreams,
         plugins,
         waf,
+        caches,
         routes,
         streams,
         cluster,
@@ -984,6 +986,7 @@ fn validate_routes(
         .enumerate()
         .map(|(i, l)| (l.name.clone(), i))
         .collect();
+    let raw_caches = raw.caches.clone();
     for (i, r) in raw.routes.iter_mut().enumerate() {
         let checked = (|| -> Result<()> {
             let key = format!("routes[{i}]");
@@ -1163,6 +1166,12 @@ fn validate_routes(
                         http_filters::compress(c, &format!("{fkey}.compress"), cfg)?;
                         Filter::Compress(cfg.clone())
                     }
+                    FilterConfig::Cache(cfg) => Filter::Cache(http_filters::cache(
+                        c,
+                        &format!("{fkey}.cache"),
+                        cfg,
+                        &raw_caches,
+                    )?),
                     FilterConfig::Jwt(j) => {
                         Filter::Jwt(jwt::validate(c, &format!("{fkey}.jwt"), j, &name)?)
                     }

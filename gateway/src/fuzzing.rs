@@ -10,6 +10,8 @@
 //!   no panic, no hang, and only HTTP/1 responses come back.
 //! * [`path_normalize`] and [`host`] ([`entry`]): the entry rules for paths and `Host`.
 //! * [`jwt`]: the `jwt` filter's token and key-set parsers never panic.
+//! * [`cache_control`]: the `cache` filter's header parsers (`Cache-Control`, dates, `Vary`,
+//!   entity tags, ranges) and the answers made from them never panic.
 //! * [`basic_auth`]: `Authorization: Basic` values and htpasswd files, as `basic_auth` reads
 //!   them: no panic, and credentials that survive their own encoding.
 //! * [`forwarded`]: the client a trusted proxy's `X-Forwarded-For` or `Forwarded` names.
@@ -159,6 +161,12 @@ pub fn waf_decode(data: &[u8]) {
 /// [`crate::filter::jwt::check_untrusted`]).
 pub fn jwt(data: &[u8]) {
     crate::filter::jwt::check_untrusted(data);
+}
+
+/// Fuzzed bytes as every header the `cache` filter reads (see
+/// [`crate::filter::cache::check_untrusted`]).
+pub fn cache_control(data: &[u8]) {
+    crate::filter::cache::check_untrusted(data);
 }
 
 /// The listener and routes for [`http1_head`]: a `headers` filter, a WAF in block mode and a
@@ -374,6 +382,11 @@ mod tests {
     #[test]
     fn jwt_corpus_replays() {
         replay("jwt", super::jwt);
+    }
+
+    #[test]
+    fn cache_control_corpus_replays() {
+        replay("cache_control", super::cache_control);
     }
 
     #[test]

@@ -206,23 +206,16 @@ fn make_room(buckets: &mut HashMap<u64, u64, BuildHasherDefault<Prehashed>>, now
 
 /// Where generations of one gateway find the limiters of the previous one.
 pub mod store {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, Weak};
+    use std::sync::Arc;
 
     use super::Limiter;
+    use crate::per_gateway::PerGateway;
     use crate::telemetry::Registry;
 
     /// Route name, filter position and settings: a limiter is reused only when all are equal.
     pub type Key = (String, usize, String);
 
-    struct Entry {
-        /// The gateway's registry: identifies the gateway (several run in one test process).
-        /// Holding a `Weak` keeps its address from being reused while the entry exists.
-        registry: Weak<Registry>,
-        limiters: HashMap<Key, Weak<Limiter>>,
-    }
-
-    static STORE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    static STORE: PerGateway<Key, Limiter> = PerGateway::new();
 
     /// The live limiter for `key` in the gateway owning `registry`, or a new one from `make`.
     pub fn get_or_insert(
@@ -230,31 +223,7 @@ pub mod store {
         key: Key,
         make: impl FnOnce() -> Limiter,
     ) -> Arc<Limiter> {
-        let mut store = STORE.lock().unwrap_or_else(|e| e.into_inner());
-        store.retain_mut(|e| {
-            e.limiters.retain(|_, l| l.strong_count() > 0);
-            e.registry.strong_count() > 0
-        });
-        let idx = match store
-            .iter()
-            .position(|e| e.registry.as_ptr() == Arc::as_ptr(registry))
-        {
-            Some(i) => i,
-            None => {
-                store.push(Entry {
-                    registry: Arc::downgrade(registry),
-                    limiters: HashMap::new(),
-                });
-                store.len() - 1
-            }
-        };
-        let limiters = &mut store[idx].limiters;
-        if let Some(live) = limiters.get(&key).and_then(Weak::upgrade) {
-            return live;
-        }
-        let limiter = Arc::new(make());
-        limiters.insert(key, Arc::downgrade(&limiter));
-        limiter
+        STORE.get_or_insert(registry, key, make)
     }
 }
 

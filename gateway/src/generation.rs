@@ -50,6 +50,8 @@ pub struct Generation {
     /// The connection to other instances (`cluster:`), shared with the previous generation
     /// when its settings are unchanged.
     pub cluster: Option<Arc<Cluster>>,
+    /// The response caches by name, shared with the previous generation (objects included).
+    pub caches: indexmap::IndexMap<String, Arc<crate::filter::cache::store::Store>>,
 }
 
 /// Whether building a generation also sets its machinery going.
@@ -94,6 +96,18 @@ impl Generation {
         };
         let lookup = stream_proxy::upstream::resolve::system();
         let upstreams = Upstreams::build_with(&config, &lookup)?;
+        let caches: indexmap::IndexMap<_, _> = config
+            .caches
+            .iter()
+            .map(|(name, c)| {
+                let store = crate::filter::cache::store::get_or_insert(
+                    &telemetry.registry,
+                    name,
+                    c.memory.as_usize(),
+                );
+                (name.clone(), store)
+            })
+            .collect();
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         let mut watched = Vec::new();
@@ -102,6 +116,28 @@ impl Generation {
             let key = format!("routes[{i}]");
             let matcher =
                 Matcher::new(route).map_err(|m| config.error(format!("{key}.match"), m))?;
+            // Before the filters: the cache revalidates in the background through it.
+            let terminal = match &route.action {
+                RouteAction::Respond(r) => Terminal::Respond(Arc::new(
+                    Respond::new(r, !route.filters.is_empty(), route.filters.is_empty())
+                        .map_err(|m| config.error(format!("{key}.respond"), m))?,
+                )),
+                RouteAction::Static(s) => Terminal::Static(Arc::new(
+                    crate::static_files::StaticFiles::new(s)
+                        .map_err(|m| config.error(format!("{key}.static"), m))?,
+                )),
+                RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
+                    crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
+                )),
+                RouteAction::Proxy(p) => crate::proxy::terminal(
+                    &config,
+                    &format!("{key}.proxy"),
+                    &route.name,
+                    p,
+                    &upstreams,
+                    &telemetry.registry,
+                )?,
+            };
             let mut factories: Vec<Arc<dyn FilterFactory>> = Vec::new();
             for (j, filter) in route.filters.iter().enumerate() {
                 let fkey = format!("{key}.filters[{j}]");
@@ -187,6 +223,17 @@ impl Generation {
                             .map_err(|m| config.error(format!("{fkey}.cors"), m))?,
                         ));
                     }
+                    Filter::Cache(cfg) => {
+                        let store = caches.get(&cfg.settings.store).cloned().ok_or_else(|| {
+                            config.error(format!("{fkey}.cache.store"), "no such cache")
+                        })?;
+                        factories.push(Arc::new(crate::filter::CacheFilterFactory::new(
+                            cfg,
+                            store,
+                            terminal.clone(),
+                            &telemetry.registry,
+                        )));
+                    }
                     Filter::Compress(cfg) => {
                         factories.push(Arc::new(crate::filter::CompressFilterFactory::new(
                             &route.name,
@@ -221,27 +268,6 @@ impl Generation {
                 }
             }
             let chain = Chain::new(factories);
-            let terminal = match &route.action {
-                RouteAction::Respond(r) => Terminal::Respond(Arc::new(
-                    Respond::new(r, !chain.is_empty(), chain.is_empty())
-                        .map_err(|m| config.error(format!("{key}.respond"), m))?,
-                )),
-                RouteAction::Static(s) => Terminal::Static(Arc::new(
-                    crate::static_files::StaticFiles::new(s)
-                        .map_err(|m| config.error(format!("{key}.static"), m))?,
-                )),
-                RouteAction::Redirect(r) => Terminal::Redirect(Arc::new(
-                    crate::terminal::Redirect::new(&route.name, r, &telemetry.registry),
-                )),
-                RouteAction::Proxy(p) => crate::proxy::terminal(
-                    &config,
-                    &format!("{key}.proxy"),
-                    &route.name,
-                    p,
-                    &upstreams,
-                    &telemetry.registry,
-                )?,
-            };
             routes.push((
                 matcher,
                 route.listeners.clone(),
@@ -280,6 +306,9 @@ impl Generation {
             }
             plugins.watch();
             watched.iter().for_each(|f| f.watch());
+            for (name, store) in &caches {
+                store.resize(config.caches[name].memory.as_usize());
+            }
         }
         Ok(Self {
             router: Router::new(config.listeners.len(), routes),
@@ -295,6 +324,7 @@ impl Generation {
             streams,
             plugins,
             cluster,
+            caches,
         })
     }
 

@@ -20,6 +20,7 @@ pub mod gcra;
 pub mod generation;
 pub mod ip_text;
 pub mod memory;
+pub mod per_gateway;
 pub mod proxy;
 pub mod request;
 pub mod router;

@@ -30,7 +30,8 @@ pub type TerminalFuture = Either<Ready<Response<Body>>, BoxedResponse>;
 /// boxing it again inside a future of its own.
 pub type BoxedResponse = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
-/// A route's terminal.
+/// A route's terminal (cheap to clone: the cache filter keeps one to revalidate through).
+#[derive(Clone)]
 pub enum Terminal {
     /// A fixed response.
     Respond(Arc<Respond>),

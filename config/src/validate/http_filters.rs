@@ -1,9 +1,12 @@
-//! The `cors` and `compress` filters' settings: origins that parse, tokens where the protocol
+//! The `cors`, `compress` and `cache` filters' settings (and the `caches:` they name): origins that parse, tokens where the protocol
 //! wants tokens, no `*` where a browser would take it literally, codings and types well formed.
+
+use indexmap::IndexMap;
 
 use super::{Checker, Result, valid_header_name};
 use crate::cors::OriginPattern;
-use crate::model::{CompressConfig, CorsConfig};
+use crate::model::{CacheFilterConfig, CacheStoreConfig, CompressConfig, CorsConfig, RawConfig};
+use crate::runtime::{CacheFilter, CacheKeyPart};
 
 /// Checks a `cors:` entry at `key` (`routes[i].filters[j].cors`).
 pub(super) fn cors(c: &Checker<'_>, key: &str, cfg: &CorsConfig) -> Result<()> {
@@ -109,4 +112,63 @@ fn valid_media_range(t: &str) -> bool {
     t == "*"
         || t.split_once('/')
             .is_some_and(|(ty, sub)| ty != "*" && valid_header_name(ty) && valid_header_name(sub))
+}
+
+/// Checks `caches:`: every memory bound above zero.
+pub(super) fn caches(
+    c: &Checker<'_>,
+    raw: &RawConfig,
+) -> Result<IndexMap<String, CacheStoreConfig>> {
+    for (name, cache) in &raw.caches {
+        if cache.memory.bytes() == 0 {
+            return c.err(format!("caches.{name}.memory"), "must be greater than 0");
+        }
+    }
+    Ok(raw.caches.clone())
+}
+
+/// Checks a `cache:` entry at `key`: its store exists, its key parts are known.
+pub(super) fn cache(
+    c: &Checker<'_>,
+    key: &str,
+    cfg: &CacheFilterConfig,
+    caches: &IndexMap<String, CacheStoreConfig>,
+) -> Result<CacheFilter> {
+    c.reference(&format!("{key}.store"), "cache", &cfg.store, caches)?;
+    if cfg.key.is_empty() {
+        return c.err(
+            format!("{key}.key"),
+            "lists no part; the default is [method, host, path, query]",
+        );
+    }
+    let mut parts = Vec::with_capacity(cfg.key.len());
+    for (k, part) in cfg.key.iter().enumerate() {
+        parts.push(match part.as_str() {
+            "method" => CacheKeyPart::Method,
+            "scheme" => CacheKeyPart::Scheme,
+            "host" => CacheKeyPart::Host,
+            "path" => CacheKeyPart::Path,
+            "query" => CacheKeyPart::Query,
+            other => match other.split_once(':') {
+                Some(("header", n)) if valid_header_name(n) => {
+                    CacheKeyPart::Header(n.to_ascii_lowercase())
+                }
+                _ => {
+                    return c.err(
+                        format!("{key}.key[{k}]"),
+                        format!(
+                            "`{other}` is not method, scheme, host, path, query or header:NAME"
+                        ),
+                    );
+                }
+            },
+        });
+    }
+    if cfg.max_object_size.bytes() == 0 {
+        return c.err(format!("{key}.max_object_size"), "must be greater than 0");
+    }
+    Ok(CacheFilter {
+        settings: cfg.clone(),
+        key: parts,
+    })
 }

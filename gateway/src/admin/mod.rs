@@ -2,7 +2,9 @@
 //! `GET /health` (the process is up), `GET /ready` (serving, not draining), `GET /metrics`
 //! (Prometheus text), `GET /config` (the running config, secrets redacted), `POST /reload`
 //! (200, or 400 with the located error), `POST /acme/renew[?certificate=NAME]` (202: ACME
-//! renewals start now; 404 for a name that is not an ACME certificate).
+//! renewals start now; 404 for a name that is not an ACME certificate),
+//! `POST /cache/NAME/purge?prefix=P` or `?path=P` (200 with how many objects went; 404 for a
+//! name that is not a cache).
 //!
 //! Every request but the two probes (`GET /health`, `GET /ready`, which tell nothing but that
 //! the process serves, and which load balancers and orchestrators probe by address, without a
@@ -184,6 +186,16 @@ async fn handle<G: Control>(
                 None => text(StatusCode::NOT_FOUND, PLAIN, "no such ACME certificate\n"),
             }
         }
+        (method, path) if path.starts_with("/cache/") => {
+            if method != Method::POST {
+                return text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    PLAIN,
+                    "method not allowed\n",
+                );
+            }
+            purge(gw, path, req.uri().query())
+        }
         (_, "/health" | "/ready" | "/metrics" | "/config" | "/reload" | "/acme/renew") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
@@ -191,4 +203,35 @@ async fn handle<G: Control>(
         ),
         _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
     }
+}
+
+/// `POST /cache/NAME/purge?prefix=P` (request paths starting with P) or `?path=P` (exactly P),
+/// P as it appears in requests' targets.
+fn purge<G: Control>(gw: &G, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+    let Some(name) = path
+        .strip_prefix("/cache/")
+        .and_then(|p| p.strip_suffix("/purge"))
+    else {
+        return text(StatusCode::NOT_FOUND, PLAIN, "not found\n");
+    };
+    let generation = gw.generation();
+    let Some(store) = generation.caches.get(name) else {
+        return text(StatusCode::NOT_FOUND, PLAIN, "no such cache\n");
+    };
+    let mut pairs = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='));
+    let n = match pairs.next() {
+        Some(("prefix", p)) if !p.is_empty() => store.purge(|path| path.starts_with(p)),
+        Some(("path", p)) if !p.is_empty() => store.purge(|path| path == p),
+        _ => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                PLAIN,
+                "give one of ?prefix=P or ?path=P\n",
+            );
+        }
+    };
+    text(StatusCode::OK, PLAIN, format!("purged {n} object(s)\n"))
 }

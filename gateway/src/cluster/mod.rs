@@ -20,7 +20,7 @@ mod link;
 pub mod rate_limit;
 mod shared_data;
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -269,36 +269,15 @@ async fn subscribe(cluster: Weak<Cluster>, stop: CancellationToken) {
 /// Where generations of one gateway find the cluster of the previous one.
 mod store {
     use super::*;
+    use crate::per_gateway::PerGateway;
 
-    struct Entry {
-        /// Identifies the gateway (several run in one test process); a `Weak` keeps the
-        /// address from being reused while the entry exists.
-        registry: Weak<Registry>,
-        settings: ClusterConfig,
-        cluster: Weak<Cluster>,
-    }
-
-    static STORE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    static STORE: PerGateway<ClusterConfig, Cluster> = PerGateway::new();
 
     pub(super) fn get_or_insert(
         registry: &Arc<Registry>,
         settings: &ClusterConfig,
         make: impl FnOnce() -> Result<Arc<Cluster>, String>,
     ) -> Result<Arc<Cluster>, String> {
-        let mut store = STORE.lock().unwrap_or_else(|e| e.into_inner());
-        store.retain(|e| e.registry.strong_count() > 0 && e.cluster.strong_count() > 0);
-        let live = store
-            .iter()
-            .find(|e| e.registry.as_ptr() == Arc::as_ptr(registry) && &e.settings == settings);
-        if let Some(c) = live.and_then(|e| e.cluster.upgrade()) {
-            return Ok(c);
-        }
-        let cluster = make()?;
-        store.push(Entry {
-            registry: Arc::downgrade(registry),
-            settings: settings.clone(),
-            cluster: Arc::downgrade(&cluster),
-        });
-        Ok(cluster)
+        STORE.get_or_try_insert(registry, settings.clone(), make)
     }
 }

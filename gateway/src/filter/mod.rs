@@ -7,6 +7,7 @@
 //! response headers (reverse order) → response body (reverse order) → log.
 
 pub mod basic_auth;
+pub mod cache;
 mod chain;
 pub mod compress;
 pub mod cors;
@@ -21,6 +22,7 @@ use bytes::Bytes;
 use http::{Response, request, response};
 
 pub use basic_auth::BasicAuthFilterFactory;
+pub use cache::CacheFilterFactory;
 pub use chain::{Chain, Pending, Started, Tail, with_server};
 pub use compress::CompressFilterFactory;
 pub use cors::CorsFilterFactory;

@@ -304,6 +304,10 @@ impl ConnService {
                 .extensions()
                 .get::<crate::context::AuthenticatedUser>()
                 .map(|u| u.0.clone());
+            record.cache = res
+                .extensions()
+                .get::<crate::filter::cache::CacheOutcome>()
+                .map(|c| c.0);
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
@@ -444,6 +448,7 @@ impl RequestFacts {
             upstream: self.upstream,
             trace_id: None,
             user: None,
+            cache: None,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct AccessRecord {
     /// The authenticated user (a verified token's `sub`, or the user `basic_auth` let in),
     /// if any.
     pub user: Option<Arc<str>>,
+    /// What a `cache` filter did (`hit`, `stale`, `revalidated`, `miss`, `pass`), on a cached
+    /// route.
+    pub cache: Option<&'static str>,
 }
 
 /// A request's texts for its record in one allocation (a record is made per request): the

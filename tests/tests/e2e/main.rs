@@ -3,6 +3,7 @@
 mod acme;
 mod admin;
 mod basic_auth;
+mod cache;
 mod cli;
 mod cluster;
 mod compress;

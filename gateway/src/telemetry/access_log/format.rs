@@ -61,6 +61,10 @@ impl Formatter {
             push(out, ",\"user\":");
             push_json_str(out, u);
         }
+        if let Some(c) = r.cache {
+            push(out, ",\"cache\":");
+            push_json_str(out, c);
+        }
         push(out, "}\n");
     }
 
@@ -354,6 +358,7 @@ mod tests {
             upstream: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             user: None,
+            cache: None,
         }
     }
 
@@ -444,9 +449,11 @@ mod tests {
     fn the_authenticated_user_in_both_formats() {
         let mut r = record();
         r.user = Some(Arc::from("alice"));
+        r.cache = Some("hit");
         let json = text(|out| Formatter::default().http_json(&r, out));
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
         assert_eq!(v["user"], "alice");
+        assert_eq!(v["cache"], "hit");
         let line = text(|out| Formatter::default().http_combined(&r, out));
         assert!(
             line.starts_with("10.0.200.7 - alice [14/Nov/2023"),

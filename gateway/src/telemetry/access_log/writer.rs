@@ -95,6 +95,7 @@ mod tests {
             upstream: None,
             trace_id: None,
             user: None,
+            cache: None,
         }
     }
 

@@ -1,0 +1,163 @@
+//! The `cache` filter's response side: a 304 refreshing the revalidated object, a failure
+//! answered with the stale one (`stale-if-error`), an unsafe method's success invalidating the
+//! URL, and a storable answer streamed into the store as its body goes to the client.
+
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{AGE, CONTENT_LENGTH, RANGE};
+use http::{HeaderValue, StatusCode, response};
+use tokio::time::Instant;
+
+use super::fresh::{self, NotStored};
+use super::serve::{self, Conditions};
+use super::{
+    CacheFilter, CacheOutcome, Fetching, Fill, Step, object, set_status, stored_head, with_outcome,
+};
+use crate::filter::Flow;
+
+impl CacheFilter {
+    pub(super) fn response(&mut self, res: &mut response::Parts) -> Flow {
+        let shared = self.shared.clone();
+        match std::mem::replace(&mut self.step, Step::Pass("method")) {
+            Step::Pass(fwd) => {
+                res.extensions.insert(CacheOutcome("pass"));
+                set_status(&mut res.headers, &format!("gateway; fwd={fwd}"));
+            }
+            Step::Invalidate(primary) => {
+                if res.status.is_success() || res.status.is_redirection() {
+                    let n = shared.store.remove(&primary);
+                    shared.metrics.invalidations.add(n as u64);
+                }
+                res.extensions.insert(CacheOutcome("pass"));
+                set_status(&mut res.headers, "gateway; fwd=method");
+            }
+            Step::Fetch(f) => return self.fetched(f, res),
+        }
+        Flow::Continue
+    }
+
+    /// The upstream's answer to a fetch: a 304 refreshes the stale object and answers from
+    /// it; a storable answer starts filling the store.
+    fn fetched(&mut self, f: Box<Fetching>, res: &mut response::Parts) -> Flow {
+        let shared = self.shared.clone();
+        let now_sys = SystemTime::now();
+        let cond = Conditions::of(&f.request);
+        if let Some(fallback) = &f.fallback
+            && matches!(res.status.as_u16(), 500 | 502 | 503 | 504)
+        {
+            shared.metrics.stale_if_error.inc();
+            self.leader = None;
+            let status = format!(
+                "gateway; fwd=stale; fwd-status={}; detail=stale-if-error",
+                res.status.as_u16()
+            );
+            let answer = serve::answer(fallback, Instant::now(), f.head, &cond, &status);
+            return with_outcome(answer, "stale");
+        }
+        if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
+            let obj = shared.refresh(stale, &res.headers, &f, now_sys);
+            let status = "gateway; fwd=stale; fwd-status=304";
+            let answer = serve::answer(&obj, Instant::now(), f.head, &cond, status);
+            return with_outcome(answer, "revalidated");
+        }
+        res.extensions.insert(CacheOutcome("miss"));
+        let fwd = f.fwd;
+        let with_status = |extra: &str| {
+            if fwd == "stale" {
+                format!(
+                    "gateway; fwd=stale; fwd-status={}{extra}",
+                    res.status.as_u16()
+                )
+            } else {
+                format!("gateway; fwd={fwd}{extra}")
+            }
+        };
+        if f.head || f.request.contains_key(RANGE) && res.status == StatusCode::PARTIAL_CONTENT {
+            set_status(&mut res.headers, &with_status(""));
+            self.leader = None;
+            return Flow::Continue;
+        }
+        let decided = fresh::decide(
+            &f.request,
+            &f.request_cc,
+            res.status,
+            &res.headers,
+            &shared.defaults,
+            now_sys,
+        )
+        .and_then(|fr| {
+            let declared = res
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > shared.max_object_size as u64) {
+                return Err(NotStored::TooLarge);
+            }
+            Ok((fr, declared))
+        });
+        match decided {
+            Ok((freshness, expected)) => {
+                let status = with_status("; stored");
+                res.headers
+                    .insert(AGE, HeaderValue::from(freshness.initial_age.as_secs()));
+                self.fill = Some(Fill {
+                    status: res.status,
+                    headers: stored_head(&res.headers),
+                    fetching: f,
+                    freshness,
+                    body: BytesMut::with_capacity(
+                        expected
+                            .map_or(0, |n| n as usize)
+                            .min(shared.max_object_size),
+                    ),
+                    expected,
+                });
+                set_status(&mut res.headers, &status);
+            }
+            Err(r) => {
+                shared.not_stored(r);
+                let status = with_status(&format!("; detail={}", r.label()));
+                set_status(&mut res.headers, &status);
+                self.leader = None;
+            }
+        }
+        Flow::Continue
+    }
+
+    pub(super) fn body(&mut self, chunk: Option<&Bytes>, eos: bool) {
+        let Some(fill) = self.fill.as_mut() else {
+            return;
+        };
+        if let Some(c) = chunk {
+            if fill.body.len() + c.len() > self.shared.max_object_size {
+                self.fill = None;
+                self.leader = None;
+                self.shared.not_stored(NotStored::TooLarge);
+                return;
+            }
+            fill.body.extend_from_slice(c);
+        }
+        if !eos {
+            return;
+        }
+        let Some(fill) = self.fill.take() else { return };
+        if fill.expected.is_some_and(|n| n != fill.body.len() as u64) {
+            self.shared.not_stored(NotStored::Truncated);
+        } else {
+            let f = fill.fetching;
+            let obj = object(
+                fill.status,
+                fill.headers,
+                fill.body.freeze(),
+                &f.path,
+                &fill.freshness,
+            );
+            if !self.shared.store.put(&f.primary, &f.request, obj) {
+                self.shared.not_stored(NotStored::TooLarge);
+            }
+        }
+        self.leader = None;
+    }
+}

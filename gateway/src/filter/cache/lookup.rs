@@ -1,0 +1,141 @@
+//! The `cache` filter's request side: the lookup (a fresh hit answered here, a stale one
+//! served under `stale-while-revalidate` or revalidated), the wait for another request's
+//! fetch of the same object, and the request set up to fetch.
+
+use std::sync::Arc;
+
+use http::header::{CACHE_CONTROL, IF_RANGE, RANGE};
+use http::{Method, request};
+use tokio::time::Instant;
+
+use super::control::CacheControl;
+use super::serve::{self, Conditions};
+use super::store::{Fetch, Object};
+use super::{CacheFilter, Lookup, Step, hit_status, revalidate, validator, with_outcome};
+use crate::context::RequestCx;
+use crate::filter::Flow;
+
+impl CacheFilter {
+    /// The request-header phase as far as it goes without waiting: `None` when the request
+    /// must wait for another one's fetch ([`CacheFilter::waiting`] is then set, and asking
+    /// again answers `None` at once).
+    pub(super) fn request_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Option<Flow> {
+        if self.waiting.is_some() {
+            return None;
+        }
+        let head = match req.method {
+            Method::GET => false,
+            Method::HEAD => true,
+            Method::OPTIONS | Method::TRACE => return Some(Flow::Continue),
+            _ => {
+                let method = std::mem::replace(&mut req.method, Method::GET);
+                self.step = Step::Invalidate(self.shared.primary(req, cx));
+                req.method = method;
+                return Some(Flow::Continue);
+            }
+        };
+        let shared = self.shared.clone();
+        let request_cc = CacheControl::parse(req.headers.get_all(CACHE_CONTROL));
+        if request_cc.no_store {
+            self.step = Step::Pass("request");
+            return Some(Flow::Continue);
+        }
+        let bypass = request_cc.no_cache || request_cc.max_age == Some(0);
+        let lookup = Lookup {
+            primary: shared.primary(req, cx),
+            request_cc,
+            head,
+            bypass,
+            coalesced: false,
+        };
+        let cached = (!bypass)
+            .then(|| shared.store.get(&lookup.primary, &req.headers))
+            .flatten();
+        if cached.is_none() && !bypass && !head && !Conditions::conditional(&req.headers) {
+            match shared.store.fetch(&lookup.primary) {
+                Fetch::Lead(l) => self.leader = Some(l),
+                Fetch::Wait(done) => {
+                    self.waiting = Some(Box::new((done, lookup)));
+                    return None;
+                }
+            }
+        }
+        Some(self.decide(req, cx, lookup, cached))
+    }
+
+    /// The request-header phase, waiting for another request's fetch when there is one.
+    pub(super) async fn request(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Flow {
+        if let Some(flow) = self.request_now(req, cx) {
+            return flow;
+        }
+        let Some(waiting) = self.waiting.take() else {
+            return Flow::Continue;
+        };
+        let (mut done, mut lookup) = *waiting;
+        let shared = self.shared.clone();
+        shared.metrics.coalesced.inc();
+        // Ends when the leader's fetch does (its sender goes), or at the bound.
+        let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
+        let cached = shared.store.get(&lookup.primary, &req.headers);
+        if let (None, Fetch::Lead(l)) = (&cached, shared.store.fetch(&lookup.primary)) {
+            self.leader = Some(l);
+        }
+        lookup.coalesced = true;
+        self.decide(req, cx, lookup, cached)
+    }
+
+    /// Serves `cached` when it may be, or sets the request up to fetch (and revalidate).
+    fn decide(
+        &mut self,
+        req: &mut request::Parts,
+        cx: &RequestCx,
+        lookup: Lookup,
+        cached: Option<Arc<Object>>,
+    ) -> Flow {
+        let shared = self.shared.clone();
+        let now = Instant::now();
+        let head = lookup.head;
+        if let Some(obj) = &cached {
+            let cond = Conditions::of(&req.headers);
+            if obj.fresh(now) {
+                shared.metrics.hits.inc();
+                let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
+                return with_outcome(serve::answer(obj, now, head, &cond, &status), "hit");
+            }
+            if !obj.always_revalidate && obj.staleness(now) < obj.stale_while_revalidate {
+                shared.metrics.stale_while_revalidate.inc();
+                if let Fetch::Lead(leader) = shared.store.fetch(&lookup.primary) {
+                    let fetching = lookup.fetching(req, "stale");
+                    revalidate::spawn(&shared, leader, obj, &fetching, req, cx);
+                }
+                let status = hit_status(obj, now, Some("stale-while-revalidate"));
+                return with_outcome(serve::answer(obj, now, head, &cond, &status), "stale");
+            }
+        }
+        let fwd = if lookup.bypass { "request" } else { "miss" };
+        let mut fetching = lookup.fetching(req, fwd);
+        if let Some(obj) = cached {
+            if obj.staleness(now) < obj.stale_if_error {
+                fetching.fallback = Some(obj.clone());
+            }
+            if let Some(validator) = validator(&obj) {
+                shared.metrics.revalidations.inc();
+                // The client's own conditions are answered from the refreshed object.
+                let _ = Conditions::take(&mut req.headers);
+                req.headers.insert(validator.0, validator.1);
+                fetching.fwd = "stale";
+                fetching.stale = Some(obj);
+                self.step = Step::Fetch(fetching);
+                return Flow::Continue;
+            }
+        }
+        shared.metrics.misses.inc();
+        if !head {
+            // The whole object is fetched and stored; a later range is answered from it.
+            req.headers.remove(RANGE);
+            req.headers.remove(IF_RANGE);
+        }
+        self.step = Step::Fetch(fetching);
+        Flow::Continue
+    }
+}

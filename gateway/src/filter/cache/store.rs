@@ -1,0 +1,421 @@
+//! A cache's memory tier: objects by primary key (the filter's `key`) and, under it, by the
+//! values of the request headers its answers vary on. Bounded by bytes, least recently used
+//! first out. A store lives in a process-wide registry by gateway and name, so a reload that
+//! keeps a cache keeps its objects ([`PerGateway`]). It also keeps the fetches in flight, for coalescing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, StatusCode};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::per_gateway::PerGateway;
+use crate::telemetry::{Counter, Gauge, Registry};
+
+/// What a store counts for each object beside its body, head and keys (the map entries, the
+/// LRU entry, the `Arc`).
+const OBJECT_OVERHEAD: usize = 160;
+
+/// A stored answer.
+#[derive(Debug)]
+pub struct Object {
+    pub status: StatusCode,
+    /// The head as stored: without `Age` and framing headers (set when it is served).
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The path of the request that fetched it (for purges).
+    pub path: String,
+    /// When it was stored (or last revalidated).
+    pub stored: Instant,
+    pub initial_age: Duration,
+    pub lifetime: Duration,
+    pub always_revalidate: bool,
+    /// How long past `lifetime` it is served while revalidated in the background.
+    pub stale_while_revalidate: Duration,
+    /// How long past `lifetime` it is served when the upstream fails.
+    pub stale_if_error: Duration,
+    /// The request headers its variants are chosen by.
+    pub vary: Vec<HeaderName>,
+}
+
+impl Object {
+    /// Its current age (RFC 9111 §4.2.3).
+    pub fn age(&self, now: Instant) -> Duration {
+        self.initial_age + now.saturating_duration_since(self.stored)
+    }
+
+    /// Fresh, and may be served without asking the upstream.
+    pub fn fresh(&self, now: Instant) -> bool {
+        !self.always_revalidate && self.age(now) < self.lifetime
+    }
+
+    /// How long it has been stale (zero while fresh).
+    pub fn staleness(&self, now: Instant) -> Duration {
+        self.age(now).saturating_sub(self.lifetime)
+    }
+
+    fn size(&self, keys: usize) -> usize {
+        let head: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 32)
+            .sum();
+        self.body.len() + head + self.path.len() + keys + OBJECT_OVERHEAD
+    }
+}
+
+/// The variant key of a request: the values of the `vary` headers.
+pub fn variant(vary: &[HeaderName], req: &HeaderMap) -> String {
+    let mut out = String::new();
+    for name in vary {
+        out.push_str(name.as_str());
+        out.push(':');
+        for (i, v) in req.get_all(name).iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&String::from_utf8_lossy(v.as_bytes()));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+struct Slot {
+    object: Arc<Object>,
+    tick: u64,
+    size: usize,
+}
+
+#[derive(Default)]
+struct Primary {
+    /// The `Vary` names of the last answer stored under this key.
+    vary: Vec<HeaderName>,
+    /// By variant key; a list, since most keys have one variant and few have many.
+    variants: Vec<(String, Slot)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    primaries: HashMap<String, Primary>,
+    /// Use order: tick → (primary, variant).
+    lru: BTreeMap<u64, (String, String)>,
+    tick: u64,
+    bytes: usize,
+    objects: usize,
+}
+
+/// The store's series.
+struct Metrics {
+    bytes: Gauge,
+    objects: Gauge,
+    evictions: Counter,
+    purged: Counter,
+}
+
+/// One named cache.
+pub struct Store {
+    capacity: Mutex<usize>,
+    inner: Mutex<Inner>,
+    /// Fetches in flight by primary key: a receiver that sees its sender go when the fetch
+    /// has ended (stored or not).
+    inflight: Mutex<HashMap<String, watch::Receiver<()>>>,
+    metrics: Metrics,
+}
+
+/// The fetch a request leads; dropping it lets the waiters go.
+pub struct Leader {
+    store: Arc<Store>,
+    key: String,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        lock(&self.store.inflight).remove(&self.key);
+    }
+}
+
+/// Whether a request leads the fetch of a key or waits for another's.
+pub enum Fetch {
+    Lead(Leader),
+    Wait(watch::Receiver<()>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Store {
+    fn new(name: &str, capacity: usize, registry: &Registry) -> Self {
+        let labels = [("cache", name), ("tier", "memory")];
+        Self {
+            capacity: Mutex::new(capacity),
+            inner: Mutex::default(),
+            inflight: Mutex::default(),
+            metrics: Metrics {
+                bytes: registry.gauge(
+                    "gateway_cache_bytes",
+                    "Bytes the cache's objects take, by cache and tier.",
+                    &labels,
+                ),
+                objects: registry.gauge(
+                    "gateway_cache_objects",
+                    "Objects in the cache, by cache and tier.",
+                    &labels,
+                ),
+                evictions: registry.counter(
+                    "gateway_cache_evictions_total",
+                    "Objects evicted to keep the cache within its bound, by cache and tier.",
+                    &labels,
+                ),
+                purged: registry.counter(
+                    "gateway_cache_purged_total",
+                    "Objects removed by the admin API's purge, by cache.",
+                    &[("cache", name)],
+                ),
+            },
+        }
+    }
+
+    /// The object for a request under `primary`, counted as used.
+    pub fn get(&self, primary: &str, req: &HeaderMap) -> Option<Arc<Object>> {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        let p = inner.primaries.get_mut(primary)?;
+        let v = variant(&p.vary, req);
+        let (_, slot) = p.variants.iter_mut().find(|(k, _)| *k == v)?;
+        inner.tick += 1;
+        let (k, val) = inner.lru.remove(&slot.tick)?;
+        slot.tick = inner.tick;
+        inner.lru.insert(inner.tick, (k, val));
+        Some(slot.object.clone())
+    }
+
+    /// Stores an object for a request under `primary`; evicts what the bound needs. False when
+    /// the object alone exceeds the bound.
+    pub fn put(&self, primary: &str, req: &HeaderMap, object: Object) -> bool {
+        let v = variant(&object.vary, req);
+        let size = object.size(primary.len() + v.len());
+        let capacity = *lock(&self.capacity);
+        if size > capacity {
+            return false;
+        }
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let p = inner.primaries.entry(primary.to_owned()).or_default();
+        if p.vary != object.vary {
+            // The answer now varies on other headers: the old variants are unreachable.
+            let old = std::mem::take(&mut p.variants);
+            p.vary = object.vary.clone();
+            for (_, s) in old {
+                inner.lru.remove(&s.tick);
+                inner.bytes -= s.size;
+                inner.objects -= 1;
+            }
+        }
+        let p = inner.primaries.get_mut(primary).expect("just inserted");
+        inner.tick += 1;
+        let slot = Slot {
+            object: Arc::new(object),
+            tick: inner.tick,
+            size,
+        };
+        let old = match p.variants.iter_mut().find(|(k, _)| *k == v) {
+            Some((_, s)) => Some(std::mem::replace(s, slot)),
+            None => {
+                // Most keys have one variant: no room for more until there are more.
+                p.variants.reserve_exact(1);
+                p.variants.push((v.clone(), slot));
+                None
+            }
+        };
+        if let Some(old) = old {
+            inner.lru.remove(&old.tick);
+            inner.bytes -= old.size;
+            inner.objects -= 1;
+        }
+        inner.lru.insert(inner.tick, (primary.to_owned(), v));
+        inner.bytes += size;
+        inner.objects += 1;
+        let evicted = Self::evict(inner, capacity);
+        self.metrics.evictions.add(evicted as u64);
+        self.publish(inner);
+        true
+    }
+
+    /// Evicts the least recently used objects until `capacity` holds: how many went.
+    fn evict(inner: &mut Inner, capacity: usize) -> usize {
+        let mut n = 0;
+        while inner.bytes > capacity {
+            let Some((_, (primary, v))) = inner.lru.pop_first() else {
+                break;
+            };
+            Self::unlink(inner, &primary, &v);
+            n += 1;
+        }
+        n
+    }
+
+    /// Removes one object already out of the LRU order.
+    fn unlink(inner: &mut Inner, primary: &str, v: &str) {
+        let Some(p) = inner.primaries.get_mut(primary) else {
+            return;
+        };
+        if let Some(i) = p.variants.iter().position(|(k, _)| k == v) {
+            let (_, s) = p.variants.swap_remove(i);
+            inner.bytes -= s.size;
+            inner.objects -= 1;
+        }
+        if p.variants.is_empty() {
+            inner.primaries.remove(primary);
+        }
+    }
+
+    /// Removes every variant under `primary` (an unsafe method's answer invalidates it).
+    pub fn remove(&self, primary: &str) -> usize {
+        let mut inner = lock(&self.inner);
+        let Some(p) = inner.primaries.remove(primary) else {
+            return 0;
+        };
+        let n = p.variants.len();
+        for (_, s) in p.variants {
+            inner.lru.remove(&s.tick);
+            inner.bytes -= s.size;
+            inner.objects -= 1;
+        }
+        self.publish(&inner);
+        n
+    }
+
+    /// Removes the objects whose request path `matches`: how many went.
+    pub fn purge(&self, matches: impl Fn(&str) -> bool) -> usize {
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let gone: Vec<(u64, String, String)> = inner
+            .primaries
+            .iter()
+            .flat_map(|(k, p)| {
+                p.variants
+                    .iter()
+                    .filter(|(_, s)| matches(&s.object.path))
+                    .map(|(v, s)| (s.tick, k.clone(), v.clone()))
+            })
+            .collect();
+        for (tick, primary, v) in &gone {
+            inner.lru.remove(tick);
+            Self::unlink(inner, primary, v);
+        }
+        self.metrics.purged.add(gone.len() as u64);
+        self.publish(inner);
+        gone.len()
+    }
+
+    fn publish(&self, inner: &Inner) {
+        self.metrics.bytes.set(inner.bytes as i64);
+        self.metrics.objects.set(inner.objects as i64);
+    }
+
+    /// Sets the bound, evicting what exceeds it.
+    pub fn resize(&self, capacity: usize) {
+        *lock(&self.capacity) = capacity;
+        let mut inner = lock(&self.inner);
+        let evicted = Self::evict(&mut inner, capacity);
+        self.metrics.evictions.add(evicted as u64);
+        self.publish(&inner);
+    }
+
+    /// Leads the fetch of `primary`, or joins the one in flight.
+    pub fn fetch(self: &Arc<Self>, primary: &str) -> Fetch {
+        let mut inflight = lock(&self.inflight);
+        if let Some(rx) = inflight.get(primary) {
+            return Fetch::Wait(rx.clone());
+        }
+        let (tx, rx) = watch::channel(());
+        inflight.insert(primary.to_owned(), rx);
+        Fetch::Lead(Leader {
+            store: self.clone(),
+            key: primary.to_owned(),
+            _done: tx,
+        })
+    }
+}
+
+static STORES: PerGateway<String, Store> = PerGateway::new();
+
+/// The live store named `name` in the gateway owning `registry`, or a new one bounded by
+/// `capacity` (a live one keeps its bound until [`Store::resize`]: a generation that is only
+/// checked, or fails to build, must not shrink it).
+pub fn get_or_insert(registry: &Arc<Registry>, name: &str, capacity: usize) -> Arc<Store> {
+    STORES.get_or_insert(registry, name.to_owned(), || {
+        Store::new(name, capacity, registry)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(body: usize, path: &str) -> Object {
+        Object {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from(vec![b'x'; body]),
+            path: path.into(),
+            stored: Instant::now(),
+            initial_age: Duration::ZERO,
+            lifetime: Duration::from_secs(60),
+            always_revalidate: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            vary: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn evicts_least_recently_used_within_the_bound() {
+        let registry = Arc::new(Registry::default());
+        let store = get_or_insert(&registry, "t", 3 * (1000 + 400));
+        let h = HeaderMap::new();
+        for k in ["a", "b", "c"] {
+            assert!(store.put(k, &h, object(1000, k)));
+        }
+        assert!(store.get("a", &h).is_some());
+        assert!(store.put("d", &h, object(1000, "d")));
+        assert!(store.get("b", &h).is_none(), "b was least recently used");
+        assert!(store.get("a", &h).is_some() && store.get("d", &h).is_some());
+        assert!(
+            !store.put("e", &h, object(10_000, "e")),
+            "larger than the bound"
+        );
+        assert_eq!(store.purge(|p| p.starts_with('a')), 1);
+        assert_eq!(store.remove("d"), 1);
+        let inner = lock(&store.inner);
+        assert_eq!(inner.objects, 1);
+        assert_eq!(inner.lru.len(), 1);
+    }
+
+    #[test]
+    fn variants_by_vary_and_vary_change_drops_them() {
+        let registry = Arc::new(Registry::default());
+        let store = get_or_insert(&registry, "t", 1 << 20);
+        let mut en = HeaderMap::new();
+        en.insert("accept-language", "en".parse().unwrap());
+        let mut fr = HeaderMap::new();
+        fr.insert("accept-language", "fr".parse().unwrap());
+        let mut o = object(10, "/");
+        o.vary = vec![HeaderName::from_static("accept-language")];
+        store.put("k", &en, o);
+        assert!(store.get("k", &en).is_some());
+        assert!(store.get("k", &fr).is_none());
+        store.put("k", &fr, object(10, "/"));
+        assert!(
+            store.get("k", &en).is_some(),
+            "no Vary: one variant for all"
+        );
+        assert_eq!(lock(&store.inner).objects, 1);
+    }
+}
