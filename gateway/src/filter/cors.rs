@@ -29,6 +29,10 @@ use gateway_config::model::CorsConfig;
 /// The policy compiled from config.
 struct Policy {
     origins: Vec<OriginPattern>,
+    /// The exact entries of `origins` as browsers serialize an origin (lowercase scheme and
+    /// host, the port only when written): an `Origin` equal to one of them is allowed without
+    /// being parsed.
+    exact: Vec<Box<[u8]>>,
     /// `*` is allowed (never with credentials): answers say `*`, not the origin.
     star: bool,
     methods: Vec<String>,
@@ -58,6 +62,20 @@ impl CorsFilterFactory {
             .map(|o| OriginPattern::parse(o))
             .collect::<Result<Vec<_>, _>>()?;
         let star = origins.contains(&OriginPattern::Any);
+        let exact = origins
+            .iter()
+            .filter_map(|p| match p {
+                OriginPattern::Exact { scheme, host, port } => Some(
+                    match port {
+                        Some(port) => format!("{scheme}://{host}:{port}"),
+                        None => format!("{scheme}://{host}"),
+                    }
+                    .into_bytes()
+                    .into_boxed_slice(),
+                ),
+                _ => None,
+            })
+            .collect();
         if star && cfg.allow_credentials {
             return Err("`*` cannot be used with credentials".into());
         }
@@ -83,6 +101,7 @@ impl CorsFilterFactory {
         Ok(Self {
             policy: Arc::new(Policy {
                 origins,
+                exact,
                 star,
                 allow_methods: (!any_method).then(|| list(&methods)).transpose()?.flatten(),
                 methods,
@@ -128,7 +147,7 @@ const STAR: HeaderValue = HeaderValue::from_static("*");
 
 impl Policy {
     fn allows(&self, origin: &HeaderValue) -> bool {
-        if self.star {
+        if self.star || self.exact.iter().any(|e| **e == *origin.as_bytes()) {
             return true;
         }
         let Some(origin) = origin.to_str().ok().and_then(Origin::parse) else {
@@ -306,6 +325,39 @@ mod tests {
             max_age: Some(Duration::from_secs(600)),
         };
         CorsFilterFactory::new("r", &cfg, &Registry::new()).unwrap()
+    }
+
+    #[test]
+    fn exact_origins_compared_as_sent_agree_with_the_parsed_comparison() {
+        let f = factory(
+            &[
+                "https://App.Example.com",
+                "http://localhost:8080",
+                "https://*.example.org",
+            ],
+            true,
+        );
+        let policy = &f.policy;
+        assert_eq!(policy.exact.len(), 2);
+        for origin in [
+            "https://app.example.com",
+            "HTTPS://APP.EXAMPLE.COM",
+            "https://app.example.com:443",
+            "https://app.example.com/",
+            "https://app.example.com.evil.net",
+            "http://localhost:8080",
+            "http://localhost",
+            "http://localhost:80800",
+            "https://a.example.org",
+            "https://example.org",
+            "null",
+            "",
+        ] {
+            let parsed =
+                Origin::parse(origin).is_some_and(|o| policy.origins.iter().any(|p| p.matches(&o)));
+            let value = HeaderValue::from_str(origin).unwrap();
+            assert_eq!(policy.allows(&value), parsed, "{origin}");
+        }
     }
 
     fn preflight(f: &CorsFilterFactory, origin: &str, method: &str) -> Response<Body> {
