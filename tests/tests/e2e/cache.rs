@@ -820,9 +820,10 @@ routes:
     gw.shutdown().await;
 }
 
-/// 10,000 objects of 1 KiB: what the cache counts stays within twice their bytes; what the
-/// process grows by (beyond what the same traffic uncached leaves behind) within three times
-/// (docs/performance-log.md, "Response cache memory", says where the rest goes).
+/// 10,000 objects of 1 KiB: what the cache counts stays within twice their bytes. What the
+/// process grows by is only printed: the other tests of this binary run in the same process at
+/// the same time, so its resident size is theirs too (the measured figures are in
+/// docs/performance-log.md, "Response cache memory").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_small_objects_take_at_most_twice_their_bytes() {
     let (backend, _) = backend().await;
@@ -856,6 +857,5 @@ async fn ten_thousand_small_objects_take_at_most_twice_their_bytes() {
     let grown = (after.saturating_sub(before)) * 1024;
     eprintln!("10,000 objects of 1 KiB: counted {counted} bytes, the process grew by {grown}");
     assert!(counted <= 2 * N * 1024, "counted {counted}");
-    assert!(grown <= 3 * N * 1024, "grew by {grown}");
     gw.shutdown().await;
 }
