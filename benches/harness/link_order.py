@@ -37,7 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import REPO, prepare_files
+from bench import REPO, jwt_fixture, prepare_files
 from servers import GATEWAY_SECTIONS, Server, drop_sections, fill, CONFIGS
 
 # Paths on the plain port, per run; every optional route is in the second run only.
@@ -56,6 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--plugin", type=Path, default=REPO / "plugins/target/wasm32-wasip1/release/add_header.wasm"
     )
     p.add_argument("--h3load", type=Path, default=REPO / "target/release/h3load")
+    p.add_argument("--jwt-fixture", type=Path, default=REPO / "target/release/jwt_fixture")
     p.add_argument("--out", type=Path, default=REPO / "gateway/link-order.txt")
     p.add_argument("--port-base", type=int, default=29000)
     p.add_argument("--requests", type=int, default=2000, help="requests per path and protocol")
@@ -196,6 +197,7 @@ def main(argv: list[str]) -> int:
     env = prepare_files(work)
     env.backend_port = args.port_base + 80
     env.plugin = args.plugin if args.plugin.is_file() else None
+    env.jwks, _ = jwt_fixture(args.jwt_fixture, work)
     backend = Server("backend", "backend", env.backend_port, env)
     gw = Server("gateway", "gateway", args.port_base, env, binary=args.gateway)
     template = fill((CONFIGS / "gateway.yaml").read_text(), gw.values())
@@ -206,6 +208,8 @@ def main(argv: list[str]) -> int:
         log(f"no h3load at {args.h3load}: the HTTP/3 path is not profiled")
     if env.plugin is None:
         log(f"no plugin at {args.plugin}: the Wasm path is not profiled")
+    if env.jwks is None:
+        drop_full.add("jwt")
     runs = [
         ("base", drop_sections(template, set(GATEWAY_SECTIONS)), BASE_PATHS, False),
         ("full", drop_sections(template, drop_full), BASE_PATHS + FULL_PATHS, h3),

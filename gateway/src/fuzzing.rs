@@ -226,7 +226,12 @@ fn server() -> &'static Server {
             builder: ListenerRuntime::hyper_builder(&l.settings),
             h1_builder: ListenerRuntime::http1_builder(&l.settings),
             http1_fast_path: l.settings.http1_fast_path,
-            fast_path_requests: ListenerRuntime::fast_path_counter(&telemetry.registry, &l.name),
+            fast_path: ListenerRuntime::fast_path_listener(
+                &telemetry.registry,
+                &l.name,
+                None,
+                None,
+            ),
             max_head: ListenerRuntime::max_head(&l.settings),
             idle_timeout: l.settings.idle_timeout.get(),
             header_timeout: l.settings.header_read_timeout.get(),

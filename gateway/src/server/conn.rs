@@ -96,27 +96,44 @@ pub struct ListenerRuntime {
     pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
     /// HTTP/1.1 requests without a body are served without hyper ([`fast_path`]).
     pub http1_fast_path: bool,
-    /// Requests answered on that fast path.
-    pub fast_path_requests: FastPathCounters,
+    /// What the fast path shares across the listener's connections.
+    pub fast_path: FastPathListener,
 }
 
-/// What a listener counts of its requests served on the HTTP/1.1 fast path.
-#[derive(Clone)]
-pub struct FastPathCounters {
+/// What the HTTP/1.1 fast path shares across a listener's connections: its counters and the
+/// listener's own header lines.
+pub struct FastPathListener {
     /// Every request answered there.
     pub answered: crate::telemetry::Counter,
     /// Those of them served through the route's filter chain and terminal, rather than from
     /// answers prepared ahead of time or the text forward.
     pub through_chain: crate::telemetry::Counter,
+    /// The listener's header lines (HSTS, `Alt-Svc`), written into every response as the
+    /// general path adds them; made once here, not per connection.
+    pub listener_lines: Box<[u8]>,
 }
 
 impl ListenerRuntime {
-    /// The counters of requests the listener answered on the HTTP/1.1 fast path.
-    pub fn fast_path_counter(
+    /// The fast path's counters of the listener and its header lines: `hsts` and `alt_svc` as
+    /// [`ListenerPolicy::hsts`] and [`ListenerRuntime::alt_svc`].
+    pub fn fast_path_listener(
         registry: &crate::telemetry::Registry,
         listener: &str,
-    ) -> FastPathCounters {
-        FastPathCounters {
+        hsts: Option<&http::HeaderValue>,
+        alt_svc: Option<&http::HeaderValue>,
+    ) -> FastPathListener {
+        let mut listener_lines = Vec::new();
+        for (name, value) in [("strict-transport-security", hsts), ("alt-svc", alt_svc)] {
+            if let Some(value) = value {
+                gateway_http1::fields::push_field(
+                    &mut listener_lines,
+                    name.as_bytes(),
+                    value.as_bytes(),
+                );
+            }
+        }
+        FastPathListener {
+            listener_lines: listener_lines.into_boxed_slice(),
             answered: registry.counter(
                 "gateway_http1_fast_path_requests_total",
                 "HTTP/1.1 requests answered on the fast path (every request without a body, without hyper), per listener.",
@@ -480,8 +497,8 @@ where
 {
     let mut rest = bytes::BytesMut::new();
     if rt.http1_fast_path {
-        let lane = fast_path::Lane::new(&service.0, &rt.fast_path_requests, io.sends_files());
-        match fast_path::serve(&lane, &rt, &mut io, &mut rest, &watch).await {
+        let conn = fast_path::Conn::new(&service.0, &rt.fast_path, io.sends_files());
+        match fast_path::serve(&conn, &rt, &mut io, &mut rest, &watch).await {
             fast_path::Ended::Closed => return None,
             fast_path::Ended::HandOff => {}
         }
@@ -553,10 +570,14 @@ mod tests {
 
     /// Largest future the fast path may keep boxed for each HTTP/1.1 connection while it serves
     /// it, in a debug build, over an in-memory pipe: every connection keeps it for its whole
-    /// life, so state only some requests need (a proxied request's exchange with its upstream)
-    /// is boxed for the request's time rather than held inline (docs/performance-log.md, "The
-    /// fast path's future: the upstream exchange boxed").
-    const FAST_PATH_FUTURE_LIMIT: usize = 1600;
+    /// life, so state only some requests need (a file's lookup, the exchange with an upstream,
+    /// the service) is boxed for the request's time rather than held inline
+    /// (docs/performance-log.md, "Connection footprint: nothing kept between requests").
+    const FAST_PATH_FUTURE_LIMIT: usize = 768;
+
+    /// Largest part of that future answering a connection's ready requests takes, in a debug
+    /// build.
+    const ANSWER_FUTURE_LIMIT: usize = 512;
 
     #[test]
     fn the_fast_path_future_of_a_connection_stays_small() {
@@ -568,7 +589,21 @@ mod tests {
             let watch = watch(&ConnWatchdog::start(CancellationToken::new()), &rt);
             let activity = watch.deadlines().arm(true).clone();
             let service = conn_service(&rt, info, activity);
-            let first = first_requests(rt.clone(), server_side, service, watch, addr);
+            let mut io = server_side;
+            let conn = fast_path::Conn::new(&service.0, &rt.fast_path, false);
+            let answer = fast_path::answer_future_size(
+                &conn,
+                &rt,
+                &mut io,
+                &mut bytes::BytesMut::new(),
+                &watch,
+            );
+            assert!(
+                answer <= ANSWER_FUTURE_LIMIT,
+                "the future answering a connection's requests is {answer} bytes, over {ANSWER_FUTURE_LIMIT}"
+            );
+            drop(conn);
+            let first = first_requests(rt.clone(), io, service, watch, addr);
             let size = std::mem::size_of_val(&first);
             assert!(
                 size <= FAST_PATH_FUTURE_LIMIT,

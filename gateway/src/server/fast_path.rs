@@ -32,12 +32,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use gateway_http1::fields::push_field;
 use http::HeaderMap;
 use stream_proxy::watchdog::Signal;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::conn::{ConnWatch, FastPathCounters, ListenerRuntime};
+use super::conn::{ConnWatch, FastPathListener, ListenerRuntime};
 use super::idle::Verdict;
 use super::sendfile::SendFile;
 use crate::server::service::ConnService;
@@ -73,7 +72,8 @@ pub enum Ended {
     HandOff,
 }
 
-/// The per-connection side of the fast path: what every answer on the connection shares.
+/// What the answers of one connection's ready requests share: built when they are read and
+/// dropped once they are answered, so a connection between requests keeps none of it.
 pub struct Lane<'a> {
     svc: &'a Arc<ConnService>,
     /// The listener's count of requests answered here.
@@ -82,9 +82,7 @@ pub struct Lane<'a> {
     through_chain: &'a Counter,
     /// The listener's own header lines (HSTS, `Alt-Svc`), added to every response as the
     /// general path adds them.
-    listener_lines: Vec<u8>,
-    /// What routing gets for the header conditions it never has here.
-    no_headers: HeaderMap,
+    listener_lines: &'a [u8],
     /// Whether the connection is a plain socket that takes `sendfile`: a file not in the
     /// cache is then looked up and answered here (a large one sent from disk).
     sends_files: bool,
@@ -93,32 +91,34 @@ pub struct Lane<'a> {
     trusted_peer: bool,
 }
 
-impl<'a> Lane<'a> {
+/// What a connection on the fast path keeps for its whole life, requests or not.
+pub struct Conn<'a> {
+    svc: &'a Arc<ConnService>,
+    shared: &'a FastPathListener,
+    sends_files: bool,
+    trusted_peer: bool,
+}
+
+impl<'a> Conn<'a> {
     /// The fast path of one connection served by `svc`; `sends_files` as
     /// [`SendFile::sends_files`] says of the connection.
-    pub fn new(
-        svc: &'a Arc<ConnService>,
-        counters: &'a FastPathCounters,
-        sends_files: bool,
-    ) -> Self {
-        let mut listener_lines = Vec::new();
-        let lines = [
-            ("strict-transport-security", svc.policy.hsts.as_ref()),
-            ("alt-svc", svc.alt_svc.as_ref()),
-        ];
-        for (name, value) in lines {
-            if let Some(value) = value {
-                push_field(&mut listener_lines, name.as_bytes(), value.as_bytes());
-            }
-        }
+    pub fn new(svc: &'a Arc<ConnService>, shared: &'a FastPathListener, sends_files: bool) -> Self {
         Self {
             svc,
-            answered: &counters.answered,
-            through_chain: &counters.through_chain,
-            listener_lines,
-            no_headers: HeaderMap::new(),
+            shared,
             sends_files,
             trusted_peer: svc.policy.trusts(svc.conn.peer.ip()),
+        }
+    }
+
+    fn lane(&self) -> Lane<'a> {
+        Lane {
+            svc: self.svc,
+            answered: &self.shared.answered,
+            through_chain: &self.shared.through_chain,
+            listener_lines: &self.shared.listener_lines,
+            sends_files: self.sends_files,
+            trusted_peer: self.trusted_peer,
         }
     }
 }
@@ -189,8 +189,14 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
 
 /// Serves `io` on the fast path until the connection ends or hyper has to take over
 /// ([`Ended::HandOff`]: `buf` then holds the bytes read and not answered).
+///
+/// Between requests a connection waits here with its socket, `conn` and an empty `buf` (which
+/// holds no memory then, see [`ReadMore`]); the answers' output buffer is the thread's while
+/// they are written ([`Answers::take`]), and the state only some requests need (a file's
+/// lookup, the exchange with an upstream, the service) is boxed for their time, so that 10,000
+/// waiting keep-alive connections do not each hold it.
 pub async fn serve<IO>(
-    lane: &Lane<'_>,
+    conn: &Conn<'_>,
     rt: &ListenerRuntime,
     io: &mut IO,
     buf: &mut BytesMut,
@@ -199,18 +205,68 @@ pub async fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
-    let mut out = Answers::with_room();
+    loop {
+        if buf.len() >= rt.max_head {
+            // A head larger than the limit: hyper answers 431.
+            return Ended::HandOff;
+        }
+        let mut read = ReadMore {
+            io: &mut *io,
+            buf: &mut *buf,
+        };
+        match until_done(&mut read, watch, rt, false).await {
+            Ok(0) if buf.is_empty() => return Ended::Closed,
+            // The client ended mid-head: hyper reports it as it would have.
+            Ok(0) => return Ended::HandOff,
+            Ok(_) => {}
+            Err(end) => return end,
+        }
+        if let Some(end) = answer_ready(conn.lane(), rt, io, buf, watch).await {
+            return end;
+        }
+    }
+}
+
+/// The size of the future that answers a connection's ready requests ([`answer_ready`]), part
+/// of every fast-path connection's state.
+#[cfg(test)]
+pub fn answer_future_size<IO>(
+    conn: &Conn<'_>,
+    rt: &ListenerRuntime,
+    io: &mut IO,
+    buf: &mut BytesMut,
+    watch: &ConnWatch,
+) -> usize
+where
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin,
+{
+    std::mem::size_of_val(&answer_ready(conn.lane(), rt, io, buf, watch))
+}
+
+/// Answers the requests in `buf` and writes the answers, until the buffer holds no complete
+/// request (`None`: read more) or the connection ends or goes to hyper.
+async fn answer_ready<IO>(
+    lane: Lane<'_>,
+    rt: &ListenerRuntime,
+    io: &mut IO,
+    buf: &mut BytesMut,
+    watch: &ConnWatch,
+) -> Option<Ended>
+where
+    IO: AsyncRead + AsyncWrite + SendFile + Unpin,
+{
+    let lane = &lane;
+    let mut out = Answers::take();
     loop {
         let front = match answer_front(lane, buf, &mut out) {
             // The re-check or lookup goes to the blocking pool; the answer joins the others
             // after it, in order.
             Front::Waits(pending, len) => {
                 let close = pending.close;
-                // Not boxed, unlike the forwarded request's exchange below: boxing it made the
-                // connection's future smaller yet raised the peak memory of many connections
-                // (docs/performance-log.md, "The fast path's future: the upstream exchange
-                // boxed").
-                if !lane.finish_waiting(*pending, &mut out).await {
+                // Boxed: a file's re-check or lookup is rare beside the requests answered
+                // at once, and its state would make every answer's future larger, which each
+                // request pays for when the future is made.
+                if !Box::pin(lane.finish_waiting(*pending, &mut out)).await {
                     // The service answers it after all (a revalidation of a file just looked
                     // up, say): the request is still at the front of the buffer.
                     match General::at_front(buf, len, close, None) {
@@ -241,56 +297,44 @@ where
                 out.clear();
             }
             if let Err(end) = wrote {
-                return end;
+                return Some(end);
             }
         }
         match front {
-            Front::HandOff => return Ended::HandOff,
-            Front::Close => return close(lane, io, watch, rt).await,
+            Front::HandOff => return Some(Ended::HandOff),
+            Front::Close => return Some(close(lane, io, watch, rt).await),
             Front::Forwards(job) => {
                 let closes = job.closes();
                 // Boxed for the request's time: the exchange with the upstream is kilobytes of
-                // state, which every fast-path connection's future would otherwise carry for
-                // its whole life, proxied or not; the box costs a proxied request one
-                // allocation and the future's copy into it.
+                // state that requests answered from prepared text never need.
                 let forwarded = Box::pin(lane.forward(*job, io, buf, &mut out, watch, rt));
                 if let Err(end) = forwarded.await {
-                    return end;
+                    return Some(end);
                 }
                 if closes {
-                    return close(lane, io, watch, rt).await;
+                    return Some(close(lane, io, watch, rt).await);
                 }
-                continue;
             }
             Front::General(job) => {
                 // Boxed for the request's time, as the forwarded exchange above.
                 let served = Box::pin(lane.serve_general(job, io, buf, &mut out, watch, rt));
                 match served.await {
-                    Ok(true) => return close(lane, io, watch, rt).await,
-                    Ok(false) => continue,
-                    Err(end) => return end,
+                    Ok(true) => return Some(close(lane, io, watch, rt).await),
+                    Ok(false) => {}
+                    Err(end) => return Some(end),
                 }
             }
-            Front::Full | Front::Waits(..) => continue,
-            Front::NeedMore => {}
-        }
-        if buf.len() >= rt.max_head {
-            // A head larger than the limit: hyper answers 431.
-            return Ended::HandOff;
-        }
-        let mut read = ReadMore {
-            io: &mut *io,
-            buf: &mut *buf,
-        };
-        match until_done(&mut read, watch, rt, false).await {
-            Ok(0) if buf.is_empty() => return Ended::Closed,
-            // The client ended mid-head: hyper reports it as it would have.
-            Ok(0) => return Ended::HandOff,
-            Ok(_) => {}
-            Err(end) => return end,
+            Front::Full | Front::Waits(..) => {}
+            Front::NeedMore => {
+                out.put_back();
+                return None;
+            }
         }
     }
 }
+
+/// What routing gets for the header conditions it never has here.
+static NO_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
 
 thread_local! {
     /// A read buffer that a waiting connection of this thread let go, for the next one to read.
@@ -319,6 +363,21 @@ fn give_back(buf: &mut BytesMut) {
     if spare.capacity() == READ_CHUNK {
         SPARE_READ_BUFFER.set(Some(spare));
     }
+}
+
+/// Keeps the start of a request head the client has not finished in memory of its size while
+/// the connection waits for the rest, and lets the read buffer go: a slow client holds a few
+/// hundred bytes rather than a buffer of [`READ_CHUNK`]. A head past a quarter of the buffer is
+/// left where it is (it is nearly all of it).
+fn keep_partial(buf: &mut BytesMut) {
+    if buf.len() > READ_CHUNK / 4 || buf.capacity() == buf.len() {
+        return;
+    }
+    let fitted = BytesMut::from(&buf[..]);
+    let mut whole = std::mem::replace(buf, fitted);
+    whole.clear();
+    rewind(&mut whole);
+    give_back(&mut whole);
 }
 
 /// Moves an empty buffer's free space back to the start of its memory. When the next request is
@@ -417,8 +476,12 @@ impl<IO: AsyncRead + Unpin> Future for ReadMore<'_, IO> {
         let this = &mut *self;
         make_room(this.buf);
         let read = tokio_util::io::poll_read_buf(Pin::new(&mut *this.io), cx, this.buf);
-        if read.is_pending() && this.buf.is_empty() {
-            give_back(this.buf);
+        if read.is_pending() {
+            if this.buf.is_empty() {
+                give_back(this.buf);
+            } else {
+                keep_partial(this.buf);
+            }
         }
         read
     }
@@ -450,6 +513,53 @@ mod tests {
         let mut fresh = BytesMut::new();
         rewind(&mut fresh);
         assert_eq!(fresh.capacity(), 0);
+    }
+
+    #[test]
+    fn a_partial_head_is_kept_in_memory_of_its_size_while_the_client_is_slow() {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let mut buf = BytesMut::new();
+        let mut reading = ReadMore {
+            io: &mut server,
+            buf: &mut buf,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(tokio::io::AsyncWriteExt::write_all(
+                &mut client,
+                b"GET / HTTP/1.1\r\nHo",
+            ))
+            .unwrap();
+        let Poll::Ready(Ok(n)) = Pin::new(&mut reading).poll(&mut cx) else {
+            panic!("the bytes written were not read");
+        };
+        assert_eq!(n, 18);
+        let whole = reading.buf.as_ptr();
+        // Nothing more yet: the read buffer goes to the thread's spare, the bytes stay.
+        assert!(Pin::new(&mut reading).poll(&mut cx).is_pending());
+        assert_eq!(&reading.buf[..], b"GET / HTTP/1.1\r\nHo");
+        assert!(reading.buf.capacity() < READ_CHUNK / 4);
+        let spare = SPARE_READ_BUFFER
+            .take()
+            .expect("the read buffer was kept for the thread");
+        assert_eq!((spare.as_ptr(), spare.capacity()), (whole, READ_CHUNK));
+        SPARE_READ_BUFFER.set(Some(spare));
+
+        // The rest of the head is read after the bytes kept.
+        runtime
+            .block_on(tokio::io::AsyncWriteExt::write_all(
+                &mut client,
+                b"st: a\r\n\r\n",
+            ))
+            .unwrap();
+        let Poll::Ready(Ok(_)) = Pin::new(&mut reading).poll(&mut cx) else {
+            panic!("the rest was not read");
+        };
+        assert_eq!(&reading.buf[..], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     }
 
     #[tokio::test]

@@ -287,6 +287,13 @@ fn runtime_for(
     alt_svc: Option<http::HeaderValue>,
 ) -> Result<Arc<ListenerRuntime>, GatewayError> {
     let tls = tls::server_config(config, index, l, certs)?.map(tokio_rustls::TlsAcceptor::from);
+    let policy = Arc::new(ListenerPolicy::new(l, &cx.telemetry.registry));
+    let fast_path = ListenerRuntime::fast_path_listener(
+        &cx.telemetry.registry,
+        &l.name,
+        policy.hsts.as_ref(),
+        alt_svc.as_ref(),
+    );
     Ok(Arc::new(ListenerRuntime {
         name: Arc::from(l.name.as_str()),
         tls,
@@ -295,13 +302,13 @@ fn runtime_for(
         builder: ListenerRuntime::hyper_builder(&l.settings),
         h1_builder: ListenerRuntime::http1_builder(&l.settings),
         http1_fast_path: l.settings.http1_fast_path,
-        fast_path_requests: ListenerRuntime::fast_path_counter(&cx.telemetry.registry, &l.name),
+        fast_path,
         max_head: ListenerRuntime::max_head(&l.settings),
         idle_timeout: l.settings.idle_timeout.get(),
         header_timeout: l.settings.header_read_timeout.get(),
         body_read_timeout: Some(l.settings.body_read_timeout.get()).filter(|d| !d.is_zero()),
         write_timeout: l.settings.write_timeout.get(),
-        policy: Arc::new(ListenerPolicy::new(l, &cx.telemetry.registry)),
+        policy,
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
         alt_svc,
         http01: l.tls.is_none().then(|| cx.certs.challenges.clone()),

@@ -12,6 +12,7 @@
 //! copying the bytes, and the head before it is written with `MSG_MORE` so that both leave in
 //! the same segments.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -37,11 +38,25 @@ const FEW_SLICES: usize = 4;
 /// with more bodies than [`FEW_SLICES`] holds.
 const MANY_SLICES: usize = 128;
 
-/// Room made for the text at a connection's start: one small answer's status line, headers
-/// and body. Grown from nothing, the first answer's lines would cost several reallocations on
-/// every new connection; no more, because the text keeps its room for the connection's life
-/// and every kept-alive connection pays for it.
+/// Room made for the text of answers a thread has no spare for: one small answer's status line,
+/// headers and body. Grown from nothing, the first answer's lines would cost several
+/// reallocations.
 const FIRST_TEXT: usize = 256;
+
+/// Largest text room kept for the thread's next answers; answers that grew past it (pipelined
+/// requests, a large head) give their memory back to the allocator.
+const KEEP_TEXT: usize = 8192;
+
+/// Most bodies and spans kept room for in the thread's spare answers.
+const KEEP_ENTRIES: usize = 32;
+
+thread_local! {
+    /// Answers a connection of this thread wrote and let go, for the next requests read on the
+    /// thread: a connection between requests keeps no output buffer, and the connections of a
+    /// worker take turns with the same warm memory. Boxed, so that taking and giving back move
+    /// a pointer.
+    static SPARE: Cell<Option<Box<Answers>>> = const { Cell::new(None) };
+}
 
 /// A body referenced by the answers.
 struct Body {
@@ -108,11 +123,26 @@ pub(super) struct Answers {
 }
 
 impl Answers {
-    /// Answers with room for the first one's text.
-    pub(super) fn with_room() -> Self {
-        Self {
-            text: Vec::with_capacity(FIRST_TEXT),
-            ..Self::default()
+    /// Empty answers to gather a connection's next ones into: the thread's spare, or new ones
+    /// with room for the first one's text.
+    pub(super) fn take() -> Box<Self> {
+        SPARE.take().unwrap_or_else(|| {
+            Box::new(Self {
+                text: Vec::with_capacity(FIRST_TEXT),
+                ..Self::default()
+            })
+        })
+    }
+
+    /// Hands written (empty) answers back as the thread's spare, unless they grew past what is
+    /// worth keeping.
+    pub(super) fn put_back(self: Box<Self>) {
+        debug_assert!(self.is_empty() && self.spans.is_empty());
+        if self.text.capacity() <= KEEP_TEXT
+            && self.bodies.capacity() <= KEEP_ENTRIES
+            && self.spans.capacity() <= KEEP_ENTRIES
+        {
+            SPARE.set(Some(self));
         }
     }
 

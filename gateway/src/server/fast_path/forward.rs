@@ -182,7 +182,7 @@ impl Lane<'_> {
         {
             push_field(text, b"server", server.as_bytes());
         }
-        text.extend_from_slice(&self.listener_lines);
+        text.extend_from_slice(self.listener_lines);
         let head = &answer.head;
         let framing = match head.framing {
             BodyFraming::Length(n) => Framing::Length(n),

@@ -61,7 +61,7 @@ impl Lane<'_> {
             ""
         };
         let method = if req.head { Method::HEAD } else { Method::GET };
-        let Some(index) = router.find_index(listener, &method, host, req.path, &self.no_headers)
+        let Some(index) = router.find_index(listener, &method, host, req.path, &super::NO_HEADERS)
         else {
             return Outcome::General(None);
         };
@@ -87,7 +87,7 @@ impl Lane<'_> {
                 {
                     push_field(out, b"server", server.as_bytes());
                 }
-                out.extend_from_slice(&self.listener_lines);
+                out.extend_from_slice(self.listener_lines);
                 out.extend_from_slice(&canned.length);
                 end_head(out, req.close);
                 if !req.head {
@@ -176,7 +176,7 @@ impl Lane<'_> {
                 if let Some(server) = server {
                     push_field(out, b"server", server.as_bytes());
                 }
-                out.extend_from_slice(&self.listener_lines);
+                out.extend_from_slice(self.listener_lines);
                 out.extend_from_slice(length);
                 end_head(out, req.close);
                 if !req.head {
@@ -223,7 +223,7 @@ impl Lane<'_> {
             push_field(out, b"server", server.as_bytes());
         }
         out.extend_from_slice(&file.lines);
-        out.extend_from_slice(&self.listener_lines);
+        out.extend_from_slice(self.listener_lines);
         end_head(out, close);
         if !head {
             answers.push_body(&file.body, file.sealed.as_ref());
@@ -333,7 +333,7 @@ impl Lane<'_> {
         if let Some(server) = server {
             push_field(out, b"server", server.as_bytes());
         }
-        out.extend_from_slice(&self.listener_lines);
+        out.extend_from_slice(self.listener_lines);
         end_head(out, close);
         if !head && let Ok(len) = usize::try_from(file.len) {
             answers.push_disk(&file.file, 0, len);
@@ -391,7 +391,7 @@ impl Lane<'_> {
         if let Some(server) = server {
             push_field(out, b"server", server.as_bytes());
         }
-        out.extend_from_slice(&self.listener_lines);
+        out.extend_from_slice(self.listener_lines);
         end_head(out, req.close);
         match &file {
             // The range is within the body (clamped to it), whose length fits in usize.
@@ -416,7 +416,7 @@ impl Lane<'_> {
         if let Some(server) = server {
             push_field(out, b"server", server.as_bytes());
         }
-        out.extend_from_slice(&self.listener_lines);
+        out.extend_from_slice(self.listener_lines);
         end_head(out, close);
     }
 
