@@ -590,9 +590,8 @@ mod tests {
             let activity = watch.deadlines().arm(true).clone();
             let service = conn_service(&rt, info, activity);
             let mut io = server_side;
-            let conn = fast_path::Conn::new(&service.0, &rt.fast_path, false);
             let answer = fast_path::answer_future_size(
-                &conn,
+                &fast_path::Conn::new(&service.0, &rt.fast_path, false),
                 &rt,
                 &mut io,
                 &mut bytes::BytesMut::new(),
@@ -602,7 +601,6 @@ mod tests {
                 answer <= ANSWER_FUTURE_LIMIT,
                 "the future answering a connection's requests is {answer} bytes, over {ANSWER_FUTURE_LIMIT}"
             );
-            drop(conn);
             let first = first_requests(rt.clone(), io, service, watch, addr);
             let size = std::mem::size_of_val(&first);
             assert!(
