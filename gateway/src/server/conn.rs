@@ -542,6 +542,7 @@ async fn drive<C, E>(
         };
         match verdict {
             Verdict::SlowHead => {
+                rt.metrics.header_timeouts.inc();
                 tracing::debug!(listener = %rt.name, "request head not received in time; closing");
                 return;
             }

@@ -442,6 +442,7 @@ where
         };
         match verdict {
             Verdict::SlowHead => {
+                rt.metrics.header_timeouts.inc();
                 tracing::debug!(listener = %rt.name, "request head not received in time; closing");
                 return Err(Ended::Closed);
             }

@@ -186,6 +186,9 @@ pub struct ListenerMetrics {
     pub refused: Counter,
     /// Connections closed because the client accepted no byte for `write_timeout`.
     pub write_timeouts: Counter,
+    /// Connections closed because a request head did not arrive whole within
+    /// `header_read_timeout` (slow or stalled clients).
+    pub header_timeouts: Counter,
     /// Failed accepts (EMFILE and the like), each followed by a back-off.
     pub accept_errors: Counter,
     /// TLS (or QUIC) handshakes the client broke off or got wrong.
@@ -228,6 +231,11 @@ impl ListenerMetrics {
             write_timeouts: registry.counter(
                 "gateway_listener_write_timeouts_total",
                 "Connections closed because the client read nothing for write_timeout.",
+                labels,
+            ),
+            header_timeouts: registry.counter(
+                "gateway_listener_header_timeouts_total",
+                "Connections closed because a request head did not arrive whole within header_read_timeout.",
                 labels,
             ),
             accept_errors: registry.counter(

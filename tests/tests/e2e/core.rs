@@ -378,6 +378,14 @@ async fn slow_header_is_cut_by_header_read_timeout() {
     let n = n.expect("closed before the test timeout").unwrap_or(0);
     assert!(n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"));
     assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        crate::faults::metric(
+            &gw,
+            "gateway_listener_header_timeouts_total{listener=\"main\"}"
+        ),
+        1,
+        "the slow client is counted"
+    );
 }
 
 #[tokio::test]
