@@ -2,8 +2,9 @@
 
 - wrk (HTTP/1.1, plain and TLS): one thread, no pipelining (wrk sends the next request on a
   connection only after the previous response), `--latency` for the percentiles.
-- h2load (HTTP/2 over TLS): one thread, N connections × M concurrent streams, measuring only
-  after the clients have connected; p50/p99 come from its per-request log file.
+- h2load (HTTP/2 over TLS, or HTTP/1.1 with `--h1`): one thread, N connections × M concurrent
+  streams, measuring only after the clients have connected; p50/p99 come from its
+  per-request log file.
 - h3load (HTTP/3, the project's own, benches/src/bin/h3load.rs): driven like h2load
   (`-c N -m M -D SECONDS URL`, no certificate verification); it prints h2load's summary lines
   (`finished in`, `requests:`, `status codes:`) with wrk-style `50%` / `99%` latency lines, or
@@ -118,12 +119,27 @@ def wrk(cpu: str, url: str, conns: int, seconds: int, close: bool, headers: list
     return parse_wrk(_run(cmd + [url], timeout=seconds + 60))
 
 
-def h2load(cpu: str, url: str, conns: int, streams: int, seconds: int) -> Load:
-    """HTTP/2 over TLS with h2load; latency percentiles from its per-request log."""
+def h2load(
+    cpu: str,
+    url: str,
+    conns: int,
+    streams: int,
+    seconds: int,
+    h1: bool = False,
+    warm_up: int = 0,
+) -> Load:
+    """HTTP/2 over TLS with h2load; latency percentiles from its per-request log.
+
+    `h1` speaks HTTP/1.1 instead (over TLS: ALPN http/1.1), one request at a time per
+    connection when `streams` is 1. `warm_up` seconds run before the measured window: time
+    for thousands of clients to finish their handshakes, which the window would otherwise
+    count."""
     with tempfile.NamedTemporaryFile(prefix="h2load-", suffix=".log") as log:
         cmd = ["taskset", "-c", cpu, "h2load", "-t1", f"-c{conns}", f"-m{streams}"]
+        cmd += ["--h1"] if h1 else []
+        cmd += [f"--warm-up-time={warm_up}s"] if warm_up else []
         cmd += [f"-D{seconds}", f"--log-file={log.name}", url]
-        load = parse_h2load(_run(cmd, timeout=seconds + 120))
+        load = parse_h2load(_run(cmd, timeout=warm_up + seconds + 120))
         load.p50_ms, load.p99_ms = percentiles_from_log(Path(log.name))
     return load
 

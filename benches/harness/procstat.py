@@ -3,7 +3,8 @@
 CPU time is user + system from /proc/PID/stat (fields 14 and 15, in clock ticks) summed over
 every process of the server (nginx's master and worker, a single process for the others; a
 process's own line already includes all of its threads). Resident memory is VmRSS from
-/proc/PID/status, summed the same way and sampled every 50 ms during a run for the peak.
+/proc/PID/status, summed the same way and sampled every 50 ms during a run for the peak; the
+kernel's own peak per process (VmHWM) is read the same way.
 
 `hold_cpu_dma_latency` keeps /dev/cpu_dma_latency at 0 for the life of the process: with it the
 idle CPUs of these small virtual machines stop entering deep halt states, and cross-CPU wake-ups
@@ -75,18 +76,31 @@ def cpu_seconds(pids: list[int]) -> float:
     return sum(cpu_split(pids))
 
 
-def rss_kib(pids: list[int]) -> int:
-    """Summed VmRSS of `pids`, in KiB."""
+def status_kib(pids: list[int], name: str) -> int:
+    """A memory field of /proc/PID/status (`VmRSS`, `VmHWM`), in KiB, summed over `pids`."""
     total = 0
     for pid in pids:
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{name}:"):
                     total += int(line.split()[1])
                     break
         except OSError:
             continue
     return total
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Summed VmRSS of `pids`, in KiB."""
+    return status_kib(pids, "VmRSS")
+
+
+def hwm_kib(pids: list[int]) -> int:
+    """Summed VmHWM (each process's peak RSS since it started) of `pids`, in KiB. The kernel
+    keeps it exactly, so no peak between two samples is missed; summed over processes it can
+    exceed the largest total ever resident at once (nginx's master peaks at start-up, its
+    worker under load)."""
+    return status_kib(pids, "VmHWM")
 
 
 class RssSampler:

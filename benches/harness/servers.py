@@ -312,6 +312,11 @@ class Server:
     def start(self) -> None:
         self._launch(self.write_config())
 
+    def start_with(self, config: Path) -> None:
+        """Starts this instance with a config written by the caller (conns.py's variants of
+        the templates) instead of `write_config`'s."""
+        self._launch(config)
+
     def _launch(self, config: Path | None) -> None:
         cmd, env = self.command(config)
         with self.log.open("wb") as log:
