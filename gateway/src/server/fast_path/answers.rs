@@ -12,7 +12,7 @@
 //! copying the bytes, and the head before it is written with `MSG_MORE` so that both leave in
 //! the same segments.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -50,12 +50,17 @@ const KEEP_TEXT: usize = 8192;
 /// Most bodies and spans kept room for in the thread's spare answers.
 const KEEP_ENTRIES: usize = 32;
 
+/// Most spare answers a thread keeps: about as many as it has requests in flight at once
+/// (proxied ones hold theirs while the upstream answers), each a few hundred bytes.
+const KEEP_SPARES: usize = 128;
+
 thread_local! {
-    /// Answers a connection of this thread wrote and let go, for the next requests read on the
+    /// Answers connections of this thread wrote and let go, for the next requests read on the
     /// thread: a connection between requests keeps no output buffer, and the connections of a
-    /// worker take turns with the same warm memory. Boxed, so that taking and giving back move
-    /// a pointer.
-    static SPARE: Cell<Option<Box<Answers>>> = const { Cell::new(None) };
+    /// worker take turns with the same warm memory. Several, because a request waiting for its
+    /// upstream holds its answers meanwhile; boxed, so that taking and giving back move a
+    /// pointer.
+    static SPARES: RefCell<Vec<Box<Answers>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A body referenced by the answers.
@@ -126,7 +131,7 @@ impl Answers {
     /// Empty answers to gather a connection's next ones into: the thread's spare, or new ones
     /// with room for the first one's text.
     pub(super) fn take() -> Box<Self> {
-        SPARE.take().unwrap_or_else(|| {
+        SPARES.with_borrow_mut(Vec::pop).unwrap_or_else(|| {
             Box::new(Self {
                 text: Vec::with_capacity(FIRST_TEXT),
                 ..Self::default()
@@ -142,7 +147,11 @@ impl Answers {
             && self.bodies.capacity() <= KEEP_ENTRIES
             && self.spans.capacity() <= KEEP_ENTRIES
         {
-            SPARE.set(Some(self));
+            SPARES.with_borrow_mut(|spares| {
+                if spares.len() < KEEP_SPARES {
+                    spares.push(self);
+                }
+            });
         }
     }
 
