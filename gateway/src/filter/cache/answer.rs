@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::fresh::{self, NotStored};
 use super::serve::{self, Conditions};
+use super::store::Payload;
 use super::{
     CacheFilter, CacheOutcome, Fetching, Fill, Step, object, set_status, stored_head, with_outcome,
 };
@@ -150,7 +151,7 @@ impl CacheFilter {
             let obj = object(
                 fill.status,
                 fill.headers,
-                fill.body.freeze(),
+                Payload::Memory(fill.body.freeze()),
                 &f.path,
                 &fill.freshness,
             );

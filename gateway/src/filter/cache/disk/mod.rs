@@ -1,0 +1,413 @@
+//! A cache's disk tier: every object the memory tier stores is also written to a file under
+//! `caches.NAME.disk.path` ([`file`]), by one writer thread per tier, off the request path; a
+//! memory miss reads it back (whole, and promoted to memory, when it fits there; else streamed
+//! from the file, [`body`]). The index of the files (keys, sizes, use order) lives in memory,
+//! is rebuilt from the directory at start ([`scan`]) while requests go on, and bounds the
+//! files' total size, least recently used out. A write that fails (disk full, directory gone)
+//! costs the store only: the client already has its answer.
+//!
+//! Writing every object, rather than only what memory evicts, keeps the tier whole across a
+//! crash or a restart, and makes a memory eviction free.
+
+pub mod body;
+pub mod file;
+mod index;
+mod scan;
+
+use std::io::{self, ErrorKind};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use http::HeaderMap;
+
+use super::store::{Object, Payload};
+use crate::telemetry::{Counter, Gauge, Registry};
+use file::{Id, Opened, Source};
+use index::Index;
+
+/// Jobs waiting for the writer, at most.
+const QUEUE_JOBS: usize = 4096;
+/// Bodies waiting for the writer, at most, in bytes (past it a store skips the disk: a disk
+/// slower than the traffic must not hold the memory of every object it has yet to write).
+const QUEUE_BYTES: u64 = 64 << 20;
+
+/// A file of the tier opened for reading its body; it stays readable while open even when the
+/// tier removes or replaces its file meanwhile.
+#[derive(Debug)]
+pub struct Stored {
+    pub opened: Opened,
+    id: Id,
+    tier: Weak<Files>,
+}
+
+impl Stored {
+    /// The body did not match its CRC: the file goes.
+    pub fn reject(&self) {
+        if let Some(t) = self.tier.upgrade() {
+            t.reject(self.id);
+        }
+    }
+}
+
+struct Metrics {
+    bytes: Gauge,
+    objects: Gauge,
+    evictions: Counter,
+    writes: Counter,
+    failed_io: Counter,
+    failed_busy: Counter,
+    rejected: Counter,
+}
+
+/// What the writer thread and the tier's handles share.
+pub struct Files {
+    root: PathBuf,
+    capacity: AtomicU64,
+    index: Mutex<Index>,
+    metrics: Metrics,
+    /// Set when the tier is dropped: a scan still running stops.
+    closed: AtomicBool,
+    /// Bytes of bodies waiting for the writer.
+    queued: AtomicU64,
+    /// The last write failed (logged once per run of failures).
+    failing: AtomicBool,
+}
+
+enum Job {
+    Write {
+        id: Id,
+        primary: String,
+        variant: String,
+        object: Arc<Object>,
+    },
+    Delete(Vec<Id>),
+    Evict,
+}
+
+/// The disk tier of one cache.
+pub struct Disk {
+    tier: Arc<Files>,
+    jobs: SyncSender<Job>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Creates `path` when missing, as serving will; the error says why it cannot be.
+pub fn prepare(path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(path)
+        .and_then(|_| {
+            let probe = path.join(".probe");
+            std::fs::write(&probe, b"")?;
+            std::fs::remove_file(probe)
+        })
+        .map_err(|e| format!("cannot use `{}` as a cache directory: {e}", path.display()))
+}
+
+/// Checks what [`prepare`] would do without creating anything (`gateway validate`): the
+/// path, or the nearest part of it that exists, is a directory.
+pub fn check(path: &Path) -> Result<(), String> {
+    let mut p = path;
+    loop {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => {
+                return Err(format!(
+                    "cannot use `{}` as a cache directory: `{}` is not a directory",
+                    path.display(),
+                    p.display()
+                ));
+            }
+            Err(_) => match p.parent() {
+                Some(parent) => p = parent,
+                None => return Ok(()),
+            },
+        }
+    }
+}
+
+impl Disk {
+    /// Starts the tier of cache `name` on `root` (made by [`prepare`]) bounded by `capacity`
+    /// bytes: its writer thread, and the scan that rebuilds its index.
+    pub fn start(name: &str, root: &Path, capacity: u64, registry: &Registry) -> io::Result<Self> {
+        let labels = [("cache", name), ("tier", "disk")];
+        let failed = |reason| {
+            registry.counter(
+                "gateway_cache_write_failures_total",
+                "Objects not written to a tier, by cache, tier and reason (io: the write failed; busy: the writer was behind).",
+                &[("cache", name), ("tier", "disk"), ("reason", reason)],
+            )
+        };
+        let tier = Arc::new(Files {
+            root: root.to_owned(),
+            capacity: AtomicU64::new(capacity),
+            index: Mutex::default(),
+            metrics: Metrics {
+                bytes: registry.gauge(
+                    "gateway_cache_bytes",
+                    "Bytes the cache's objects take, by cache and tier.",
+                    &labels,
+                ),
+                objects: registry.gauge(
+                    "gateway_cache_objects",
+                    "Objects in the cache, by cache and tier.",
+                    &labels,
+                ),
+                evictions: registry.counter(
+                    "gateway_cache_evictions_total",
+                    "Objects evicted to keep the cache within its bound, by cache and tier.",
+                    &labels,
+                ),
+                writes: registry.counter(
+                    "gateway_cache_writes_total",
+                    "Objects written to a tier, by cache and tier.",
+                    &labels,
+                ),
+                failed_io: failed("io"),
+                failed_busy: failed("busy"),
+                rejected: registry.counter(
+                    "gateway_cache_disk_rejected_total",
+                    "Files of the disk tier removed as unreadable: another format version, cut short or altered.",
+                    &[("cache", name)],
+                ),
+            },
+            closed: AtomicBool::new(false),
+            queued: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+        });
+        tier.publish(&lock(&tier.index));
+        let (jobs, rx) = std::sync::mpsc::sync_channel(QUEUE_JOBS);
+        let t = tier.clone();
+        std::thread::Builder::new()
+            .name(format!("cache-{name}-writer"))
+            .spawn(move || writer(&t, &rx))?;
+        let t = tier.clone();
+        std::thread::Builder::new()
+            .name(format!("cache-{name}-scan"))
+            .spawn(move || scan::run(&t))?;
+        Ok(Self { tier, jobs })
+    }
+
+    /// The directory it keeps its files in.
+    pub fn root(&self) -> &Path {
+        &self.tier.root
+    }
+
+    /// Sets the bound, removing what exceeds it.
+    pub fn resize(&self, capacity: u64) {
+        self.tier.capacity.store(capacity, Ordering::Relaxed);
+        let _ = self.jobs.try_send(Job::Evict);
+    }
+
+    /// The file of the object for a request under `primary`, counted as used.
+    pub fn lookup(&self, primary: &str, req: &HeaderMap) -> Option<Id> {
+        lock(&self.tier.index).lookup(primary, req)
+    }
+
+    /// Reads the object of `id`: its body whole when at most `whole` bytes, else left in the
+    /// file to be streamed. `None` when the file is gone or unreadable (then removed).
+    pub async fn load(&self, id: Id, whole: u64) -> Option<Object> {
+        let tier = self.tier.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let (head, opened) = file::open(&id.path(&tier.root))?;
+            if Id::of(&head.primary, &head.variant) != id {
+                return Err(io::Error::new(ErrorKind::InvalidData, "misplaced file"));
+            }
+            let mut object = head.object;
+            object.body = if opened.body_len <= whole {
+                Payload::Memory(file::read_body(&opened)?)
+            } else {
+                Payload::File(Arc::new(Stored {
+                    opened,
+                    id,
+                    tier: Arc::downgrade(&tier),
+                }))
+            };
+            Ok(object)
+        })
+        .await;
+        match read {
+            Ok(Ok(object)) => Some(object),
+            Ok(Err(e)) if e.kind() == ErrorKind::InvalidData => {
+                tracing::warn!(file = %id.path(self.root()).display(), error = %e, "cache file rejected");
+                self.tier.reject(id);
+                None
+            }
+            Ok(Err(e)) => {
+                if e.kind() != ErrorKind::NotFound {
+                    tracing::warn!(file = %id.path(self.root()).display(), error = %e, "cache file unreadable");
+                }
+                let mut index = lock(&self.tier.index);
+                index.remove(id);
+                self.tier.publish(&index);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Writes `object`, stored under `primary` and `variant`, in the background. False when it
+    /// is not going to be: larger than the whole tier, or the writer is behind.
+    pub fn write(&self, primary: &str, variant: &str, object: Arc<Object>) -> bool {
+        let id = Id::of(primary, variant);
+        let len = object.body.len();
+        {
+            // The version on disk is outdated now, whether or not this one gets written.
+            let mut index = lock(&self.tier.index);
+            index.remove(id);
+            self.tier.publish(&index);
+        }
+        if len > self.tier.capacity.load(Ordering::Relaxed) {
+            return false;
+        }
+        let queued = self.tier.queued.fetch_add(len, Ordering::AcqRel);
+        let job = Job::Write {
+            id,
+            primary: primary.to_owned(),
+            variant: variant.to_owned(),
+            object,
+        };
+        let busy = queued != 0 && queued + len > QUEUE_BYTES;
+        if busy || self.jobs.try_send(job).is_err() {
+            self.tier.queued.fetch_sub(len, Ordering::AcqRel);
+            self.tier.metrics.failed_busy.inc();
+            return false;
+        }
+        true
+    }
+
+    /// Removes every variant under `primary`: their variant keys.
+    pub fn remove(&self, primary: &str) -> Vec<String> {
+        let gone = lock(&self.tier.index).remove_primary(primary);
+        self.delete(gone)
+    }
+
+    /// Removes the objects whose request path `matches`: their primary and variant keys.
+    pub fn purge(&self, matches: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+        let gone = lock(&self.tier.index).remove_matching(matches);
+        let keys = gone
+            .iter()
+            .map(|(_, p, v)| (p.clone(), v.clone()))
+            .collect();
+        self.delete(gone.into_iter().map(|(id, _, v)| (id, v)).collect());
+        keys
+    }
+
+    /// Deletes the files of objects already out of the index; the writer does it, after the
+    /// writes queued before, so none of those brings one back.
+    fn delete<T>(&self, gone: Vec<(Id, T)>) -> Vec<T> {
+        self.tier.publish(&lock(&self.tier.index));
+        let (ids, keys): (Vec<Id>, Vec<T>) = gone.into_iter().unzip();
+        if !ids.is_empty() {
+            // Blocks rather than skips: a purge must reach the disk.
+            let _ = self.jobs.send(Job::Delete(ids));
+        }
+        keys
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        self.tier.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Files {
+    fn publish(&self, index: &Index) {
+        self.metrics.bytes.set(index.bytes() as i64);
+        self.metrics.objects.set(index.len() as i64);
+    }
+
+    /// Removes an unreadable file and counts it.
+    fn reject(self: &Arc<Self>, id: Id) {
+        self.metrics.rejected.inc();
+        let mut index = lock(&self.index);
+        index.remove(id);
+        self.publish(&index);
+        drop(index);
+        let path = id.path(&self.root);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || std::fs::remove_file(path))),
+            Err(_) => drop(std::fs::remove_file(path)),
+        }
+    }
+
+    /// Evicts past the bound; the files go.
+    fn evict(&self) {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let gone = {
+            let mut index = lock(&self.index);
+            let gone = index.evict(capacity);
+            self.publish(&index);
+            gone
+        };
+        self.metrics.evictions.add(gone.len() as u64);
+        for id in gone {
+            let _ = std::fs::remove_file(id.path(&self.root));
+        }
+    }
+
+    fn failed(&self, id: Id, e: &io::Error) {
+        self.metrics.failed_io.inc();
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                dir = %self.root.display(),
+                file = %id.path(&self.root).display(),
+                error = %e,
+                "cache disk write failed; objects are kept in memory only until a write succeeds"
+            );
+        }
+    }
+}
+
+/// The writer thread: runs the jobs in order until the tier is dropped.
+fn writer(tier: &Files, jobs: &Receiver<Job>) {
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Write {
+                id,
+                primary,
+                variant,
+                object,
+            } => {
+                tier.queued.fetch_sub(object.body.len(), Ordering::AcqRel);
+                let head = file::encode_head(&primary, &variant, &object);
+                let source = match &object.body {
+                    Payload::Memory(b) => Source::Bytes(b),
+                    Payload::File(s) => Source::File(&s.opened),
+                };
+                match file::write(&tier.root, id, &head, source) {
+                    Ok(size) => {
+                        tier.metrics.writes.inc();
+                        if tier.failing.swap(false, Ordering::Relaxed) {
+                            tracing::info!(dir = %tier.root.display(), "cache disk writes succeed again");
+                        }
+                        let mut index = lock(&tier.index);
+                        let unreachable = index.insert(id, primary, variant, &object, size, None);
+                        drop(index);
+                        for id in unreachable {
+                            let _ = std::fs::remove_file(id.path(&tier.root));
+                        }
+                        tier.evict();
+                    }
+                    Err(e) => tier.failed(id, &e),
+                }
+            }
+            Job::Delete(ids) => {
+                let mut index = lock(&tier.index);
+                ids.iter().for_each(|id| {
+                    index.remove(*id);
+                });
+                tier.publish(&index);
+                drop(index);
+                for id in ids {
+                    let _ = std::fs::remove_file(id.path(&tier.root));
+                }
+            }
+            Job::Evict => tier.evict(),
+        }
+    }
+}
