@@ -411,3 +411,149 @@ fn writer(tier: &Files, jobs: &Receiver<Job>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::StatusCode;
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    fn object(path: &str, body: &'static [u8]) -> Arc<Object> {
+        Arc::new(Object {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Payload::Memory(Bytes::from_static(body)),
+            path: path.into(),
+            stored: tokio::time::Instant::now(),
+            initial_age: Duration::ZERO,
+            lifetime: Duration::from_secs(60),
+            always_revalidate: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            vary: Vec::new(),
+        })
+    }
+
+    /// Waits (on real time: the writer and the scan are threads) until `done`.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what} did not happen within 5 s");
+    }
+
+    fn files(root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for a in std::fs::read_dir(root).unwrap().filter_map(Result::ok) {
+            for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
+                for f in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
+                    out.push(f.path());
+                }
+            }
+        }
+        out
+    }
+
+    async fn text(body: &Payload) -> String {
+        let all = body
+            .slice(0, body.len())
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes();
+        String::from_utf8(all.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_new_tier_finds_the_files_and_removes_the_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::default();
+        let h = HeaderMap::new();
+        let disk = Disk::start("t", dir.path(), 1 << 20, &registry).unwrap();
+        assert!(disk.write("a", "", object("/a", b"body of a")));
+        assert!(disk.write("b", "", object("/b", b"body of b")));
+        until("two writes", || disk.tier.metrics.writes.get() == 2).await;
+        let id = disk.lookup("a", &h).expect("indexed once written");
+        let whole = disk.load(id, 1 << 20).await.unwrap();
+        assert!(matches!(whole.body, Payload::Memory(_)));
+        assert_eq!(text(&whole.body).await, "body of a");
+        let streamed = disk.load(id, 4).await.unwrap();
+        assert!(matches!(streamed.body, Payload::File(_)));
+        assert_eq!(text(&streamed.body).await, "body of a");
+        assert_eq!(
+            streamed
+                .body
+                .slice(2, 6)
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes(),
+            "dy o"
+        );
+        drop(disk);
+
+        // One file cut short, one of another version, one temporary file left by a crash.
+        let b = Id::of("b", "").path(dir.path());
+        let bytes = std::fs::read(&b).unwrap();
+        std::fs::write(&b, &bytes[..bytes.len() - 1]).unwrap();
+        let c = Id::of("c", "").path(dir.path());
+        std::fs::create_dir_all(c.parent().unwrap()).unwrap();
+        std::fs::write(&c, b"GWCACHE\x00 from another version").unwrap();
+        let tmp = Id::of("d", "").path(dir.path()).with_extension("tmp");
+        std::fs::create_dir_all(tmp.parent().unwrap()).unwrap();
+        std::fs::write(&tmp, b"half").unwrap();
+        let other = dir.path().join("README");
+        std::fs::write(&other, b"not the cache's").unwrap();
+
+        let disk = Disk::start("t", dir.path(), 1 << 20, &registry).unwrap();
+        until("the scan", || disk.tier.metrics.rejected.get() == 2).await;
+        until("a's entry", || disk.lookup("a", &h).is_some()).await;
+        assert!(disk.lookup("b", &h).is_none() && disk.lookup("c", &h).is_none());
+        assert_eq!(files(dir.path()), [Id::of("a", "").path(dir.path())]);
+        assert!(other.exists(), "files not the tier's are left alone");
+        let again = disk.load(disk.lookup("a", &h).unwrap(), 1 << 20).await;
+        assert_eq!(text(&again.unwrap().body).await, "body of a");
+    }
+
+    #[tokio::test]
+    async fn the_bound_holds_and_removals_reach_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::default();
+        let h = HeaderMap::new();
+        let body: &'static [u8] = &[b'x'; 1000];
+        // Room for three files of a 1000-byte body and its head.
+        let disk = Disk::start("t", dir.path(), 3 * 1100, &registry).unwrap();
+        for (i, k) in ["k0", "k1", "k2", "k3", "k4"].into_iter().enumerate() {
+            assert!(disk.write(k, "", object(&format!("/p/{k}"), body)));
+            until("the write", || {
+                disk.tier.metrics.writes.get() == i as u64 + 1
+            })
+            .await;
+            if k == "k2" {
+                disk.lookup("k0", &h).unwrap();
+            }
+        }
+        let total: u64 = files(dir.path())
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .sum();
+        assert!(total <= 3 * 1100, "{total} bytes on disk");
+        assert_eq!(disk.tier.metrics.evictions.get(), 2);
+        assert!(disk.lookup("k0", &h).is_some(), "used: kept");
+        assert!(disk.lookup("k1", &h).is_none() && disk.lookup("k2", &h).is_none());
+        assert!(!disk.write("huge", "", object("/huge", &[0; 4000])));
+
+        assert_eq!(disk.remove("k0"), [String::new()]);
+        let purged = disk.purge(|p| p.starts_with("/p/"));
+        assert_eq!(purged.len(), 2);
+        until("the files to go", || files(dir.path()).is_empty()).await;
+        assert_eq!(disk.tier.metrics.bytes.get(), 0);
+    }
+}
