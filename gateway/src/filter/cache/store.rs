@@ -88,6 +88,10 @@ impl Payload {
         }
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Bytes `first..end` as a body.
     pub fn slice(&self, first: u64, end: u64) -> Body {
         match self {
