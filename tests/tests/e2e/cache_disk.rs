@@ -214,6 +214,15 @@ async fn objects_pushed_out_of_memory_or_too_large_for_it_are_served_from_disk()
     assert_eq!(part.body, body_of("/o/big", 100_100)[100_000..]);
     assert_eq!(counts.get("/o/big"), 1);
 
+    // Concurrent misses of an object going to disk only: one request upstream, the others
+    // wait until its file can be read.
+    let many =
+        (0..20).map(|_| tokio::spawn(async move { get(addr, "/o/many?size=500000", &[]).await }));
+    for r in futures_util::future::join_all(many).await {
+        assert!(r.unwrap().body == body_of("/o/many", 500_000));
+    }
+    assert_eq!(counts.get("/o/many"), 1);
+
     // An unsafe method removes the URL's file too.
     let before = files(&root).len();
     assert_eq!(send(addr, "DELETE", "/o/c", &[]).await.status(), 204);
@@ -223,7 +232,7 @@ async fn objects_pushed_out_of_memory_or_too_large_for_it_are_served_from_disk()
         |n| n + 1 == before as u64,
     )
     .await;
-    assert_eq!(left, 3);
+    assert_eq!(left, 4);
     get(addr, "/o/c", &[]).await;
     assert_eq!(counts.get("/o/c"), 2);
     gw.shutdown().await;

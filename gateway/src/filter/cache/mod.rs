@@ -245,7 +245,14 @@ struct Fill {
     status: StatusCode,
     headers: HeaderMap,
     freshness: Freshness,
+    /// The body so far, while it may go to memory.
     body: BytesMut,
+    /// Body bytes received.
+    received: u64,
+    /// Past this many bytes it is too large for the memory tier.
+    memory_bound: u64,
+    /// Where the body goes once it is too large for memory.
+    disk: Option<disk::DiskFill>,
     expected: Option<u64>,
 }
 

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::disk::{Disk, Stored, body::FileBody};
+use super::disk::{Disk, DiskFill, Guard, Stored, body::FileBody};
 use crate::body::Body;
 use crate::per_gateway::PerGateway;
 use crate::telemetry::{Counter, Gauge, Registry};
@@ -248,15 +248,56 @@ impl Store {
     /// Stores an object for a request under `primary`, in memory (evicting what the bound
     /// needs) and on disk. False when neither tier takes it.
     pub fn put(&self, primary: &str, req: &HeaderMap, object: Object) -> bool {
+        self.put_guarded(primary, req, object, None)
+    }
+
+    /// [`Store::put`], dropping `done` once the object can be found: at once when it went to
+    /// memory, else when its file is written (requests coalesced on its fetch wait for that).
+    pub fn put_guarded(
+        &self,
+        primary: &str,
+        req: &HeaderMap,
+        object: Object,
+        done: Option<Guard>,
+    ) -> bool {
         let v = variant(&object.vary, req);
         let object = Arc::new(object);
         let in_memory = self.put_memory(primary, &v, object.clone());
+        let done = if in_memory { None } else { done };
         let on_disk = self
             .disk
             .load()
             .as_ref()
-            .is_some_and(|d| d.write(primary, &v, object));
+            .is_some_and(|d| d.write(primary, &v, object, done));
         in_memory || on_disk
+    }
+
+    /// Whether it has a disk tier.
+    pub fn has_disk(&self) -> bool {
+        self.disk.load().is_some()
+    }
+
+    /// The memory tier's bound.
+    pub fn memory_bound(&self) -> usize {
+        *lock(&self.capacity)
+    }
+
+    /// Starts streaming an object too large for memory to disk (`object` is its head); `None`
+    /// without a disk tier, or when its writer is behind.
+    pub fn begin_fill(&self, primary: &str, req: &HeaderMap, object: Object) -> Option<DiskFill> {
+        let disk = self.disk.load_full()?;
+        disk.begin_fill(primary, &variant(&object.vary, req), Arc::new(object))
+    }
+
+    /// Ends a fill begun by [`Store::begin_fill`]: its file goes into place, and replaces any
+    /// version in memory; `done` is dropped once it can be found.
+    pub fn end_fill(&self, fill: DiskFill, done: Option<Guard>) {
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        Self::forget(inner, &fill.primary, &fill.variant);
+        self.publish(inner);
+        drop(guard);
+        fill.finish(done);
     }
 
     /// Stores an object in memory under `primary` and variant `v`. False when its body is not
@@ -267,16 +308,8 @@ impl Store {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         if size > capacity || matches!(object.body, Payload::File(_)) {
-            let old = inner
-                .primaries
-                .get(primary)
-                .and_then(|p| p.variants.iter().find(|(k, _)| k == v))
-                .map(|(_, s)| s.tick);
-            if let Some(tick) = old {
-                inner.lru.remove(&tick);
-                Self::unlink(inner, primary, v);
-                self.publish(inner);
-            }
+            Self::forget(inner, primary, v);
+            self.publish(inner);
             return false;
         }
         let p = inner.primaries.entry(primary.to_owned()).or_default();
@@ -381,6 +414,19 @@ impl Store {
             n += 1;
         }
         n
+    }
+
+    /// Removes the object of `primary` and variant `v`, if in memory.
+    fn forget(inner: &mut Inner, primary: &str, v: &str) {
+        let tick = inner
+            .primaries
+            .get(primary)
+            .and_then(|p| p.variants.iter().find(|(k, _)| k == v))
+            .map(|(_, s)| s.tick);
+        if let Some(tick) = tick {
+            inner.lru.remove(&tick);
+            Self::unlink(inner, primary, v);
+        }
     }
 
     /// Removes one object already out of the LRU order.

@@ -221,64 +221,96 @@ pub fn decode_head(head: &[u8]) -> io::Result<Head> {
     })
 }
 
-/// Writes an object's file atomically: a temporary file beside the final name, renamed into
-/// place once whole. The file's size on success; on failure nothing is left at either name.
-pub fn write(root: &Path, id: Id, head: &[u8], body: Source<'_>) -> io::Result<u64> {
-    let path = id.path(root);
-    let dir = path.parent().expect("two levels under the root");
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let written = write_to(&tmp, head, body).and_then(|n| {
-        std::fs::rename(&tmp, &path)?;
-        Ok(n)
-    });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        // A replaced version must not outlive the failed write either: the index no longer
-        // counts it.
-        let _ = std::fs::remove_file(&path);
-    }
-    written
+/// A file being written, under a temporary name beside its final one until
+/// [`Partial::finish`] renames it into place. Dropped unfinished, it leaves nothing at either
+/// name: the index no longer counts a version it replaces.
+pub struct Partial {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    head_len: u32,
+    head_crc: u32,
+    crc: flate2::Crc,
+    len: u64,
+    done: bool,
 }
 
-fn write_to(tmp: &Path, head: &[u8], body: Source<'_>) -> io::Result<u64> {
-    let mut f = File::create(tmp)?;
-    f.write_all(&[0; PRELUDE])?;
-    f.write_all(head)?;
-    let (len, body_crc) = match body {
-        Source::Bytes(b) => {
-            f.write_all(b)?;
-            (b.len() as u64, crc(&[b]))
+impl Partial {
+    /// Starts the file of `id` with `head`; `seq` tells apart the temporary names of writes of
+    /// one object at once.
+    pub fn begin(root: &Path, id: Id, seq: u64, head: &[u8]) -> io::Result<Self> {
+        let path = id.path(root);
+        std::fs::create_dir_all(path.parent().expect("two levels under the root"))?;
+        let tmp = path.with_file_name(format!("{}.{seq}.tmp", id.hex()));
+        let file = File::create(&tmp)?;
+        let mut p = Self {
+            file,
+            tmp,
+            path,
+            head_len: head.len() as u32,
+            head_crc: crc(&[head]),
+            crc: flate2::Crc::new(),
+            len: 0,
+            done: false,
+        };
+        p.file.write_all(&[0; PRELUDE])?;
+        p.file.write_all(head)?;
+        Ok(p)
+    }
+
+    /// Appends a piece of the body.
+    pub fn push(&mut self, piece: &[u8]) -> io::Result<()> {
+        self.file.write_all(piece)?;
+        self.crc.update(piece);
+        self.len += piece.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the prelude and renames the file into place: its size.
+    pub fn finish(mut self) -> io::Result<u64> {
+        let mut prelude = BytesMut::with_capacity(PRELUDE);
+        prelude.put_slice(MAGIC);
+        prelude.put_u32(self.head_len);
+        prelude.put_u64(self.len);
+        prelude.put_u32(self.head_crc);
+        prelude.put_u32(self.crc.sum());
+        self.file.write_all_at(&prelude, 0)?;
+        std::fs::rename(&self.tmp, &self.path)?;
+        self.done = true;
+        Ok((PRELUDE as u64) + u64::from(self.head_len) + self.len)
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+            let _ = std::fs::remove_file(&self.path);
         }
-        Source::File(src) => copy_body(src, &mut f)?,
-    };
-    let mut prelude = BytesMut::with_capacity(PRELUDE);
-    prelude.put_slice(MAGIC);
-    prelude.put_u32(head.len() as u32);
-    prelude.put_u64(len);
-    prelude.put_u32(crc(&[head]));
-    prelude.put_u32(body_crc);
-    f.write_all_at(&prelude, 0)?;
-    Ok((PRELUDE + head.len()) as u64 + len)
+    }
 }
 
-/// Copies the body of another object's file, checking its CRC.
-fn copy_body(src: &Opened, out: &mut File) -> io::Result<(u64, u32)> {
-    let mut c = flate2::Crc::new();
-    let mut buf = vec![0; CHUNK];
-    let mut at = 0;
-    while at < src.body_len {
-        let n = CHUNK.min((src.body_len - at) as usize);
-        src.file
-            .read_exact_at(&mut buf[..n], src.body_offset + at)?;
-        c.update(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        at += n as u64;
+/// Writes an object's file whole ([`Partial`]): its size.
+pub fn write(root: &Path, id: Id, head: &[u8], body: Source<'_>) -> io::Result<u64> {
+    let mut p = Partial::begin(root, id, 0, head)?;
+    match body {
+        Source::Bytes(b) => p.push(b)?,
+        Source::File(src) => {
+            let mut buf = vec![0; CHUNK];
+            let mut at = 0;
+            while at < src.body_len {
+                let n = CHUNK.min((src.body_len - at) as usize);
+                src.file
+                    .read_exact_at(&mut buf[..n], src.body_offset + at)?;
+                p.push(&buf[..n])?;
+                at += n as u64;
+            }
+            if p.crc.sum() != src.body_crc {
+                return Err(bad("body CRC mismatch"));
+            }
+        }
     }
-    if c.sum() != src.body_crc {
-        return Err(bad("body CRC mismatch"));
-    }
-    Ok((src.body_len, c.sum()))
+    p.finish()
 }
 
 /// Opens `path` and checks its prelude and head: an `InvalidData` error for a file of another

@@ -13,19 +13,22 @@ pub mod body;
 pub mod file;
 mod index;
 mod scan;
+mod writer;
 
 use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use http::HeaderMap;
 
 use super::store::{Object, Payload};
 use crate::telemetry::{Counter, Gauge, Registry};
-use file::{Id, Opened, Source};
+use file::{Id, Opened};
 use index::Index;
+pub use writer::{DiskFill, Guard};
+use writer::{Job, send};
 
 /// Jobs waiting for the writer, at most.
 const QUEUE_JOBS: usize = 4096;
@@ -73,17 +76,8 @@ pub struct Files {
     queued: AtomicU64,
     /// The last write failed (logged once per run of failures).
     failing: AtomicBool,
-}
-
-enum Job {
-    Write {
-        id: Id,
-        primary: String,
-        variant: String,
-        object: Arc<Object>,
-    },
-    Delete(Vec<Id>),
-    Evict,
+    /// Numbers the fills streamed in.
+    fills: AtomicU64,
 }
 
 /// The disk tier of one cache.
@@ -177,13 +171,14 @@ impl Disk {
             closed: AtomicBool::new(false),
             queued: AtomicU64::new(0),
             failing: AtomicBool::new(false),
+            fills: AtomicU64::new(1),
         });
         tier.publish(&lock(&tier.index));
         let (jobs, rx) = std::sync::mpsc::sync_channel(QUEUE_JOBS);
         let t = tier.clone();
         std::thread::Builder::new()
             .name(format!("cache-{name}-writer"))
-            .spawn(move || writer(&t, &rx))?;
+            .spawn(move || writer::run(&t, &rx))?;
         let t = tier.clone();
         std::thread::Builder::new()
             .name(format!("cache-{name}-scan"))
@@ -249,17 +244,27 @@ impl Disk {
         }
     }
 
-    /// Writes `object`, stored under `primary` and `variant`, in the background. False when it
-    /// is not going to be: larger than the whole tier, or the writer is behind.
-    pub fn write(&self, primary: &str, variant: &str, object: Arc<Object>) -> bool {
+    /// Forgets the version of `id` on disk: outdated by one being stored, whether or not that
+    /// one gets written.
+    fn outdate(&self, id: Id) {
+        let mut index = lock(&self.tier.index);
+        index.remove(id);
+        self.tier.publish(&index);
+    }
+
+    /// Writes `object`, stored under `primary` and `variant`, in the background; `done` is
+    /// dropped once it can be found. False when it is not going to be: larger than the whole
+    /// tier, or the writer is behind.
+    pub fn write(
+        &self,
+        primary: &str,
+        variant: &str,
+        object: Arc<Object>,
+        done: Option<Guard>,
+    ) -> bool {
         let id = Id::of(primary, variant);
         let len = object.body.len();
-        {
-            // The version on disk is outdated now, whether or not this one gets written.
-            let mut index = lock(&self.tier.index);
-            index.remove(id);
-            self.tier.publish(&index);
-        }
+        self.outdate(id);
         if len > self.tier.capacity.load(Ordering::Relaxed) {
             return false;
         }
@@ -269,6 +274,7 @@ impl Disk {
             primary: primary.to_owned(),
             variant: variant.to_owned(),
             object,
+            done,
         };
         let busy = queued != 0 && queued + len > QUEUE_BYTES;
         if busy || self.jobs.try_send(job).is_err() {
@@ -277,6 +283,38 @@ impl Disk {
             return false;
         }
         true
+    }
+
+    /// Starts streaming `object` (its head; the body follows through [`DiskFill::push`]),
+    /// stored under `primary` and `variant`. `None` when the writer is behind.
+    pub fn begin_fill(
+        &self,
+        primary: &str,
+        variant: &str,
+        object: Arc<Object>,
+    ) -> Option<DiskFill> {
+        let id = Id::of(primary, variant);
+        self.outdate(id);
+        let fill = self.tier.fills.fetch_add(1, Ordering::Relaxed);
+        let job = Job::Begin {
+            fill,
+            id,
+            primary: primary.to_owned(),
+            variant: variant.to_owned(),
+            object,
+        };
+        if self.jobs.try_send(job).is_err() {
+            self.tier.metrics.failed_busy.inc();
+            return None;
+        }
+        Some(DiskFill {
+            tier: self.tier.clone(),
+            jobs: self.jobs.clone(),
+            fill,
+            primary: primary.to_owned(),
+            variant: variant.to_owned(),
+            ended: false,
+        })
     }
 
     /// Removes every variant under `primary`: their variant keys.
@@ -302,8 +340,7 @@ impl Disk {
         self.tier.publish(&lock(&self.tier.index));
         let (ids, keys): (Vec<Id>, Vec<T>) = gone.into_iter().unzip();
         if !ids.is_empty() {
-            // Blocks rather than skips: a purge must reach the disk.
-            let _ = self.jobs.send(Job::Delete(ids));
+            send(&self.jobs, Job::Delete(ids));
         }
         keys
     }
@@ -359,55 +396,6 @@ impl Files {
                 error = %e,
                 "cache disk write failed; objects are kept in memory only until a write succeeds"
             );
-        }
-    }
-}
-
-/// The writer thread: runs the jobs in order until the tier is dropped.
-fn writer(tier: &Files, jobs: &Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
-        match job {
-            Job::Write {
-                id,
-                primary,
-                variant,
-                object,
-            } => {
-                tier.queued.fetch_sub(object.body.len(), Ordering::AcqRel);
-                let head = file::encode_head(&primary, &variant, &object);
-                let source = match &object.body {
-                    Payload::Memory(b) => Source::Bytes(b),
-                    Payload::File(s) => Source::File(&s.opened),
-                };
-                match file::write(&tier.root, id, &head, source) {
-                    Ok(size) => {
-                        tier.metrics.writes.inc();
-                        if tier.failing.swap(false, Ordering::Relaxed) {
-                            tracing::info!(dir = %tier.root.display(), "cache disk writes succeed again");
-                        }
-                        let mut index = lock(&tier.index);
-                        let unreachable = index.insert(id, primary, variant, &object, size, None);
-                        drop(index);
-                        for id in unreachable {
-                            let _ = std::fs::remove_file(id.path(&tier.root));
-                        }
-                        tier.evict();
-                    }
-                    Err(e) => tier.failed(id, &e),
-                }
-            }
-            Job::Delete(ids) => {
-                let mut index = lock(&tier.index);
-                ids.iter().for_each(|id| {
-                    index.remove(*id);
-                });
-                tier.publish(&index);
-                drop(index);
-                for id in ids {
-                    let _ = std::fs::remove_file(id.path(&tier.root));
-                }
-            }
-            Job::Evict => tier.evict(),
         }
     }
 }
@@ -477,8 +465,8 @@ mod tests {
         let registry = Registry::default();
         let h = HeaderMap::new();
         let disk = Disk::start("t", dir.path(), 1 << 20, &registry).unwrap();
-        assert!(disk.write("a", "", object("/a", b"body of a")));
-        assert!(disk.write("b", "", object("/b", b"body of b")));
+        assert!(disk.write("a", "", object("/a", b"body of a"), None));
+        assert!(disk.write("b", "", object("/b", b"body of b"), None));
         until("two writes", || disk.tier.metrics.writes.get() == 2).await;
         let id = disk.lookup("a", &h).expect("indexed once written");
         let whole = disk.load(id, 1 << 20).await.unwrap();
@@ -531,7 +519,7 @@ mod tests {
         // Room for three files of a 1000-byte body and its head.
         let disk = Disk::start("t", dir.path(), 3 * 1100, &registry).unwrap();
         for (i, k) in ["k0", "k1", "k2", "k3", "k4"].into_iter().enumerate() {
-            assert!(disk.write(k, "", object(&format!("/p/{k}"), body)));
+            assert!(disk.write(k, "", object(&format!("/p/{k}"), body), None));
             until("the write", || {
                 disk.tier.metrics.writes.get() == i as u64 + 1
             })
@@ -548,12 +536,46 @@ mod tests {
         assert_eq!(disk.tier.metrics.evictions.get(), 2);
         assert!(disk.lookup("k0", &h).is_some(), "used: kept");
         assert!(disk.lookup("k1", &h).is_none() && disk.lookup("k2", &h).is_none());
-        assert!(!disk.write("huge", "", object("/huge", &[0; 4000])));
+        assert!(!disk.write("huge", "", object("/huge", &[0; 4000]), None));
 
         assert_eq!(disk.remove("k0"), [String::new()]);
         let purged = disk.purge(|p| p.starts_with("/p/"));
         assert_eq!(purged.len(), 2);
         until("the files to go", || files(dir.path()).is_empty()).await;
         assert_eq!(disk.tier.metrics.bytes.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_fill_lands_whole_and_an_abandoned_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::default();
+        let h = HeaderMap::new();
+        let disk = Disk::start("t", dir.path(), 1 << 20, &registry).unwrap();
+        let mut fill = disk.begin_fill("s", "", object("/s", b"")).unwrap();
+        for piece in [&b"streamed "[..], b"in ", b"pieces"] {
+            assert!(fill.push(Bytes::from_static(piece)));
+        }
+        fill.finish(None);
+        let mut gone = disk.begin_fill("g", "", object("/g", b"")).unwrap();
+        assert!(gone.push(Bytes::from_static(b"half of it")));
+        until("the fill", || disk.tier.metrics.writes.get() == 1).await;
+        drop(gone);
+        let id = disk.lookup("s", &h).expect("indexed once ended");
+        let loaded = disk.load(id, 0).await.unwrap();
+        assert_eq!(text(&loaded.body).await, "streamed in pieces");
+        until("the abandoned file to go", || files(dir.path()).len() == 1).await;
+        assert!(disk.lookup("g", &h).is_none());
+
+        // A body altered on disk: the stream ends in an error, not in the wrong bytes, and the
+        // file goes.
+        let path = id.path(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let altered = disk.load(id, 0).await.unwrap();
+        let body = altered.body.slice(0, altered.body.len()).collect().await;
+        assert!(body.is_err());
+        assert_eq!(disk.tier.metrics.rejected.get(), 1);
+        until("the altered file to go", || !path.exists()).await;
     }
 }

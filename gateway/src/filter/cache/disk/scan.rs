@@ -67,7 +67,7 @@ fn one(tier: &Files, path: &Path, started: SystemTime) -> Option<bool> {
     let name = path.file_name()?.to_str()?;
     if let Some(stem) = name.strip_suffix(".tmp") {
         // Left by a crash mid-write, unless the writer, which runs beside the scan, is at it.
-        Id::parse(stem)?;
+        Id::parse(stem.split('.').next()?)?;
         let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
         if modified < started {
             let _ = std::fs::remove_file(path);
