@@ -313,6 +313,51 @@ pub fn write(root: &Path, id: Id, head: &[u8], body: Source<'_>) -> io::Result<u
     p.finish()
 }
 
+/// A file's prelude, read.
+struct Prelude {
+    head_len: usize,
+    body_len: u64,
+    head_crc: u32,
+    body_crc: u32,
+}
+
+impl Prelude {
+    /// Reads the prelude of a file of `len` bytes: of this version, and its lengths adding up.
+    fn check(prelude: &[u8; PRELUDE], len: u64) -> io::Result<Self> {
+        if &prelude[..8] != MAGIC {
+            return Err(bad("not a cache file of this version"));
+        }
+        let word = |at: usize| u32::from_be_bytes(prelude[at..at + 4].try_into().expect("4"));
+        let head_len = word(8) as usize;
+        let body_len = u64::from_be_bytes(prelude[12..20].try_into().expect("8"));
+        if head_len > MAX_HEAD {
+            return Err(bad("head too large"));
+        }
+        if ((PRELUDE + head_len) as u64).checked_add(body_len) != Some(len) {
+            return Err(bad("length differs from the prelude's"));
+        }
+        Ok(Self {
+            head_len,
+            body_len,
+            head_crc: word(20),
+            body_crc: word(24),
+        })
+    }
+}
+
+/// Untrusted bytes as a whole cache file (its prelude and head) and as a head alone: neither
+/// may panic. The `cache_file` fuzz target; the CRC is not required, so that altered heads
+/// get decoded.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn check_untrusted(data: &[u8]) {
+    let _ = decode_head(data);
+    if let Some(prelude) = data.first_chunk::<PRELUDE>()
+        && let Ok(p) = Prelude::check(prelude, data.len() as u64)
+    {
+        let _ = decode_head(&data[PRELUDE..PRELUDE + p.head_len]);
+    }
+}
+
 /// Opens `path` and checks its prelude and head: an `InvalidData` error for a file of another
 /// version, altered or cut short.
 pub fn open(path: &Path) -> io::Result<(Head, Opened)> {
@@ -323,20 +368,13 @@ pub fn open(path: &Path) -> io::Result<(Head, Opened)> {
         ErrorKind::UnexpectedEof => bad("shorter than a prelude"),
         _ => e,
     })?;
-    if &prelude[..8] != MAGIC {
-        return Err(bad("not a cache file of this version"));
-    }
-    let word = |at: usize| u32::from_be_bytes(prelude[at..at + 4].try_into().expect("4"));
-    let head_len = word(8) as usize;
-    let body_len = u64::from_be_bytes(prelude[12..20].try_into().expect("8"));
-    let (head_crc, body_crc) = (word(20), word(24));
-    if head_len > MAX_HEAD {
-        return Err(bad("head too large"));
-    }
+    let Prelude {
+        head_len,
+        body_len,
+        head_crc,
+        body_crc,
+    } = Prelude::check(&prelude, len)?;
     let body_offset = (PRELUDE + head_len) as u64;
-    if body_offset.checked_add(body_len) != Some(len) {
-        return Err(bad("length differs from the prelude's"));
-    }
     let mut head = vec![0; head_len];
     file.read_exact(&mut head)?;
     if crc(&[&head]) != head_crc {

@@ -1,5 +1,6 @@
 //! A cache's disk tier: every object the memory tier stores is also written to a file under
-//! `caches.NAME.disk.path` ([`file`]), by one writer thread per tier, off the request path; a
+//! `caches.NAME.disk.path` ([`file`]), by one writer thread per tier, off the request path
+//! ([`writer`]); an object too large for memory is streamed there as its answer arrives. A
 //! memory miss reads it back (whole, and promoted to memory, when it fits there; else streamed
 //! from the file, [`body`]). The index of the files (keys, sizes, use order) lives in memory,
 //! is rebuilt from the directory at start ([`scan`]) while requests go on, and bounds the
