@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gateway_tests::{
     TestGateway, TestResponse, admin_request, binary_config, counter_value, gateway_binary, http1,
-    http2c, raw, temp_dir,
+    http2c, raw, temp_dir, write_file,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -296,6 +296,18 @@ async fn an_unwritable_directory_still_answers_and_an_impossible_one_stops_the_s
     let dir = temp_dir();
     std::fs::write(dir.path().join("file"), b"").unwrap();
     let yaml = config(backend, "1MiB", "{ path: file/sub, size: 1MiB }");
+    let cfg = write_file(dir.path(), "check.yaml", &yaml);
+    let out = Command::new(gateway_binary())
+        .args(["validate", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("caches.main.disk.path") && said.contains("is not a directory"),
+        "{said}"
+    );
     let err = TestGateway::try_start_in(dir, &yaml)
         .await
         .err()
@@ -305,6 +317,47 @@ async fn an_unwritable_directory_still_answers_and_an_impossible_one_stops_the_s
         err.contains("cannot use") && err.contains("file/sub"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_reload_keeps_the_tier_on_its_directory_and_applies_a_new_size_or_path() {
+    let (backend, counts) = backend().await;
+    let gw = TestGateway::start(&config(backend, "4KiB", "{ path: cache, size: 1MiB }")).await;
+    let (addr, root) = (gw.addr("main"), gw.dir().join("cache"));
+    for i in 0..8 {
+        get(addr, &format!("/o/{i}"), &[]).await;
+    }
+    until("8 writes", || counter_value(&gw, DISK_WRITES), |n| n == 8).await;
+
+    // A smaller size on the same directory: the same tier, evicting down to it.
+    let yaml = config(backend, "4KiB", "{ path: cache, size: 5KiB }");
+    std::fs::write(gw.dir().join("gateway.yaml"), &yaml).unwrap();
+    assert_eq!(admin_request(&gw, "POST", "/reload", "").await.0, 200);
+    until(
+        "the new bound",
+        || async { bytes_on_disk(&root) },
+        |n| n <= 5 * 1024,
+    )
+    .await;
+    assert!(is_hit(&get(addr, "/o/7", &[]).await));
+    assert_eq!(counts.get("/o/7"), 1, "kept across the reload");
+
+    // Another directory: a new tier there, the old files left as they are.
+    let yaml = config(backend, "4KiB", "{ path: other, size: 1MiB }");
+    std::fs::write(gw.dir().join("gateway.yaml"), &yaml).unwrap();
+    assert_eq!(admin_request(&gw, "POST", "/reload", "").await.0, 200);
+    let left = files(&root).len();
+    assert!(left >= 1);
+    get(addr, "/o/6", &[]).await;
+    let other = gw.dir().join("other");
+    until(
+        "a file in the new directory",
+        || async { files(&other).len() as u64 },
+        |n| n == 1,
+    )
+    .await;
+    assert_eq!(files(&root).len(), left);
+    gw.shutdown().await;
 }
 
 /// A gateway binary, killed (SIGKILL) when dropped.
