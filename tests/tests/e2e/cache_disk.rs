@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gateway_tests::{
     TestGateway, TestResponse, admin_request, binary_config, counter_value, gateway_binary, http1,
-    http2c, raw, temp_dir, write_file,
+    http2c, temp_dir, write_file,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -391,11 +391,19 @@ async fn run(cfg: &Path, port: u16) -> Running {
     panic!("the gateway did not listen within 20 s");
 }
 
-/// One series of the binary's `/metrics` (0 when absent).
+/// One series of the binary's `/metrics` (0 when absent, or while the admin API is not up yet).
 async fn metric(admin: u16, series: &str) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr: SocketAddr = ([127, 0, 0, 1], admin).into();
+    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return 0;
+    };
     let head = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    let out = raw(addr, head.as_bytes()).await;
+    let mut out = String::new();
+    if tcp.write_all(head.as_bytes()).await.is_err() || tcp.read_to_string(&mut out).await.is_err()
+    {
+        return 0;
+    }
     out.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0)
@@ -453,7 +461,7 @@ routes:
     let rejected = "gateway_cache_disk_rejected_total{cache=\"main\"}";
     until("the scan", || metric(admin, rejected), |n| n == 1).await;
     let objects = "gateway_cache_objects{cache=\"main\",tier=\"disk\"}";
-    assert_eq!(metric(admin, objects).await, 1);
+    until("/o/keep indexed", || metric(admin, objects), |n| n == 1).await;
     assert!(!cut.exists(), "the file cut short was removed");
     let kept = get(addr, "/o/keep", &[]).await;
     assert!(is_hit(&kept), "{:?}", kept.head);

@@ -469,7 +469,7 @@ impl Store {
     }
 
     /// Removes the objects whose request path `matches`: how many went.
-    pub fn purge(&self, matches: impl Fn(&str) -> bool) -> usize {
+    pub fn purge(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static) -> usize {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let gone: Vec<(u64, String, String)> = inner
@@ -490,7 +490,7 @@ impl Store {
         drop(guard);
         let mut keys: Vec<(String, String)> = gone.into_iter().map(|(_, p, v)| (p, v)).collect();
         if let Some(d) = self.disk.load().as_ref() {
-            keys.extend(d.purge(&matches));
+            keys.extend(d.purge(Arc::new(matches)));
         }
         keys.sort_unstable();
         keys.dedup();

@@ -236,12 +236,12 @@ pub struct Partial {
 }
 
 impl Partial {
-    /// Starts the file of `id` with `head`; `seq` tells apart the temporary names of writes of
+    /// Starts the file of `id` with `head`; `tag` tells apart the temporary names of writes of
     /// one object at once.
-    pub fn begin(root: &Path, id: Id, seq: u64, head: &[u8]) -> io::Result<Self> {
+    pub fn begin(root: &Path, id: Id, tag: &str, head: &[u8]) -> io::Result<Self> {
         let path = id.path(root);
         std::fs::create_dir_all(path.parent().expect("two levels under the root"))?;
-        let tmp = path.with_file_name(format!("{}.{seq}.tmp", id.hex()));
+        let tmp = path.with_file_name(format!("{}.{tag}.tmp", id.hex()));
         let file = File::create(&tmp)?;
         let mut p = Self {
             file,
@@ -291,8 +291,8 @@ impl Drop for Partial {
 }
 
 /// Writes an object's file whole ([`Partial`]): its size.
-pub fn write(root: &Path, id: Id, head: &[u8], body: Source<'_>) -> io::Result<u64> {
-    let mut p = Partial::begin(root, id, 0, head)?;
+pub fn write(root: &Path, id: Id, tag: &str, head: &[u8], body: Source<'_>) -> io::Result<u64> {
+    let mut p = Partial::begin(root, id, tag, head)?;
     match body {
         Source::Bytes(b) => p.push(b)?,
         Source::File(src) => {
@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(Id::parse(&id.hex()), Some(id));
         let obj = object(b"hello body");
         let head = encode_head("GET\nh\n/p\n\n", "accept-language:en\n", &obj);
-        let size = write(dir.path(), id, &head, Source::Bytes(b"hello body")).unwrap();
+        let size = write(dir.path(), id, "t", &head, Source::Bytes(b"hello body")).unwrap();
         let path = id.path(dir.path());
         assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
         let (head, opened) = open(&path).unwrap();
@@ -473,11 +473,12 @@ mod tests {
         let (a, b) = (Id::of("a", ""), Id::of("b", ""));
         let obj = object(b"shared body");
         let body = Source::Bytes(b"shared body");
-        write(dir.path(), a, &encode_head("a", "", &obj), body).unwrap();
+        write(dir.path(), a, "t", &encode_head("a", "", &obj), body).unwrap();
         let (_, src) = open(&a.path(dir.path())).unwrap();
         write(
             dir.path(),
             b,
+            "t",
             &encode_head("b", "", &obj),
             Source::File(&src),
         )

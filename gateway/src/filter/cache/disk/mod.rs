@@ -28,7 +28,7 @@ use super::store::{Object, Payload};
 use crate::telemetry::{Counter, Gauge, Registry};
 use file::{Id, Opened};
 use index::Index;
-pub use writer::{DiskFill, Guard};
+pub use writer::{DiskFill, Guard, PathMatch};
 use writer::{Job, send};
 
 /// Jobs waiting for the writer, at most.
@@ -79,6 +79,9 @@ pub struct Files {
     failing: AtomicBool,
     /// Numbers the fills streamed in.
     fills: AtomicU64,
+    /// Begins the names of this run's temporary files (`{random}-`): the scan removes those of
+    /// other runs only.
+    run: String,
 }
 
 /// The disk tier of one cache.
@@ -173,6 +176,7 @@ impl Disk {
             queued: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             fills: AtomicU64::new(1),
+            run: format!("{:x}-", rand::random::<u64>()),
         });
         tier.publish(&lock(&tier.index));
         let (jobs, rx) = std::sync::mpsc::sync_channel(QUEUE_JOBS);
@@ -321,12 +325,14 @@ impl Disk {
     /// Removes every variant under `primary`: their variant keys.
     pub fn remove(&self, primary: &str) -> Vec<String> {
         let gone = lock(&self.tier.index).remove_primary(primary);
+        send(&self.jobs, Job::Forget(primary.to_owned()));
         self.delete(gone)
     }
 
     /// Removes the objects whose request path `matches`: their primary and variant keys.
-    pub fn purge(&self, matches: impl Fn(&str) -> bool) -> Vec<(String, String)> {
-        let gone = lock(&self.tier.index).remove_matching(matches);
+    pub fn purge(&self, matches: PathMatch) -> Vec<(String, String)> {
+        let gone = lock(&self.tier.index).remove_matching(|p| matches(p));
+        send(&self.jobs, Job::Purge(matches));
         let keys = gone
             .iter()
             .map(|(_, p, v)| (p.clone(), v.clone()))
@@ -335,8 +341,9 @@ impl Disk {
         keys
     }
 
-    /// Deletes the files of objects already out of the index; the writer does it, after the
-    /// writes queued before, so none of those brings one back.
+    /// Deletes the files of objects already out of the index. What the index does not hold
+    /// yet (a write queued, not done) the `Forget` or `Purge` job sent before removes: the
+    /// writer runs it after those writes.
     fn delete<T>(&self, gone: Vec<(Id, T)>) -> Vec<T> {
         self.tier.publish(&lock(&self.tier.index));
         let (ids, keys): (Vec<Id>, Vec<T>) = gone.into_iter().unzip();
@@ -495,7 +502,9 @@ mod tests {
         let c = Id::of("c", "").path(dir.path());
         std::fs::create_dir_all(c.parent().unwrap()).unwrap();
         std::fs::write(&c, b"GWCACHE\x00 from another version").unwrap();
-        let tmp = Id::of("d", "").path(dir.path()).with_extension("tmp");
+        let tmp = Id::of("d", "")
+            .path(dir.path())
+            .with_extension("left-1.tmp");
         std::fs::create_dir_all(tmp.parent().unwrap()).unwrap();
         std::fs::write(&tmp, b"half").unwrap();
         let other = dir.path().join("README");
@@ -540,7 +549,7 @@ mod tests {
         assert!(!disk.write("huge", "", object("/huge", &[0; 4000]), None));
 
         assert_eq!(disk.remove("k0"), [String::new()]);
-        let purged = disk.purge(|p| p.starts_with("/p/"));
+        let purged = disk.purge(Arc::new(|p: &str| p.starts_with("/p/")));
         assert_eq!(purged.len(), 2);
         until("the files to go", || files(dir.path()).is_empty()).await;
         assert_eq!(disk.tier.metrics.bytes.get(), 0);
@@ -578,5 +587,29 @@ mod tests {
         assert!(body.is_err());
         assert_eq!(disk.tier.metrics.rejected.get(), 1);
         until("the altered file to go", || !path.exists()).await;
+    }
+
+    #[tokio::test]
+    async fn a_purge_or_removal_also_takes_writes_still_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::default();
+        let h = HeaderMap::new();
+        let disk = Disk::start("t", dir.path(), 1 << 24, &registry).unwrap();
+        let body: &'static [u8] = &[b'q'; 10_000];
+        for i in 0..100 {
+            assert!(disk.write(&format!("k{i}"), "", object(&format!("/q/{i}"), body), None));
+        }
+        assert!(disk.write("kept", "", object("/kept", body), None));
+        disk.purge(Arc::new(|p: &str| p.starts_with("/q/")));
+        assert!(disk.write("gone", "", object("/gone", body), None));
+        disk.remove("gone");
+        let kept = Id::of("kept", "").path(dir.path());
+        // The writer runs the jobs in order: what was written before the purge goes after.
+        until("the writer", || {
+            disk.tier.metrics.writes.get() == 102 && files(dir.path()) == [kept.clone()]
+        })
+        .await;
+        assert!(disk.lookup("kept", &h).is_some());
+        assert_eq!(disk.tier.metrics.objects.get(), 1);
     }
 }

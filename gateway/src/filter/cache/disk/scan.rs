@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use super::file::{self, Id};
 use super::{Files, lock};
@@ -14,7 +14,6 @@ use super::{Files, lock};
 /// Scans `tier`'s directory; stops early when the tier is dropped.
 pub(super) fn run(tier: &Files) {
     let began = std::time::Instant::now();
-    let started = std::time::SystemTime::now();
     let (mut found, mut rejected) = (0u64, 0u64);
     for first in dirs(&tier.root) {
         for second in dirs(&first) {
@@ -25,7 +24,7 @@ pub(super) fn run(tier: &Files) {
                 if tier.closed.load(Ordering::Relaxed) {
                     return;
                 }
-                match one(tier, &f.path(), started) {
+                match one(tier, &f.path()) {
                     Some(true) => found += 1,
                     Some(false) => rejected += 1,
                     None => {}
@@ -63,13 +62,13 @@ fn dirs(p: &Path) -> Vec<std::path::PathBuf> {
 
 /// Indexes one file: `Some(true)` when added, `Some(false)` when removed as unreadable,
 /// `None` when not the tier's or already indexed (written since the scan began).
-fn one(tier: &Files, path: &Path, started: SystemTime) -> Option<bool> {
+fn one(tier: &Files, path: &Path) -> Option<bool> {
     let name = path.file_name()?.to_str()?;
     if let Some(stem) = name.strip_suffix(".tmp") {
-        // Left by a crash mid-write, unless the writer, which runs beside the scan, is at it.
-        Id::parse(stem.split('.').next()?)?;
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-        if modified < started {
+        // Left by a crash mid-write, unless this run's writer, beside the scan, is at it.
+        let (hex, tag) = stem.split_once('.')?;
+        Id::parse(hex)?;
+        if !tag.starts_with(&tier.run) {
             let _ = std::fs::remove_file(path);
         }
         return None;

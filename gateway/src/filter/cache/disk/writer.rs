@@ -18,6 +18,9 @@ use super::{Files, QUEUE_BYTES, lock};
 /// Dropped once its job is done: a coalescing lead held until the object can be found on disk.
 pub type Guard = Box<dyn Send>;
 
+/// Which request paths a purge removes.
+pub type PathMatch = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 pub(super) enum Job {
     Write {
         id: Id,
@@ -45,6 +48,10 @@ pub(super) enum Job {
         fill: u64,
     },
     Delete(Vec<Id>),
+    /// The objects under a primary key, indexed or to be by a write queued before.
+    Forget(String),
+    /// The objects whose request path matches, likewise.
+    Purge(PathMatch),
     Evict,
 }
 
@@ -130,7 +137,8 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                     Payload::Memory(b) => Source::Bytes(b),
                     Payload::File(s) => Source::File(&s.opened),
                 };
-                let written = file::write(&tier.root, id, &head, source);
+                let tag = format!("{}0", tier.run);
+                let written = file::write(&tier.root, id, &tag, &head, source);
                 stored(tier, id, primary, variant, &object, written);
                 drop(done);
             }
@@ -142,7 +150,8 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                 object,
             } => {
                 let head = file::encode_head(&primary, &variant, &object);
-                let partial = Partial::begin(&tier.root, id, fill, &head);
+                let tag = format!("{}{fill}", tier.run);
+                let partial = Partial::begin(&tier.root, id, &tag, &head);
                 let o = Open {
                     id,
                     primary,
@@ -174,14 +183,29 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                 for id in &ids {
                     index.remove(*id);
                 }
-                tier.publish(&index);
-                drop(index);
-                for id in ids {
-                    let _ = std::fs::remove_file(id.path(&tier.root));
-                }
+                delete(tier, index, ids);
+            }
+            Job::Forget(primary) => {
+                let mut index = lock(&tier.index);
+                let gone = index.remove_primary(&primary);
+                delete(tier, index, gone.into_iter().map(|(id, _)| id).collect());
+            }
+            Job::Purge(matches) => {
+                let mut index = lock(&tier.index);
+                let gone = index.remove_matching(|p| matches(p));
+                delete(tier, index, gone.into_iter().map(|(id, ..)| id).collect());
             }
             Job::Evict => tier.evict(),
         }
+    }
+}
+
+/// Deletes the files of `ids`, already out of the index.
+fn delete(tier: &Files, index: std::sync::MutexGuard<'_, super::Index>, ids: Vec<Id>) {
+    tier.publish(&index);
+    drop(index);
+    for id in ids {
+        let _ = std::fs::remove_file(id.path(&tier.root));
     }
 }
 
