@@ -4,8 +4,10 @@
 //! written since: an approximate LRU, as nginx's after a restart.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName};
+use smallvec::SmallVec;
 
 use super::super::store::{Object, variant};
 use super::file::Id;
@@ -15,22 +17,24 @@ use super::file::Id;
 const LIVE_TICKS: u64 = 1 << 40;
 
 struct Entry {
-    primary: String,
-    variant: String,
+    /// Shared with the key of its [`Primary`].
+    primary: Arc<str>,
+    variant: Box<str>,
     /// The request path (for purges).
-    path: String,
+    path: Box<str>,
     size: u64,
     tick: u64,
 }
 
 struct Primary {
     vary: Vec<HeaderName>,
-    ids: Vec<Id>,
+    /// Most keys have one variant.
+    ids: SmallVec<[Id; 1]>,
 }
 
 pub(super) struct Index {
     entries: HashMap<Id, Entry>,
-    primaries: HashMap<String, Primary>,
+    primaries: HashMap<Arc<str>, Primary>,
     lru: BTreeSet<(u64, Id)>,
     tick: u64,
     bytes: u64,
@@ -89,14 +93,18 @@ impl Index {
             self.tick += 1;
             self.tick
         });
+        let primary: Arc<str> = match self.primaries.get_key_value(primary.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => primary.into(),
+        };
         let p = self
             .primaries
             .entry(primary.clone())
             .or_insert_with(|| Primary {
                 vary: object.vary.clone(),
-                ids: Vec::new(),
+                ids: SmallVec::new(),
             });
-        let mut unreachable = Vec::new();
+        let mut unreachable = SmallVec::new();
         if p.vary != object.vary {
             p.vary = object.vary.clone();
             unreachable = std::mem::take(&mut p.ids);
@@ -112,15 +120,15 @@ impl Index {
             id,
             Entry {
                 primary,
-                variant,
-                path: object.path.clone(),
+                variant: variant.into(),
+                path: object.path.as_str().into(),
                 size,
                 tick,
             },
         );
         self.lru.insert((tick, id));
         self.bytes += size;
-        unreachable
+        unreachable.into_vec()
     }
 
     pub(super) fn remove(&mut self, id: Id) -> bool {
@@ -148,7 +156,7 @@ impl Index {
             if let Some(e) = self.entries.remove(&id) {
                 self.lru.remove(&(e.tick, id));
                 self.bytes -= e.size;
-                gone.push((id, e.variant));
+                gone.push((id, e.variant.into()));
             }
         }
         gone
@@ -169,7 +177,7 @@ impl Index {
         for id in ids {
             let (primary, variant) = {
                 let e = &self.entries[&id];
-                (e.primary.clone(), e.variant.clone())
+                (e.primary.to_string(), e.variant.to_string())
             };
             self.remove(id);
             gone.push((id, primary, variant));
