@@ -41,7 +41,7 @@ fn body_of(path: &str, size: usize) -> Vec<u8> {
 }
 
 /// A backend answering `GET /o/NAME?size=N` with an `N`-byte body (2000 by default), fresh for
-/// ten minutes; other methods with 204.
+/// ten minutes, and `304` to its `ETag`; other methods with 204.
 async fn backend() -> (SocketAddr, Counts) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -82,10 +82,24 @@ fn answer(req: &Request<Incoming>, counts: &Counts) -> Response<Full<Bytes>> {
         .and_then(|q| q.strip_prefix("size="))
         .and_then(|n| n.parse().ok())
         .unwrap_or(2000);
-    Response::builder()
-        .header("cache-control", "max-age=600")
-        .header("etag", format!("\"{path}\""))
-        .body(Full::new(Bytes::from(body_of(&path, size))))
+    let etag = format!("\"{path}\"");
+    // `/o/stale/...` is stale at once: each request revalidates it.
+    let cc = if path.starts_with("/o/stale/") {
+        "max-age=0"
+    } else {
+        "max-age=600"
+    };
+    let r = Response::builder()
+        .header("cache-control", cc)
+        .header("etag", &etag);
+    if req
+        .headers()
+        .get("if-none-match")
+        .is_some_and(|v| *v == *etag)
+    {
+        return r.status(304).body(Full::default()).unwrap();
+    }
+    r.body(Full::new(Bytes::from(body_of(&path, size))))
         .unwrap()
 }
 
@@ -235,6 +249,39 @@ async fn objects_pushed_out_of_memory_or_too_large_for_it_are_served_from_disk()
     assert_eq!(left, 4);
     get(addr, "/o/c", &[]).await;
     assert_eq!(counts.get("/o/c"), 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stale_object_on_disk_only_is_revalidated_and_keeps_its_body() {
+    let (backend, counts) = backend().await;
+    let gw = TestGateway::start(&config(backend, "4KiB", "{ path: cache, size: 1MiB }")).await;
+    let addr = gw.addr("main");
+    let path = "/o/stale/x?size=200000";
+    let body = body_of("/o/stale/x", 200_000);
+    assert_eq!(
+        get(addr, path, &[]).await.header("cache-status"),
+        "gateway; fwd=miss; stored"
+    );
+    until("the file", || counter_value(&gw, DISK_WRITES), |n| n == 1).await;
+    for written in [2, 3] {
+        let r = get(addr, path, &[]).await;
+        assert_eq!(
+            r.header("cache-status"),
+            "gateway; fwd=stale; fwd-status=304"
+        );
+        assert!(r.body == body, "the body from the file");
+        // The refreshed head is written over the same body, copied from the old file.
+        until(
+            "the refreshed file",
+            || counter_value(&gw, DISK_WRITES),
+            |n| n == written,
+        )
+        .await;
+    }
+    assert_eq!(counts.get("/o/stale/x"), 3);
+    let failed = "gateway_cache_write_failures_total{cache=\"main\",tier=\"disk\",reason=\"io\"}";
+    assert_eq!(counter_value(&gw, failed).await, 0);
     gw.shutdown().await;
 }
 

@@ -90,6 +90,14 @@ pub struct Disk {
     jobs: SyncSender<Job>,
 }
 
+/// The bytes a write queued holds in memory: a body in a file (a refreshed head) holds none.
+fn held(object: &Object) -> u64 {
+    match &object.body {
+        Payload::Memory(b) => b.len() as u64,
+        Payload::File(_) => 0,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -268,11 +276,11 @@ impl Disk {
         done: Option<Guard>,
     ) -> bool {
         let id = Id::of(primary, variant);
-        let len = object.body.len();
         self.outdate(id);
-        if len > self.tier.capacity.load(Ordering::Relaxed) {
+        if object.body.len() > self.tier.capacity.load(Ordering::Relaxed) {
             return false;
         }
+        let len = held(&object);
         let queued = self.tier.queued.fetch_add(len, Ordering::AcqRel);
         let job = Job::Write {
             id,

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::super::store::{Object, Payload};
 use super::file::{self, Id, Partial, Source};
-use super::{Files, QUEUE_BYTES, lock};
+use super::{Files, QUEUE_BYTES, held, lock};
 
 /// Dropped once its job is done: a coalescing lead held until the object can be found on disk.
 pub type Guard = Box<dyn Send>;
@@ -131,7 +131,7 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                 object,
                 done,
             } => {
-                tier.queued.fetch_sub(object.body.len(), Ordering::AcqRel);
+                tier.queued.fetch_sub(held(&object), Ordering::AcqRel);
                 let head = file::encode_head(&primary, &variant, &object);
                 let source = match &object.body {
                     Payload::Memory(b) => Source::Bytes(b),
