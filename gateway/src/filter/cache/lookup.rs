@@ -18,9 +18,8 @@ use crate::filter::Flow;
 
 impl CacheFilter {
     /// The request-header phase as far as it goes without waiting: `None` when the request
-    /// must read its object from disk or wait for another one's fetch
-    /// ([`CacheFilter::waiting`] is then set, and asking
-    /// again answers `None` at once).
+    /// must read its object from disk or wait for another one's fetch ([`CacheFilter::waiting`]
+    /// is then set, and asking again answers `None` at once).
     pub(super) fn request_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Option<Flow> {
         if self.waiting.is_some() {
             return None;
