@@ -79,6 +79,9 @@ pub struct Files {
     failing: AtomicBool,
     /// Numbers the fills streamed in.
     fills: AtomicU64,
+    /// Writes and fills queued or under way: while there are none, a removal has nothing to
+    /// catch in the writer's queue.
+    writing: AtomicU64,
     /// Begins the names of this run's temporary files (`{random}-`): the scan removes those of
     /// other runs only.
     run: String,
@@ -184,6 +187,7 @@ impl Disk {
             queued: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             fills: AtomicU64::new(1),
+            writing: AtomicU64::new(0),
             run: format!("{:x}-", rand::random::<u64>()),
         });
         tier.publish(&lock(&tier.index));
@@ -290,7 +294,9 @@ impl Disk {
             done,
         };
         let busy = queued != 0 && queued + len > QUEUE_BYTES;
+        self.tier.writing.fetch_add(1, Ordering::AcqRel);
         if busy || self.jobs.try_send(job).is_err() {
+            self.tier.writing.fetch_sub(1, Ordering::AcqRel);
             self.tier.queued.fetch_sub(len, Ordering::AcqRel);
             self.tier.metrics.failed_busy.inc();
             return false;
@@ -316,7 +322,9 @@ impl Disk {
             variant: variant.to_owned(),
             object,
         };
+        self.tier.writing.fetch_add(1, Ordering::AcqRel);
         if self.jobs.try_send(job).is_err() {
+            self.tier.writing.fetch_sub(1, Ordering::AcqRel);
             self.tier.metrics.failed_busy.inc();
             return None;
         }
@@ -333,14 +341,18 @@ impl Disk {
     /// Removes every variant under `primary`: their variant keys.
     pub fn remove(&self, primary: &str) -> Vec<String> {
         let gone = lock(&self.tier.index).remove_primary(primary);
-        send(&self.jobs, Job::Forget(primary.to_owned()));
+        if self.tier.writing.load(Ordering::Acquire) > 0 {
+            send(&self.jobs, Job::Forget(primary.to_owned()));
+        }
         self.delete(gone)
     }
 
     /// Removes the objects whose request path `matches`: their primary and variant keys.
     pub fn purge(&self, matches: PathMatch) -> Vec<(String, String)> {
         let gone = lock(&self.tier.index).remove_matching(|p| matches(p));
-        send(&self.jobs, Job::Purge(matches));
+        if self.tier.writing.load(Ordering::Acquire) > 0 {
+            send(&self.jobs, Job::Purge(matches));
+        }
         let keys = gone
             .iter()
             .map(|(_, p, v)| (p.clone(), v.clone()))

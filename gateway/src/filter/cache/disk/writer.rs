@@ -140,6 +140,7 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                 let tag = format!("{}0", tier.run);
                 let written = file::write(&tier.root, id, &tag, &head, source);
                 stored(tier, id, primary, variant, &object, written);
+                tier.writing.fetch_sub(1, Ordering::AcqRel);
                 drop(done);
             }
             Job::Begin {
@@ -175,9 +176,13 @@ pub(super) fn run(tier: &Files, jobs: &Receiver<Job>) {
                     let written = o.partial.and_then(Partial::finish);
                     stored(tier, o.id, o.primary, o.variant, &o.object, written);
                 }
+                tier.writing.fetch_sub(1, Ordering::AcqRel);
                 drop(done);
             }
-            Job::Abort { fill } => drop(open.remove(&fill)),
+            Job::Abort { fill } => {
+                drop(open.remove(&fill));
+                tier.writing.fetch_sub(1, Ordering::AcqRel);
+            }
             Job::Delete(ids) => {
                 let mut index = lock(&tier.index);
                 for id in &ids {
