@@ -226,6 +226,11 @@ async fn objects_pushed_out_of_memory_or_too_large_for_it_are_served_from_disk()
     let part = get(addr, big, &[("range", "bytes=100000-100099")]).await;
     assert_eq!(part.status(), 206);
     assert_eq!(part.body, body_of("/o/big", 100_100)[100_000..]);
+    let head = send(addr, "HEAD", big, &[]).await;
+    assert_eq!((head.status(), head.body.len()), (200, 0));
+    assert_eq!(head.header("content-length"), "300000");
+    let cond = get(addr, big, &[("if-none-match", "\"/o/big\"")]).await;
+    assert_eq!((cond.status(), cond.body.len()), (304, 0));
     assert_eq!(counts.get("/o/big"), 1);
 
     // Concurrent misses of an object going to disk only: one request upstream, the others
