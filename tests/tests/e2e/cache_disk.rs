@@ -1,10 +1,11 @@
 //! The cache's disk tier end to end, in front of a real backend that counts its requests:
 //! objects pushed out of a tiny memory tier, or too large for it, served from their files (the
-//! backend asked once, ranges and HTTP/2 included); a restart of the gateway binary after it
+//! backend asked once: ranges, HEAD, conditions, HTTP/2 and 20 coalesced misses included); a
+//! stale one revalidated with a 304 keeping its body; a restart of the gateway binary after it
 //! was killed keeping the objects, with a file cut short found and removed; the directory
 //! staying within `size` (plus one object); purge and invalidation removing the files; a
-//! directory that becomes unwritable costing the store only; one that cannot be made stopping
-//! the start with a located error.
+//! reload keeping the tier or moving it; a directory that becomes unwritable costing the store
+//! only; one that cannot be made stopping `validate` and the start with a located error.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
