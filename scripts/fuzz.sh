@@ -41,6 +41,7 @@ all=(
   gateway:host
   gateway:basic_auth
   gateway:cache_control
+  gateway:cache_file
   wasm-host:host_calls
   stream-proxy:client_hello
   stream-proxy:proxy_protocol

@@ -951,6 +951,22 @@ pub struct CacheStoreConfig {
     /// The memory tier's bound, counting objects' bodies, heads and keys; the least recently
     /// used objects are evicted beyond it.
     pub memory: ByteSize,
+    /// A disk tier behind the memory one: objects are also written to files there, read back
+    /// on a memory miss, and kept across restarts. Off when absent.
+    #[serde(default)]
+    pub disk: Option<CacheDiskConfig>,
+}
+
+/// `caches.NAME.disk`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheDiskConfig {
+    /// The directory of the object files (relative to the config file; created if missing).
+    /// One cache per directory.
+    pub path: PathBuf,
+    /// The bound on the files' total size; the least recently used objects are removed
+    /// beyond it.
+    pub size: ByteSize,
 }
 
 /// `cache:` filter settings.

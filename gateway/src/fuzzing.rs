@@ -12,6 +12,8 @@
 //! * [`jwt`]: the `jwt` filter's token and key-set parsers never panic.
 //! * [`cache_control`]: the `cache` filter's header parsers (`Cache-Control`, dates, `Vary`,
 //!   entity tags, ranges) and the answers made from them never panic.
+//! * [`cache_file`]: the cache's disk files (prelude and head), as a start-up scan or a read
+//!   meets them: no panic.
 //! * [`basic_auth`]: `Authorization: Basic` values and htpasswd files, as `basic_auth` reads
 //!   them: no panic, and credentials that survive their own encoding.
 //! * [`forwarded`]: the client a trusted proxy's `X-Forwarded-For` or `Forwarded` names.
@@ -167,6 +169,12 @@ pub fn jwt(data: &[u8]) {
 /// [`crate::filter::cache::check_untrusted`]).
 pub fn cache_control(data: &[u8]) {
     crate::filter::cache::check_untrusted(data);
+}
+
+/// Fuzzed bytes as a file of the cache's disk tier (see
+/// [`crate::filter::cache::disk::file::check_untrusted`]).
+pub fn cache_file(data: &[u8]) {
+    crate::filter::cache::disk::file::check_untrusted(data);
 }
 
 /// The listener and routes for [`http1_head`]: a `headers` filter, a WAF in block mode and a
@@ -392,6 +400,11 @@ mod tests {
     #[test]
     fn cache_control_corpus_replays() {
         replay("cache_control", super::cache_control);
+    }
+
+    #[test]
+    fn cache_file_corpus_replays() {
+        replay("cache_file", super::cache_file);
     }
 
     #[test]

@@ -108,6 +108,15 @@ impl Generation {
                 (name.clone(), store)
             })
             .collect();
+        for (name, c) in &config.caches {
+            if let Some(disk) = &c.disk {
+                match purpose {
+                    Purpose::Serve => crate::filter::cache::disk::prepare(&disk.path),
+                    Purpose::Check => crate::filter::cache::disk::check(&disk.path),
+                }
+                .map_err(|m| config.error(format!("caches.{name}.disk.path"), m))?;
+            }
+        }
         let plugins = Plugins::build(&config, &upstreams, cluster.as_ref())?;
         let mut routes = Vec::with_capacity(config.routes.len());
         let mut watched = Vec::new();
@@ -307,7 +316,11 @@ impl Generation {
             plugins.watch();
             watched.iter().for_each(|f| f.watch());
             for (name, store) in &caches {
-                store.resize(config.caches[name].memory.as_usize());
+                let c = &config.caches[name];
+                store.resize(c.memory.as_usize());
+                if let Err(e) = store.set_disk(name, c.disk.as_ref(), &telemetry.registry) {
+                    tracing::error!(cache = %name, error = %e, "cache disk tier not started");
+                }
             }
         }
         Ok(Self {

@@ -114,17 +114,37 @@ fn valid_media_range(t: &str) -> bool {
             .is_some_and(|(ty, sub)| ty != "*" && valid_header_name(ty) && valid_header_name(sub))
 }
 
-/// Checks `caches:`: every memory bound above zero.
+/// Checks `caches:`: every bound above zero, disk paths resolved against the config's
+/// directory and not shared by two caches (each would evict the other's files).
 pub(super) fn caches(
     c: &Checker<'_>,
     raw: &RawConfig,
 ) -> Result<IndexMap<String, CacheStoreConfig>> {
-    for (name, cache) in &raw.caches {
+    let mut out = raw.caches.clone();
+    let mut dirs: Vec<(&str, std::path::PathBuf)> = Vec::new();
+    for (name, cache) in &mut out {
         if cache.memory.bytes() == 0 {
             return c.err(format!("caches.{name}.memory"), "must be greater than 0");
         }
+        let Some(disk) = &mut cache.disk else {
+            continue;
+        };
+        if disk.size.bytes() == 0 {
+            return c.err(format!("caches.{name}.disk.size"), "must be greater than 0");
+        }
+        disk.path = c.path(&disk.path);
+        if let Some((other, _)) = dirs.iter().find(|(_, p)| *p == disk.path) {
+            return c.err(
+                format!("caches.{name}.disk.path"),
+                format!(
+                    "`{}` is already the disk of cache `{other}`",
+                    disk.path.display()
+                ),
+            );
+        }
+        dirs.push((name, disk.path.clone()));
     }
-    Ok(raw.caches.clone())
+    Ok(out)
 }
 
 /// Checks a `cache:` entry at `key`: its store exists, its key parts are known.

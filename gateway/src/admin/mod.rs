@@ -223,8 +223,14 @@ fn purge<G: Control>(gw: &G, path: &str, query: Option<&str>) -> Response<Full<B
         .split('&')
         .filter_map(|kv| kv.split_once('='));
     let n = match pairs.next() {
-        Some(("prefix", p)) if !p.is_empty() => store.purge(|path| path.starts_with(p)),
-        Some(("path", p)) if !p.is_empty() => store.purge(|path| path == p),
+        Some(("prefix", p)) if !p.is_empty() => {
+            let p = p.to_owned();
+            store.purge(move |path| path.starts_with(&p))
+        }
+        Some(("path", p)) if !p.is_empty() => {
+            let p = p.to_owned();
+            store.purge(move |path| path == p)
+        }
         _ => {
             return text(
                 StatusCode::BAD_REQUEST,

@@ -317,7 +317,11 @@ async fn fresh_answers_are_served_from_the_cache() {
             >= 30
     );
     assert_eq!(
-        counter_value(&gw, "gateway_cache_hits_total{cache=\"main\"}").await,
+        counter_value(
+            &gw,
+            "gateway_cache_hits_total{cache=\"main\",tier=\"memory\"}"
+        )
+        .await,
         7
     );
     gw.shutdown().await;
@@ -483,7 +487,11 @@ async fn concurrent_misses_send_one_request() {
     }
     assert_eq!(counts.get("/slow"), 1);
     assert_eq!(
-        counter_value(&gw, "gateway_cache_hits_total{cache=\"main\"}").await,
+        counter_value(
+            &gw,
+            "gateway_cache_hits_total{cache=\"main\",tier=\"memory\"}"
+        )
+        .await,
         49
     );
     assert!(counter_value(&gw, "gateway_cache_coalesced_total{cache=\"main\"}").await >= 1);
@@ -669,7 +677,11 @@ async fn a_hostile_backend_gets_nothing_stored_and_breaks_nothing() {
     let truncated = "gateway_cache_not_stored_total{cache=\"main\",reason=\"truncated\"}";
     assert_eq!(counter_value(&gw, truncated).await, 2);
     assert_eq!(
-        counter_value(&gw, "gateway_cache_hits_total{cache=\"main\"}").await,
+        counter_value(
+            &gw,
+            "gateway_cache_hits_total{cache=\"main\",tier=\"memory\"}"
+        )
+        .await,
         0
     );
     gw.shutdown().await;

@@ -4,6 +4,7 @@ mod acme;
 mod admin;
 mod basic_auth;
 mod cache;
+mod cache_disk;
 mod cli;
 mod cluster;
 mod compress;

@@ -9,8 +9,10 @@ use http::header::{AGE, CONTENT_LENGTH, RANGE};
 use http::{HeaderValue, StatusCode, response};
 use tokio::time::Instant;
 
+use super::disk::Guard;
 use super::fresh::{self, NotStored};
 use super::serve::{self, Conditions};
+use super::store::Payload;
 use super::{
     CacheFilter, CacheOutcome, Fetching, Fill, Step, object, set_status, stored_head, with_outcome,
 };
@@ -102,6 +104,7 @@ impl CacheFilter {
                 let status = with_status("; stored");
                 res.headers
                     .insert(AGE, HeaderValue::from(freshness.initial_age.as_secs()));
+                let memory_bound = shared.store.memory_bound();
                 self.fill = Some(Fill {
                     status: res.status,
                     headers: stored_head(&res.headers),
@@ -110,8 +113,12 @@ impl CacheFilter {
                     body: BytesMut::with_capacity(
                         expected
                             .map_or(0, |n| n as usize)
-                            .min(shared.max_object_size),
+                            .min(shared.max_object_size)
+                            .min(memory_bound),
                     ),
+                    received: 0,
+                    memory_bound: memory_bound as u64,
+                    disk: None,
                     expected,
                 });
                 set_status(&mut res.headers, &status);
@@ -127,37 +134,84 @@ impl CacheFilter {
     }
 
     pub(super) fn body(&mut self, chunk: Option<&Bytes>, eos: bool) {
-        let Some(fill) = self.fill.as_mut() else {
+        if self.fill.is_none() {
             return;
-        };
-        if let Some(c) = chunk {
-            if fill.body.len() + c.len() > self.shared.max_object_size {
-                self.fill = None;
-                self.leader = None;
-                self.shared.not_stored(NotStored::TooLarge);
-                return;
+        }
+        if let Some(c) = chunk
+            && let Err(reason) = self.piece(c)
+        {
+            // Dropping a disk fill abandons it.
+            self.fill = None;
+            self.leader = None;
+            if let Some(r) = reason {
+                self.shared.not_stored(r);
             }
-            fill.body.extend_from_slice(c);
+            return;
         }
         if !eos {
             return;
         }
         let Some(fill) = self.fill.take() else { return };
-        if fill.expected.is_some_and(|n| n != fill.body.len() as u64) {
+        // Coalesced requests wait until the object can be found.
+        let done = self.leader.take().map(|l| Box::new(l) as Guard);
+        if fill.expected.is_some_and(|n| n != fill.received) {
             self.shared.not_stored(NotStored::Truncated);
+        } else if let Some(disk) = fill.disk {
+            self.shared.store.end_fill(disk, done);
         } else {
             let f = fill.fetching;
             let obj = object(
                 fill.status,
                 fill.headers,
-                fill.body.freeze(),
+                Payload::Memory(fill.body.freeze()),
                 &f.path,
                 &fill.freshness,
             );
-            if !self.shared.store.put(&f.primary, &f.request, obj) {
+            if !self
+                .shared
+                .store
+                .put_guarded(&f.primary, &f.request, obj, done)
+            {
                 self.shared.not_stored(NotStored::TooLarge);
             }
         }
-        self.leader = None;
+    }
+
+    /// Takes a piece of the body being stored: into memory, or, once the object is too large
+    /// for the memory tier, to the disk tier as it comes (what arrived before included). The
+    /// reason to count when the object is not to be stored after all (none when the disk
+    /// tier's writer is behind: counted there).
+    fn piece(&mut self, c: &Bytes) -> Result<(), Option<NotStored>> {
+        let shared = &self.shared;
+        let fill = self.fill.as_mut().expect("filling");
+        fill.received += c.len() as u64;
+        if fill.received > shared.max_object_size as u64 {
+            return Err(Some(NotStored::TooLarge));
+        }
+        if fill.disk.is_none() && fill.received > fill.memory_bound {
+            let f = &fill.fetching;
+            let head = object(
+                fill.status,
+                fill.headers.clone(),
+                Payload::Memory(Bytes::new()),
+                &f.path,
+                &fill.freshness,
+            );
+            let Some(mut disk) = shared.store.begin_fill(&f.primary, &f.request, head) else {
+                return Err((!shared.store.has_disk()).then_some(NotStored::TooLarge));
+            };
+            let so_far = std::mem::take(&mut fill.body).freeze();
+            if !so_far.is_empty() && !disk.push(so_far) {
+                return Err(None);
+            }
+            fill.disk = Some(disk);
+        }
+        match &mut fill.disk {
+            Some(d) => d.push(c.clone()).then_some(()).ok_or(None),
+            None => {
+                fill.body.extend_from_slice(c);
+                Ok(())
+            }
+        }
     }
 }

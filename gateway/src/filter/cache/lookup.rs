@@ -1,6 +1,7 @@
 //! The `cache` filter's request side: the lookup (a fresh hit answered here, a stale one
-//! served under `stale-while-revalidate` or revalidated), the wait for another request's
-//! fetch of the same object, and the request set up to fetch.
+//! served under `stale-while-revalidate` or revalidated), the read of an object from the disk
+//! tier and the wait for another request's fetch of the same object (both in the async phase:
+//! the memory tier answers without one), and the request set up to fetch.
 
 use std::sync::Arc;
 
@@ -10,15 +11,15 @@ use tokio::time::Instant;
 
 use super::control::CacheControl;
 use super::serve::{self, Conditions};
-use super::store::{Fetch, Object};
-use super::{CacheFilter, Lookup, Step, hit_status, revalidate, validator, with_outcome};
+use super::store::{Fetch, Object, Tier};
+use super::{CacheFilter, Lookup, Pending, Step, hit_status, revalidate, validator, with_outcome};
 use crate::context::RequestCx;
 use crate::filter::Flow;
 
 impl CacheFilter {
     /// The request-header phase as far as it goes without waiting: `None` when the request
-    /// must wait for another one's fetch ([`CacheFilter::waiting`] is then set, and asking
-    /// again answers `None` at once).
+    /// must read its object from disk or wait for another one's fetch ([`CacheFilter::waiting`]
+    /// is then set, and asking again answers `None` at once).
     pub(super) fn request_now(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Option<Flow> {
         if self.waiting.is_some() {
             return None;
@@ -47,15 +48,20 @@ impl CacheFilter {
             head,
             bypass,
             coalesced: false,
+            tier: Tier::Memory,
         };
         let cached = (!bypass)
             .then(|| shared.store.get(&lookup.primary, &req.headers))
             .flatten();
+        if cached.is_none() && !bypass && shared.store.on_disk(&lookup.primary, &req.headers) {
+            self.waiting = Some(Box::new(Pending::Disk(lookup)));
+            return None;
+        }
         if cached.is_none() && !bypass && !head && !Conditions::conditional(&req.headers) {
             match shared.store.fetch(&lookup.primary) {
                 Fetch::Lead(l) => self.leader = Some(l),
                 Fetch::Wait(done) => {
-                    self.waiting = Some(Box::new((done, lookup)));
+                    self.waiting = Some(Box::new(Pending::Fetch(done, lookup)));
                     return None;
                 }
             }
@@ -63,20 +69,45 @@ impl CacheFilter {
         Some(self.decide(req, cx, lookup, cached))
     }
 
-    /// The request-header phase, waiting for another request's fetch when there is one.
+    /// The request-header phase, reading the object from disk or waiting for another
+    /// request's fetch when it must.
     pub(super) async fn request(&mut self, req: &mut request::Parts, cx: &RequestCx) -> Flow {
         if let Some(flow) = self.request_now(req, cx) {
             return flow;
         }
-        let Some(waiting) = self.waiting.take() else {
+        let Some(pending) = self.waiting.take() else {
             return Flow::Continue;
         };
-        let (mut done, mut lookup) = *waiting;
         let shared = self.shared.clone();
+        let (mut done, mut lookup) = match *pending {
+            Pending::Fetch(done, lookup) => (done, lookup),
+            Pending::Disk(mut lookup) => {
+                let found = shared.store.find(&lookup.primary, &req.headers).await;
+                if let Some((obj, tier)) = found {
+                    lookup.tier = tier;
+                    return self.decide(req, cx, lookup, Some(obj));
+                }
+                // Gone meanwhile (evicted, purged, unreadable): a miss.
+                if lookup.head || Conditions::conditional(&req.headers) {
+                    return self.decide(req, cx, lookup, None);
+                }
+                match shared.store.fetch(&lookup.primary) {
+                    Fetch::Lead(l) => {
+                        self.leader = Some(l);
+                        return self.decide(req, cx, lookup, None);
+                    }
+                    Fetch::Wait(done) => (done, lookup),
+                }
+            }
+        };
         shared.metrics.coalesced.inc();
         // Ends when the leader's fetch does (its sender goes), or at the bound.
         let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
-        let cached = shared.store.get(&lookup.primary, &req.headers);
+        let found = shared.store.find(&lookup.primary, &req.headers).await;
+        let cached = found.map(|(obj, tier)| {
+            lookup.tier = tier;
+            obj
+        });
         if let (None, Fetch::Lead(l)) = (&cached, shared.store.fetch(&lookup.primary)) {
             self.leader = Some(l);
         }
@@ -98,7 +129,7 @@ impl CacheFilter {
         if let Some(obj) = &cached {
             let cond = Conditions::of(&req.headers);
             if obj.fresh(now) {
-                shared.metrics.hits.inc();
+                shared.metrics.hits[(lookup.tier == Tier::Disk) as usize].inc();
                 let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
                 return with_outcome(serve::answer(obj, now, head, &cond, &status), "hit");
             }

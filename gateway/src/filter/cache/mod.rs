@@ -6,10 +6,12 @@
 //! from what it stored. Within `stale-while-revalidate` a stale object is served at once and
 //! revalidated in the background (`revalidate.rs`); within `stale-if-error` it stands in for an
 //! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
-//! store ([`store`]) that outlives config generations.
+//! store ([`store`]) that outlives config generations, in memory and, when configured, on disk
+//! ([`disk`]).
 
 mod answer;
 mod control;
+pub mod disk;
 mod fresh;
 mod lookup;
 mod revalidate;
@@ -38,7 +40,7 @@ use control::CacheControl;
 use fresh::{Defaults, Freshness, NotStored};
 use gateway_config::{CacheFilter as Settings, CacheKeyPart};
 use serve::CACHE_STATUS;
-use store::{Leader, Object, Store};
+use store::{Leader, Object, Payload, Store, Tier};
 
 /// What the cache did for a request, on the answer's extensions for the access log (`cache`):
 /// `hit`, `stale` (served stale), `revalidated` (a 304 refreshed it), `miss` (fetched) or
@@ -63,7 +65,8 @@ const NOT_STORED: [NotStored; 6] = [
 ];
 
 struct Metrics {
-    hits: Counter,
+    /// By the tier the object was found in: memory, disk.
+    hits: [Counter; 2],
     misses: Counter,
     revalidations: Counter,
     coalesced: Counter,
@@ -121,10 +124,13 @@ impl CacheFilterFactory {
                 max_object_size: cfg.settings.max_object_size.as_usize(),
                 coalesce_timeout: cfg.settings.coalesce_timeout.get(),
                 metrics: Metrics {
-                    hits: counter(
-                        "gateway_cache_hits_total",
-                        "Requests answered from the cache without asking the upstream, by cache.",
-                    ),
+                    hits: ["memory", "disk"].map(|tier| {
+                        registry.counter(
+                            "gateway_cache_hits_total",
+                            "Requests answered from the cache without asking the upstream, by cache and the tier the object was found in.",
+                            &[("cache", name), ("tier", tier)],
+                        )
+                    }),
                     misses: counter(
                         "gateway_cache_misses_total",
                         "GET and HEAD requests the cache had no usable object for, by cache.",
@@ -205,6 +211,8 @@ struct Lookup {
     bypass: bool,
     /// It waited for another request's fetch.
     coalesced: bool,
+    /// Where the object was found.
+    tier: Tier,
 }
 
 impl Lookup {
@@ -223,13 +231,28 @@ impl Lookup {
     }
 }
 
+/// What a request waits for before it is decided.
+enum Pending {
+    /// Another request's fetch of its object.
+    Fetch(watch::Receiver<()>, Lookup),
+    /// Its object, read from the disk tier.
+    Disk(Lookup),
+}
+
 /// An answer streaming into the store.
 struct Fill {
     fetching: Box<Fetching>,
     status: StatusCode,
     headers: HeaderMap,
     freshness: Freshness,
+    /// The body so far, while it may go to memory.
     body: BytesMut,
+    /// Body bytes received.
+    received: u64,
+    /// Past this many bytes it is too large for the memory tier.
+    memory_bound: u64,
+    /// Where the body goes once it is too large for memory.
+    disk: Option<disk::DiskFill>,
     expected: Option<u64>,
 }
 
@@ -238,8 +261,9 @@ struct CacheFilter {
     step: Step,
     /// Held while this request fetches an object others may wait for.
     leader: Option<Leader>,
-    /// Set while this request must wait for another one's fetch of its object.
-    waiting: Option<Box<(watch::Receiver<()>, Lookup)>>,
+    /// Set while this request must wait: for another one's fetch of its object, or for its
+    /// object to be read from disk.
+    waiting: Option<Box<Pending>>,
     fill: Option<Fill>,
 }
 
@@ -337,7 +361,7 @@ impl Shared {
 fn object(
     status: StatusCode,
     headers: HeaderMap,
-    body: Bytes,
+    body: Payload,
     path: &str,
     fresh: &Freshness,
 ) -> Object {
@@ -430,7 +454,7 @@ pub fn check_untrusted(data: &[u8]) {
         let obj = object(
             StatusCode::OK,
             h.clone(),
-            Bytes::from_static(b"0123456789"),
+            Payload::Memory(Bytes::from_static(b"0123456789")),
             "/",
             &fresh,
         );

@@ -11,7 +11,7 @@ use http::{Request, StatusCode, request};
 use http_body_util::{BodyExt, Limited};
 
 use super::serve::Conditions;
-use super::store::{Leader, Object};
+use super::store::{Leader, Object, Payload};
 use super::{Fetching, Shared, fresh, object, stored_head, validator};
 use crate::body::Body;
 use crate::context::RequestCx;
@@ -78,7 +78,8 @@ pub(super) fn spawn(
                     }
                 };
                 let headers = stored_head(&parts.headers);
-                let obj = object(parts.status, headers, body.to_bytes(), &f.path, &freshness);
+                let body = Payload::Memory(body.to_bytes());
+                let obj = object(parts.status, headers, body, &f.path, &freshness);
                 shared.store.put(&f.primary, &f.request, obj);
             }
             Err(r) => {

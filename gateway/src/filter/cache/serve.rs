@@ -176,24 +176,25 @@ pub(super) fn answer(
     if let Ok(v) = HeaderValue::from_str(status) {
         headers.insert(CACHE_STATUS.clone(), v);
     }
-    let len = obj.body.len() as u64;
+    let len = obj.body.len();
     let mut code = obj.status;
-    let mut body = obj.body.clone();
+    // The bytes sent: `first..end` of the body.
+    let mut part = (0, len);
     if obj.status == StatusCode::OK {
         if cond.not_modified(obj) {
             code = StatusCode::NOT_MODIFIED;
-            body = bytes::Bytes::new();
+            part = (0, 0);
         } else if let Some(r) = cond.range.as_ref().filter(|_| cond.range_applies(obj)) {
             match byte_range(r, len) {
                 Some(Ok((first, last))) => {
                     code = StatusCode::PARTIAL_CONTENT;
-                    body = obj.body.slice(first as usize..=last as usize);
+                    part = (first, last + 1);
                     let cr = format!("bytes {first}-{last}/{len}");
                     headers.insert(CONTENT_RANGE, HeaderValue::from_str(&cr).expect("digits"));
                 }
                 Some(Err(())) => {
                     code = StatusCode::RANGE_NOT_SATISFIABLE;
-                    body = bytes::Bytes::new();
+                    part = (0, 0);
                     let cr = format!("bytes */{len}");
                     headers.insert(CONTENT_RANGE, HeaderValue::from_str(&cr).expect("digits"));
                 }
@@ -202,12 +203,12 @@ pub(super) fn answer(
         }
     }
     if code != StatusCode::NOT_MODIFIED {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(part.1 - part.0));
     }
-    let mut res = Response::new(if head {
+    let mut res = Response::new(if head || part.0 == part.1 {
         Body::default()
     } else {
-        Body::full(body)
+        obj.body.slice(part.0, part.1)
     });
     *res.status_mut() = code;
     *res.headers_mut() = headers;

@@ -1,17 +1,22 @@
-//! A cache's memory tier: objects by primary key (the filter's `key`) and, under it, by the
-//! values of the request headers its answers vary on. Bounded by bytes, least recently used
-//! first out. A store lives in a process-wide registry by gateway and name, so a reload that
-//! keeps a cache keeps its objects ([`PerGateway`]). It also keeps the fetches in flight, for coalescing.
+//! A named cache: its memory tier (objects by primary key, the filter's `key`, and under it by
+//! the values of the request headers its answers vary on; bounded by bytes, least recently used
+//! first out) and its disk tier when configured ([`Disk`]), which every stored object is also
+//! written to and a memory miss is read from. A store lives in a process-wide registry by
+//! gateway and name, so a reload that keeps a cache keeps its objects ([`PerGateway`]). It
+//! also keeps the fetches in flight, for coalescing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::disk::{Disk, DiskFill, Guard, Stored, body::FileBody};
+use crate::body::Body;
 use crate::per_gateway::PerGateway;
 use crate::telemetry::{Counter, Gauge, Registry};
 
@@ -25,7 +30,7 @@ pub struct Object {
     pub status: StatusCode,
     /// The head as stored: without `Age` and framing headers (set when it is served).
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: Payload,
     /// The path of the request that fetched it (for purges).
     pub path: String,
     /// When it was stored (or last revalidated).
@@ -63,8 +68,45 @@ impl Object {
             .iter()
             .map(|(k, v)| k.as_str().len() + v.len() + 32)
             .sum();
-        self.body.len() + head + self.path.len() + keys + OBJECT_OVERHEAD
+        self.body.len() as usize + head + self.path.len() + keys + OBJECT_OVERHEAD
     }
+}
+
+/// Where an object's body is.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    Memory(Bytes),
+    /// In the disk tier's file (an object too large for the memory tier, read from disk).
+    File(Arc<Stored>),
+}
+
+impl Payload {
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Memory(b) => b.len() as u64,
+            Self::File(s) => s.opened.body_len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes `first..end` as a body.
+    pub fn slice(&self, first: u64, end: u64) -> Body {
+        match self {
+            Self::Memory(b) if first == 0 && end == b.len() as u64 => Body::full(b.clone()),
+            Self::Memory(b) => Body::full(b.slice(first as usize..end as usize)),
+            Self::File(s) => Body::new(FileBody::new(s.clone(), first, end)),
+        }
+    }
+}
+
+/// Which tier an object was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Memory,
+    Disk,
 }
 
 /// The variant key of a request: the values of the `vary` headers.
@@ -113,6 +155,7 @@ struct Metrics {
     bytes: Gauge,
     objects: Gauge,
     evictions: Counter,
+    writes: Counter,
     purged: Counter,
 }
 
@@ -123,6 +166,7 @@ pub struct Store {
     /// Fetches in flight by primary key: a receiver that sees its sender go when the fetch
     /// has ended (stored or not).
     inflight: Mutex<HashMap<String, watch::Receiver<()>>>,
+    disk: ArcSwapOption<Disk>,
     metrics: Metrics,
 }
 
@@ -156,6 +200,7 @@ impl Store {
             capacity: Mutex::new(capacity),
             inner: Mutex::default(),
             inflight: Mutex::default(),
+            disk: ArcSwapOption::empty(),
             metrics: Metrics {
                 bytes: registry.gauge(
                     "gateway_cache_bytes",
@@ -170,6 +215,11 @@ impl Store {
                 evictions: registry.counter(
                     "gateway_cache_evictions_total",
                     "Objects evicted to keep the cache within its bound, by cache and tier.",
+                    &labels,
+                ),
+                writes: registry.counter(
+                    "gateway_cache_writes_total",
+                    "Objects written to a tier, by cache and tier.",
                     &labels,
                 ),
                 purged: registry.counter(
@@ -195,17 +245,73 @@ impl Store {
         Some(slot.object.clone())
     }
 
-    /// Stores an object for a request under `primary`; evicts what the bound needs. False when
-    /// the object alone exceeds the bound.
+    /// Stores an object for a request under `primary`, in memory (evicting what the bound
+    /// needs) and on disk. False when neither tier takes it.
     pub fn put(&self, primary: &str, req: &HeaderMap, object: Object) -> bool {
+        self.put_guarded(primary, req, object, None)
+    }
+
+    /// [`Store::put`], dropping `done` once the object can be found: at once when it went to
+    /// memory, else when its file is written (requests coalesced on its fetch wait for that).
+    pub fn put_guarded(
+        &self,
+        primary: &str,
+        req: &HeaderMap,
+        object: Object,
+        done: Option<Guard>,
+    ) -> bool {
         let v = variant(&object.vary, req);
-        let size = object.size(primary.len() + v.len());
-        let capacity = *lock(&self.capacity);
-        if size > capacity {
-            return false;
-        }
+        let object = Arc::new(object);
+        let in_memory = self.put_memory(primary, &v, object.clone());
+        let done = if in_memory { None } else { done };
+        let on_disk = self
+            .disk
+            .load()
+            .as_ref()
+            .is_some_and(|d| d.write(primary, &v, object, done));
+        in_memory || on_disk
+    }
+
+    /// Whether it has a disk tier.
+    pub fn has_disk(&self) -> bool {
+        self.disk.load().is_some()
+    }
+
+    /// The memory tier's bound.
+    pub fn memory_bound(&self) -> usize {
+        *lock(&self.capacity)
+    }
+
+    /// Starts streaming an object too large for memory to disk (`object` is its head); `None`
+    /// without a disk tier, or when its writer is behind.
+    pub fn begin_fill(&self, primary: &str, req: &HeaderMap, object: Object) -> Option<DiskFill> {
+        let disk = self.disk.load_full()?;
+        disk.begin_fill(primary, &variant(&object.vary, req), Arc::new(object))
+    }
+
+    /// Ends a fill begun by [`Store::begin_fill`]: its file goes into place, and replaces any
+    /// version in memory; `done` is dropped once it can be found.
+    pub fn end_fill(&self, fill: DiskFill, done: Option<Guard>) {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
+        Self::forget(inner, &fill.primary, &fill.variant);
+        self.publish(inner);
+        drop(guard);
+        fill.finish(done);
+    }
+
+    /// Stores an object in memory under `primary` and variant `v`. False when its body is not
+    /// in memory, or it alone exceeds the bound: an older version goes then.
+    fn put_memory(&self, primary: &str, v: &str, object: Arc<Object>) -> bool {
+        let size = object.size(primary.len() + v.len());
+        let capacity = *lock(&self.capacity);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        if size > capacity || matches!(object.body, Payload::File(_)) {
+            Self::forget(inner, primary, v);
+            self.publish(inner);
+            return false;
+        }
         let p = inner.primaries.entry(primary.to_owned()).or_default();
         if p.vary != object.vary {
             // The answer now varies on other headers: the old variants are unreachable.
@@ -220,7 +326,7 @@ impl Store {
         let p = inner.primaries.get_mut(primary).expect("just inserted");
         inner.tick += 1;
         let slot = Slot {
-            object: Arc::new(object),
+            object,
             tick: inner.tick,
             size,
         };
@@ -229,7 +335,7 @@ impl Store {
             None => {
                 // Most keys have one variant: no room for more until there are more.
                 p.variants.reserve_exact(1);
-                p.variants.push((v.clone(), slot));
+                p.variants.push((v.to_owned(), slot));
                 None
             }
         };
@@ -238,13 +344,63 @@ impl Store {
             inner.bytes -= old.size;
             inner.objects -= 1;
         }
-        inner.lru.insert(inner.tick, (primary.to_owned(), v));
+        inner
+            .lru
+            .insert(inner.tick, (primary.to_owned(), v.to_owned()));
         inner.bytes += size;
         inner.objects += 1;
         let evicted = Self::evict(inner, capacity);
         self.metrics.evictions.add(evicted as u64);
+        self.metrics.writes.inc();
         self.publish(inner);
         true
+    }
+
+    /// Whether the disk tier has an object for a request under `primary` (counted as used).
+    pub fn on_disk(&self, primary: &str, req: &HeaderMap) -> bool {
+        self.disk
+            .load()
+            .as_ref()
+            .is_some_and(|d| d.lookup(primary, req).is_some())
+    }
+
+    /// The object for a request under `primary` from memory, else from disk (promoted to
+    /// memory when it fits there), with the tier it was found in.
+    pub async fn find(&self, primary: &str, req: &HeaderMap) -> Option<(Arc<Object>, Tier)> {
+        if let Some(o) = self.get(primary, req) {
+            return Some((o, Tier::Memory));
+        }
+        let disk = self.disk.load_full()?;
+        let id = disk.lookup(primary, req)?;
+        let capacity = *lock(&self.capacity) as u64;
+        let object = Arc::new(disk.load(id, capacity).await?);
+        if matches!(object.body, Payload::Memory(_)) {
+            self.put_memory(primary, &variant(&object.vary, req), object.clone());
+        }
+        Some((object, Tier::Disk))
+    }
+
+    /// Sets the disk tier: kept when its directory is the same (only its bound may change),
+    /// started on a new one (which it scans), dropped when `None`.
+    pub fn set_disk(
+        &self,
+        name: &str,
+        disk: Option<&gateway_config::model::CacheDiskConfig>,
+        registry: &Registry,
+    ) -> std::io::Result<()> {
+        let Some(cfg) = disk else {
+            self.disk.store(None);
+            return Ok(());
+        };
+        if let Some(live) = self.disk.load().as_ref()
+            && live.root() == cfg.path
+        {
+            live.resize(cfg.size.bytes());
+            return Ok(());
+        }
+        let tier = Disk::start(name, &cfg.path, cfg.size.bytes(), registry)?;
+        self.disk.store(Some(Arc::new(tier)));
+        Ok(())
     }
 
     /// Evicts the least recently used objects until `capacity` holds: how many went.
@@ -258,6 +414,19 @@ impl Store {
             n += 1;
         }
         n
+    }
+
+    /// Removes the object of `primary` and variant `v`, if in memory.
+    fn forget(inner: &mut Inner, primary: &str, v: &str) {
+        let tick = inner
+            .primaries
+            .get(primary)
+            .and_then(|p| p.variants.iter().find(|(k, _)| k == v))
+            .map(|(_, s)| s.tick);
+        if let Some(tick) = tick {
+            inner.lru.remove(&tick);
+            Self::unlink(inner, primary, v);
+        }
     }
 
     /// Removes one object already out of the LRU order.
@@ -275,24 +444,32 @@ impl Store {
         }
     }
 
-    /// Removes every variant under `primary` (an unsafe method's answer invalidates it).
+    /// Removes every variant under `primary` from both tiers (an unsafe method's answer
+    /// invalidates it): how many objects went.
     pub fn remove(&self, primary: &str) -> usize {
+        let mut gone: Vec<String> = self
+            .disk
+            .load()
+            .as_ref()
+            .map(|d| d.remove(primary))
+            .unwrap_or_default();
         let mut inner = lock(&self.inner);
-        let Some(p) = inner.primaries.remove(primary) else {
-            return 0;
-        };
-        let n = p.variants.len();
-        for (_, s) in p.variants {
-            inner.lru.remove(&s.tick);
-            inner.bytes -= s.size;
-            inner.objects -= 1;
+        if let Some(p) = inner.primaries.remove(primary) {
+            for (v, s) in p.variants {
+                inner.lru.remove(&s.tick);
+                inner.bytes -= s.size;
+                inner.objects -= 1;
+                gone.push(v);
+            }
+            self.publish(&inner);
         }
-        self.publish(&inner);
-        n
+        gone.sort_unstable();
+        gone.dedup();
+        gone.len()
     }
 
     /// Removes the objects whose request path `matches`: how many went.
-    pub fn purge(&self, matches: impl Fn(&str) -> bool) -> usize {
+    pub fn purge(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static) -> usize {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let gone: Vec<(u64, String, String)> = inner
@@ -309,9 +486,16 @@ impl Store {
             inner.lru.remove(tick);
             Self::unlink(inner, primary, v);
         }
-        self.metrics.purged.add(gone.len() as u64);
         self.publish(inner);
-        gone.len()
+        drop(guard);
+        let mut keys: Vec<(String, String)> = gone.into_iter().map(|(_, p, v)| (p, v)).collect();
+        if let Some(d) = self.disk.load().as_ref() {
+            keys.extend(d.purge(Arc::new(matches)));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        self.metrics.purged.add(keys.len() as u64);
+        keys.len()
     }
 
     fn publish(&self, inner: &Inner) {
@@ -363,7 +547,7 @@ mod tests {
         Object {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
-            body: Bytes::from(vec![b'x'; body]),
+            body: Payload::Memory(Bytes::from(vec![b'x'; body])),
             path: path.into(),
             stored: Instant::now(),
             initial_age: Duration::ZERO,
