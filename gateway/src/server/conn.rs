@@ -268,9 +268,6 @@ enum Peeked {
 /// The connection preface of an h2c client with prior knowledge.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// The first read of a cleartext connection: a browser's request head is 0.5–2 KiB.
-const FIRST_READ: usize = 4096;
-
 /// Reads a cleartext connection's first bytes into `first`; `false` when the client closed,
 /// sent nothing within the idle timeout, or the gateway is draining. The bytes are read, not
 /// peeked: they are replayed to whichever server takes the connection (through the framing
@@ -284,11 +281,16 @@ async fn read_first(
 ) -> bool {
     watch.deadlines().arm(false);
     let mut read = pin!(std::future::poll_fn(|cx| {
-        // The buffer only once there is something to read: a connection that sends nothing
-        // holds no memory for it.
+        // Read into the thread's spare read buffer and keep a copy of what came: a connection
+        // whose readiness was reported before its bytes came holds no buffer while it waits,
+        // and 10,000 connections opened at once do not each hold one until their first request
+        // has been answered.
         std::task::ready!(stream.poll_read_ready(cx))?;
-        first.reserve(FIRST_READ);
-        tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, &mut *first)
+        fast_path::with_read_buffer(|spare| {
+            let read = tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, spare);
+            first.extend_from_slice(spare);
+            read
+        })
     }));
     matches!(
         std::future::poll_fn(|cx| watch.poll_until(read.as_mut(), cx)).await,

@@ -355,6 +355,19 @@ fn make_room(buf: &mut BytesMut) {
     }
 }
 
+/// Runs `read` on the thread's spare read buffer (a new one when another connection holds it),
+/// emptied, and keeps the buffer for the next read of the thread: for reads whose bytes are
+/// copied out at once.
+pub fn with_read_buffer<R>(read: impl FnOnce(&mut BytesMut) -> R) -> R {
+    let mut buf = BytesMut::new();
+    make_room(&mut buf);
+    let out = read(&mut buf);
+    buf.clear();
+    rewind(&mut buf);
+    give_back(&mut buf);
+    out
+}
+
 /// Lets go of an empty read buffer while its connection waits; a buffer grown past the usual
 /// size (or still shared, so [`make_room`] could not rewind it) goes back to the allocator.
 /// [`make_room`] rewound it before the read that found nothing, so it is at its start.

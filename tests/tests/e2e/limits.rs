@@ -481,10 +481,35 @@ fn idle_and_slow_connections_each_cost_the_gateway_a_few_kilobytes() {
         b"GET /hello HTTP/1.1\r\nHost: x\r\nUser-Agent: half a he",
         false,
     );
-    eprintln!("per connection: {idle} bytes kept alive between requests, {slow} bytes slow");
+    // Opened at once, as a load generator opens its connections, each sending its request
+    // before the gateway has answered any.
+    let before = vm_rss_kib(pid);
+    let mut quiet: Vec<StdTcpStream> = (0..N)
+        .map(|_| {
+            let mut s = StdTcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let opened = vm_rss_kib(pid).saturating_sub(before) * 1024 / N as u64;
+    eprintln!(
+        "per connection: {idle} bytes kept alive between requests, {slow} bytes slow, {opened} bytes opened at once"
+    );
     assert!(idle < 3584, "{idle} bytes per kept-alive connection");
     assert!(slow < 3584, "{slow} bytes per slow client");
+    assert!(
+        opened < 3584,
+        "{opened} bytes per connection opened at once"
+    );
+    let mut buf = [0u8; 512];
+    for s in &mut quiet {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let n = s.read(&mut buf).unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    }
     // Every one of them is still open and served.
     assert!(get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")));
-    drop((warm, idle_held, slow_held));
+    drop((warm, idle_held, slow_held, quiet));
 }
