@@ -199,6 +199,18 @@ pub(crate) fn validate(
         c.keep(claim(&c, "admin.bind".into(), a.addr, "tcp"));
     }
     let cluster = c.keep(cluster::validate(&c, &raw)).flatten();
+    let kubernetes = raw.kubernetes.as_mut().map(|k| {
+        if let Some(path) = &mut k.kubeconfig {
+            *path = c.path(path);
+        }
+        if k.controller_name.is_empty() || !k.controller_name.contains('/') {
+            c.keep(c.err::<()>(
+                "kubernetes.controller_name",
+                "must be a domain-prefixed path such as gateway.dev/controller",
+            ));
+        }
+        k.clone()
+    });
 
     let mut errors = c.errors.take();
     match errors.len() {
@@ -230,6 +242,7 @@ pub(crate) fn validate(
         routes,
         streams,
         cluster,
+        kubernetes,
         raw,
     })
 }
