@@ -1,0 +1,305 @@
+//! The Gateway API controller against a real kube-apiserver (see `gateway_tests::kube`):
+//! objects created through the API become routes, status is read back, and weights and
+//! endpoints change under a request loop without one request failing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_tests::backend::Backend;
+use gateway_tests::kube::{self, KubeCluster, NODE_IP};
+use gateway_tests::{TestGateway, TestResponse};
+use http::Request;
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+const GW_API: &str = "/apis/gateway.networking.k8s.io/v1";
+const NS: &str = "/api/v1/namespaces/default";
+const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
+
+async fn get(addr: SocketAddr, host: &str, path: &str) -> Result<TestResponse, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = gateway_tests::http1_over(tcp, addr.to_string()).await;
+    let req = Request::get(path)
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    client.send(req).await.map_err(|e| e.to_string())
+}
+
+/// Waits (bounded) until `check` holds: the controller applies changes asynchronously.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let last = check().await;
+        if last.is_ok() {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("{what}: {}", last.unwrap_err());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn body_is(addr: SocketAddr, host: &str, path: &str, want: &str) -> Result<(), String> {
+    let res = get(addr, host, path).await?;
+    let text = res.text();
+    if res.status() == 200 && text == want {
+        Ok(())
+    } else {
+        Err(format!("{} {text:?}, want {want:?}", res.status()))
+    }
+}
+
+fn service(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": name},
+           "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
+}
+
+fn slice(service: &str, ports: &[(u16, bool)]) -> Value {
+    // One EndpointSlice per port here: every backend listens on the namespace's one address.
+    let port = ports.first().map_or(0, |p| p.0);
+    let endpoints: Vec<Value> = ports
+        .iter()
+        .map(|(_, ready)| json!({"addresses": [NODE_IP.to_string()], "conditions": {"ready": ready}}))
+        .collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": service, "labels": {"kubernetes.io/service-name": service}},
+           "addressType": "IPv4",
+           "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+           "endpoints": endpoints})
+}
+
+fn condition<'a>(conditions: &'a Value, kind: &str) -> &'a Value {
+    conditions
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(SocketAddr::new(NODE_IP, 0))
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+async fn start_gateway(k: &KubeCluster) -> TestGateway {
+    let yaml = format!(
+        "server: {{ watch_config: false }}\n\
+         kubernetes:\n  kubeconfig: {}\n  controller_name: gateway.dev/controller\n  listen_address: {NODE_IP}\n\
+         listeners: [{{ name: file, bind: '127.0.0.1:0' }}]\n\
+         routes: [{{ listeners: [file], respond: {{ body: from-file }} }}]\n",
+        k.kubeconfig.display()
+    );
+    TestGateway::start(&yaml).await
+}
+
+async fn create_gateway(k: &KubeCluster, port: u16) {
+    k.create(
+        &format!("{GW_API}/gatewayclasses"),
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
+    )
+    .await;
+    k.create(
+        &format!("{GW_API}/namespaces/default/gateways"),
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw"},
+        "spec": {"gatewayClassName": "ours",
+                 "listeners": [{"name": "web", "port": port, "protocol": "HTTP"}]}}),
+    )
+    .await;
+}
+
+#[test]
+fn routes_status_and_live_changes_from_a_real_api_server() {
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        let a = Backend::start_on("a", SocketAddr::new(NODE_IP, 0)).await;
+        let b = Backend::start_on("b", SocketAddr::new(NODE_IP, 0)).await;
+        let c = Backend::start_on("c", SocketAddr::new(NODE_IP, 0)).await;
+        let gw = start_gateway(&k).await;
+        let port = free_port();
+        create_gateway(&k, port).await;
+        for (name, backend) in [("svc-a", &a), ("svc-b", &b)] {
+            k.create(&format!("{NS}/services"), service(name)).await;
+            k.create(SLICES, slice(name, &[(backend.addr().port(), true)]))
+                .await;
+        }
+        k.create(&format!("{GW_API}/namespaces/default/httproutes"), json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "app"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["app.example"],
+                     "rules": [
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                 "filters": [{"type": "RequestHeaderModifier",
+                              "requestHeaderModifier": {"set": [{"name": "x-from", "value": "gateway-api"}]}}],
+                 "backendRefs": [{"name": "svc-a", "port": 80, "weight": 1},
+                                 {"name": "svc-b", "port": 80, "weight": 0}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/old"}}],
+                 "filters": [{"type": "RequestRedirect",
+                              "requestRedirect": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/new"},
+                                                  "statusCode": 301}}]}]}}))
+            .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/httproutes"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "broken"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["broken.example"],
+                     "rules": [{"backendRefs": [{"name": "missing", "port": 80}]}]}}),
+        )
+        .await;
+
+        let addr = SocketAddr::new(NODE_IP, port);
+        eventually("the route serves", || {
+            body_is(addr, "app.example", "/x", "a")
+        })
+        .await;
+        assert_eq!(a.last().expect("a saw it").header("x-from"), "gateway-api");
+        let res = get(addr, "app.example", "/old").await.unwrap();
+        assert_eq!(
+            (res.status(), res.header("location")),
+            (301, "http://app.example/new")
+        );
+        let res = get(addr, "broken.example", "/").await.unwrap();
+        assert_eq!(
+            res.status(),
+            500,
+            "a route to a missing backend answers 500"
+        );
+        // The file's own listener and route serve beside the cluster's.
+        let res = get(gw.addr("file"), "anything", "/").await.unwrap();
+        assert_eq!(res.text(), "from-file");
+
+        // Status, as the spec asks for it.
+        eventually("status is written", || async {
+            let class = k.get(&format!("{GW_API}/gatewayclasses/ours")).await;
+            let gateway = k
+                .get(&format!("{GW_API}/namespaces/default/gateways/gw"))
+                .await;
+            let app = k
+                .get(&format!("{GW_API}/namespaces/default/httproutes/app"))
+                .await;
+            let broken = k
+                .get(&format!("{GW_API}/namespaces/default/httproutes/broken"))
+                .await;
+            let checks = [
+                condition(&class["status"]["conditions"], "Accepted")["status"] == "True",
+                condition(&gateway["status"]["conditions"], "Programmed")["status"] == "True",
+                gateway["status"]["addresses"][0]["value"] == NODE_IP.to_string(),
+                gateway["status"]["listeners"][0]["attachedRoutes"] == 2,
+                condition(&gateway["status"]["listeners"][0]["conditions"], "Accepted")["status"]
+                    == "True",
+                app["status"]["parents"][0]["controllerName"] == "gateway.dev/controller",
+                condition(&app["status"]["parents"][0]["conditions"], "Accepted")["status"]
+                    == "True",
+                condition(&app["status"]["parents"][0]["conditions"], "ResolvedRefs")["status"]
+                    == "True",
+                condition(
+                    &broken["status"]["parents"][0]["conditions"],
+                    "ResolvedRefs",
+                )["reason"]
+                    == "BackendNotFound",
+            ];
+            match checks.iter().position(|ok| !ok) {
+                None => Ok(()),
+                Some(i) => Err(format!(
+                    "check {i} fails; gateway {gateway}, route {app}, broken {broken}"
+                )),
+            }
+        })
+        .await;
+
+        // Weights and endpoints change while requests keep coming: none may fail.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let looping = tokio::spawn({
+            let (stop, served, failed, failures) = (
+                stop.clone(),
+                served.clone(),
+                failed.clone(),
+                failures.clone(),
+            );
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match get(addr, "app.example", "/loop").await {
+                        Ok(r) if r.status() == 200 => served.fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("{:?}", other.map(|r| (r.status(), r.text()))));
+                            failed.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            }
+        });
+        k.patch(
+            &format!("{GW_API}/namespaces/default/httproutes/app"),
+            json!({"spec": {"rules": [
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+             "backendRefs": [{"name": "svc-a", "port": 80, "weight": 0},
+                             {"name": "svc-b", "port": 80, "weight": 1}]}]}}),
+        )
+        .await;
+        eventually("the weights moved to b", || {
+            body_is(addr, "app.example", "/w", "b")
+        })
+        .await;
+        // b's endpoint replaced by c's in one EndpointSlice update.
+        k.patch(
+            &format!("{SLICES}/svc-b"),
+            json!({
+            "ports": [{"name": "http", "port": c.addr().port(), "protocol": "TCP"}]}),
+        )
+        .await;
+        eventually("the endpoints moved to c", || {
+            body_is(addr, "app.example", "/e", "c")
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        looping.await.unwrap();
+        let failures = failures.lock().unwrap().clone();
+        assert_eq!(
+            failed.load(Ordering::Relaxed),
+            0,
+            "requests failed across the changes: {failures:?}"
+        );
+        let served = served.load(Ordering::Relaxed);
+        eprintln!("{served} requests served across the weight and endpoint changes");
+        assert!(served > 20, "the loop ran");
+
+        // An endpoint that is not ready is left out: nothing is left to serve.
+        k.patch(
+            &format!("{SLICES}/svc-b"),
+            slice("svc-b", &[(c.addr().port(), false)]),
+        )
+        .await;
+        eventually("no ready endpoint", || async {
+            let r = get(addr, "app.example", "/n").await?;
+            (r.status() >= 500)
+                .then_some(())
+                .ok_or(format!("{}", r.status()))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
