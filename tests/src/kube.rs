@@ -143,9 +143,9 @@ pub struct KubeCluster {
     /// A kubeconfig for the gateway, in [`KubeCluster::dir`].
     pub kubeconfig: PathBuf,
     // Drop order: servers first, then the namespace, then the files.
-    _apiserver: Proc,
+    apiserver: Option<Proc>,
     _etcd: Proc,
-    _ns: NetNs,
+    ns: NetNs,
     dir: tempfile::TempDir,
 }
 
@@ -154,6 +154,62 @@ impl KubeCluster {
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
+
+    /// Kills the API server (an outage: watches break, connections are refused); etcd keeps
+    /// the data.
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver = None;
+    }
+
+    /// Starts the API server again on the same port and data, and waits until it is ready.
+    pub async fn start_apiserver(&mut self) {
+        self.apiserver = Some(spawn_apiserver(&self.ns, self.dir.path()));
+        wait_for(self, "/readyz", Duration::from_secs(60)).await;
+    }
+}
+
+fn spawn_apiserver(ns: &NetNs, d: &std::path::Path) -> Proc {
+    let bin = kube_dir().join("bin");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(d.join("apiserver.log"))
+        .expect("log file");
+    let child = ns
+        .command(&bin.join("kube-apiserver"))
+        .arg(format!("--etcd-servers=http://127.0.0.1:{ETCD_PORT}"))
+        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        .arg(format!("--secure-port={API_PORT}"))
+        .arg(format!(
+            "--tls-cert-file={}",
+            d.join("apiserver.crt").display()
+        ))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            d.join("apiserver.key").display()
+        ))
+        .arg(format!(
+            "--token-auth-file={}",
+            d.join("tokens.csv").display()
+        ))
+        .arg("--authorization-mode=RBAC")
+        .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+        .arg(format!(
+            "--service-account-key-file={}",
+            d.join("sa.pub").display()
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            d.join("sa.key").display()
+        ))
+        .arg("--service-cluster-ip-range=10.96.0.0/16")
+        .arg("--endpoint-reconciler-type=none")
+        .args(["--enable-priority-and-fairness=false", "--profiling=false"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start kube-apiserver");
+    Proc(child)
 }
 
 /// Runs `test` on a thread inside a fresh namespace holding a started cluster, on a runtime
@@ -216,41 +272,7 @@ async fn start(ns: NetNs) -> KubeCluster {
         .spawn()
         .expect("start etcd");
     let etcd = Proc(etcd);
-    let apiserver = ns
-        .command(&bin.join("kube-apiserver"))
-        .arg(format!("--etcd-servers=http://127.0.0.1:{ETCD_PORT}"))
-        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
-        .arg(format!("--secure-port={API_PORT}"))
-        .arg(format!(
-            "--tls-cert-file={}",
-            d.join("apiserver.crt").display()
-        ))
-        .arg(format!(
-            "--tls-private-key-file={}",
-            d.join("apiserver.key").display()
-        ))
-        .arg(format!(
-            "--token-auth-file={}",
-            d.join("tokens.csv").display()
-        ))
-        .arg("--authorization-mode=RBAC")
-        .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-        .arg(format!(
-            "--service-account-key-file={}",
-            d.join("sa.pub").display()
-        ))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            d.join("sa.key").display()
-        ))
-        .arg("--service-cluster-ip-range=10.96.0.0/16")
-        .arg("--endpoint-reconciler-type=none")
-        .args(["--enable-priority-and-fairness=false", "--profiling=false"])
-        .stdout(Stdio::null())
-        .stderr(log("apiserver.log"))
-        .spawn()
-        .expect("start kube-apiserver");
-    let apiserver = Proc(apiserver);
+    let apiserver = spawn_apiserver(&ns, d);
     let kubeconfig = d.join("kubeconfig.yaml");
     std::fs::write(
         &kubeconfig,
@@ -266,9 +288,9 @@ async fn start(ns: NetNs) -> KubeCluster {
     let cluster = KubeCluster {
         client,
         kubeconfig,
-        _apiserver: apiserver,
+        apiserver: Some(apiserver),
         _etcd: etcd,
-        _ns: ns,
+        ns,
         dir,
     };
     wait_for(&cluster, "/readyz", Duration::from_secs(60)).await;

@@ -257,7 +257,11 @@ fn emit(
                     j,
                 );
                 let mut route = json!({
-                    "name": format!("kubernetes/{ns}/{name}/{i}/{j}"),
+                    // Unique per listener and host: a route attached twice is two config routes.
+                    "name": format!(
+                        "kubernetes/{ns}/{name}/{i}/{j}/{listener}/{}",
+                        host.as_deref().unwrap_or("*")
+                    ),
                     "listeners": [listener],
                     "match": matcher,
                     "filters": rule.filters,

@@ -177,12 +177,13 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
             (res.status(), res.header("location")),
             (301, "http://app.example/new")
         );
-        let res = get(addr, "broken.example", "/").await.unwrap();
-        assert_eq!(
-            res.status(),
-            500,
-            "a route to a missing backend answers 500"
-        );
+        eventually("a route to a missing backend answers 500", || async {
+            let r = get(addr, "broken.example", "/").await?;
+            (r.status() == 500)
+                .then_some(())
+                .ok_or(format!("{}", r.status()))
+        })
+        .await;
         // The file's own listener and route serve beside the cluster's.
         let res = get(gw.addr("file"), "anything", "/").await.unwrap();
         assert_eq!(res.text(), "from-file");
@@ -285,7 +286,7 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
         );
         let served = served.load(Ordering::Relaxed);
         eprintln!("{served} requests served across the weight and endpoint changes");
-        assert!(served > 20, "the loop ran");
+        assert!(served > 10, "the loop ran");
 
         // An endpoint that is not ready is left out: nothing is left to serve.
         k.patch(
@@ -298,6 +299,196 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
             (r.status() >= 500)
                 .then_some(())
                 .ok_or(format!("{}", r.status()))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
+
+#[test]
+fn https_filters_references_and_an_api_server_outage() {
+    if !kube::available() {
+        return;
+    }
+    kube::run(|mut k| async move {
+        let a = Backend::start_on("a", SocketAddr::new(NODE_IP, 0)).await;
+        let shadow = Backend::start_on("shadow", SocketAddr::new(NODE_IP, 0)).await;
+        let gw = start_gateway(&k).await;
+        let (http_port, https_port) = (free_port(), free_port());
+        let ca = gateway_tests::TestCa::new();
+        let (cert, key) = ca.issue(&["secure.example"], gateway_tests::KeyKind::Ecdsa);
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        k.create(
+            &format!("{NS}/secrets"),
+            json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "secure-cert"},
+            "data": {"tls.crt": b64(&cert), "tls.key": b64(&key)}}),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/gatewayclasses"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
+        )
+        .await;
+        k.create(&format!("{GW_API}/namespaces/default/gateways"), json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "web", "port": http_port, "protocol": "HTTP",
+                 "allowedRoutes": {"namespaces": {"from": "All"}}},
+                {"name": "secure", "port": https_port, "protocol": "HTTPS", "hostname": "secure.example",
+                 "tls": {"certificateRefs": [{"name": "secure-cert"}]}}]}}))
+            .await;
+        k.create(
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": "other"}}),
+        )
+        .await;
+        for (ns, name, backend) in [
+            ("default", "svc-a", &a),
+            ("default", "shadow", &shadow),
+            ("other", "far", &a),
+        ] {
+            let base = format!("/api/v1/namespaces/{ns}");
+            k.create(&format!("{base}/services"), service(name)).await;
+            k.create(
+                &format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"),
+                slice(name, &[(backend.addr().port(), true)]),
+            )
+            .await;
+        }
+        k.create(&format!("{GW_API}/namespaces/default/httproutes"), json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "filters"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["app.example", "secure.example"],
+                     "rules": [
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/v1"},
+                              "headers": [{"name": "x-canary", "value": "yes"}]}],
+                 "filters": [
+                    {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v2"}}},
+                    {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-served-by", "value": "gw"}]}},
+                    {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "shadow", "port": 80}}}],
+                 "backendRefs": [{"name": "svc-a", "port": 80}],
+                 "timeouts": {"request": "5s"}}]}}))
+            .await;
+        // A route in `other` to a Service there, and one from `other` to `default` without a grant.
+        k.create(&format!("{GW_API}/namespaces/other/httproutes"), json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "cross"},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": "default", "sectionName": "web"}],
+                     "hostnames": ["cross.example"],
+                     "rules": [{"backendRefs": [{"name": "svc-a", "namespace": "default", "port": 80}]}]}}))
+            .await;
+        let http = SocketAddr::new(NODE_IP, http_port);
+
+        eventually("the header match and rewrite serve", || async {
+            let req = Request::get("/v1/items")
+                .header("host", "app.example")
+                .header("x-canary", "yes")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let tcp = tokio::net::TcpStream::connect(http)
+                .await
+                .map_err(|e| e.to_string())?;
+            let res = gateway_tests::http1_over(tcp, http.to_string())
+                .await
+                .send(req)
+                .await
+                .map_err(|e| e.to_string())?;
+            let seen = a
+                .last()
+                .map(|s| s.uri.path().to_owned())
+                .unwrap_or_default();
+            if res.status() == 200 && res.header("x-served-by") == "gw" && seen == "/v2/items" {
+                Ok(())
+            } else {
+                let gateway = k
+                    .get(&format!("{GW_API}/namespaces/default/gateways/gw"))
+                    .await;
+                let route = k
+                    .get(&format!("{GW_API}/namespaces/default/httproutes/filters"))
+                    .await;
+                Err(format!(
+                    "{} {:?} seen {seen}; gateway {}; route {}",
+                    res.status(),
+                    res.text(),
+                    gateway["status"],
+                    route["status"]
+                ))
+            }
+        })
+        .await;
+        eventually("the mirror got a copy", || async {
+            (shadow.requests() > 0)
+                .then_some(())
+                .ok_or("no copy".to_owned())
+        })
+        .await;
+        // Without the header, nothing matches on this host.
+        assert_eq!(
+            get(http, "app.example", "/v1/items")
+                .await
+                .unwrap()
+                .status(),
+            404
+        );
+
+        // HTTPS with the Secret's certificate.
+        let (mut client, _) = gateway_tests::https(
+            SocketAddr::new(NODE_IP, https_port),
+            "secure.example",
+            &ca,
+            &[b"http/1.1"],
+        )
+        .await;
+        let req = Request::get("/v1/x")
+            .header("x-canary", "yes")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = client.send(req).await.unwrap();
+        assert_eq!(res.status(), 200, "{}", res.text());
+
+        // The cross-namespace reference is refused until a ReferenceGrant allows it.
+        let cross = format!("{GW_API}/namespaces/other/httproutes/cross");
+        eventually("RefNotPermitted", || async {
+            let r = k.get(&cross).await;
+            let c = condition(&r["status"]["parents"][0]["conditions"], "ResolvedRefs");
+            (c["reason"] == "RefNotPermitted")
+                .then_some(())
+                .ok_or(format!("{r}"))
+        })
+        .await;
+        assert_eq!(get(http, "cross.example", "/").await.unwrap().status(), 500);
+        k.create("/apis/gateway.networking.k8s.io/v1beta1/namespaces/default/referencegrants", json!({
+            "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+            "metadata": {"name": "from-other"},
+            "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "other"}],
+                     "to": [{"group": "", "kind": "Service"}]}}))
+            .await;
+        eventually("the grant resolves the reference", || {
+            body_is(http, "cross.example", "/", "a")
+        })
+        .await;
+
+        // The API server goes away: the gateway keeps serving what it has, then catches up.
+        k.stop_apiserver();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        body_is(http, "cross.example", "/", "a")
+            .await
+            .expect("serving through the outage");
+        k.start_apiserver().await;
+        k.patch(
+            &format!("{GW_API}/namespaces/other/httproutes/cross"),
+            json!({"spec": {"hostnames": ["moved.example"]}}),
+        )
+        .await;
+        eventually("the change made after the outage applies", || {
+            body_is(http, "moved.example", "/", "a")
         })
         .await;
         gw.shutdown().await;
