@@ -113,7 +113,8 @@ async fn reconcile(
     loop {
         changes.borrow_and_update();
         let snapshot = store.snapshot();
-        let t = translate::translate(&snapshot, &config, &cert_dir);
+        let mut t = translate::translate(&snapshot, &config, &cert_dir);
+        translate::prune(&mut t);
         let key = serde_json::to_string(&t.fragment).unwrap_or_default();
         if last.as_ref() != Some(&key) {
             let (done, answer) = oneshot::channel();

@@ -66,6 +66,55 @@ pub fn translate(snapshot: &Snapshot, config: &KubernetesConfig, cert_dir: &Path
     out
 }
 
+/// Drops the routes the config loader refuses, each checked alone with the fragment's
+/// listeners and upstreams, so one object the controller translated badly costs only its own
+/// routes; their HTTPRoutes are reported not accepted. The whole is checked first: the usual
+/// case costs one validation.
+pub fn prune(t: &mut Translation) {
+    let check = |fragment: &RawConfig| {
+        gateway_config::load_str_with("", "<kubernetes>", Path::new("/"), Some(fragment))
+    };
+    let Err(whole) = check(&t.fragment) else {
+        return;
+    };
+    let routes = std::mem::take(&mut t.fragment.routes);
+    let mut kept = Vec::new();
+    let mut refused = Vec::new();
+    for route in routes {
+        let mut alone = t.fragment.clone();
+        alone.routes = vec![route.clone()];
+        match check(&alone) {
+            Ok(_) => kept.push(route),
+            Err(e) => refused.push((route.name.clone().unwrap_or_default(), e.to_string())),
+        }
+    }
+    t.fragment.routes = kept;
+    if refused.is_empty() {
+        // Not a route's fault (listeners, certificates, upstreams): the gateway will refuse
+        // the whole and keep the last good state, and Programmed says why.
+        tracing::error!(error = %whole, "kubernetes config does not validate");
+        return;
+    }
+    for (name, error) in refused {
+        tracing::warn!(route = %name, %error, "kubernetes route refused");
+        // `kubernetes/NS/NAME/...`
+        let mut parts = name.split('/').skip(1);
+        let (Some(ns), Some(route)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        for r in t
+            .report
+            .routes
+            .iter_mut()
+            .filter(|r| r.key.0 == ns && r.key.1 == route)
+        {
+            for p in &mut r.parents {
+                p.accepted = Err(("UnsupportedValue", error.clone()));
+            }
+        }
+    }
+}
+
 /// `metadata.generation`, reported back as `observedGeneration`.
 pub fn generation(object: &Value) -> i64 {
     object["metadata"]["generation"].as_i64().unwrap_or(0)

@@ -192,3 +192,39 @@ fn precedence_puts_exact_and_longer_paths_first() {
         .collect();
     assert_eq!(order, ["/x", "/long/er", "/"]);
 }
+
+#[test]
+fn a_route_the_loader_refuses_costs_only_itself() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([{"backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    // Past the CRD's own validation only in a hand-made snapshot: a path without its `/`.
+    s.insert(
+        Kind::HttpRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "bad"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"path": {"type": "Exact", "value": "no-slash"}}],
+                            "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    );
+    let mut t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.fragment.routes.len(), 2);
+    super::prune(&mut t);
+    assert_eq!(t.fragment.routes.len(), 1);
+    assert!(
+        t.fragment.routes[0]
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("kubernetes/default/r/")
+    );
+    let bad = t.report.routes.iter().find(|r| r.key.1 == "bad").unwrap();
+    assert_eq!(
+        bad.parents[0].accepted.as_ref().unwrap_err().0,
+        "UnsupportedValue"
+    );
+    let good = t.report.routes.iter().find(|r| r.key.1 == "r").unwrap();
+    assert!(good.parents[0].accepted.is_ok());
+}
