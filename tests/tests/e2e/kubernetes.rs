@@ -494,3 +494,119 @@ fn https_filters_references_and_an_api_server_outage() {
         gw.shutdown().await;
     });
 }
+
+/// The objects of a manifest in `deploy/kubernetes/`.
+fn manifest(file: &str) -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kubernetes")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.split("\n---\n")
+        .map(|doc| serde_yaml::from_str(doc).expect("manifest YAML"))
+        .collect()
+}
+
+/// Where an object of `kind` is created.
+fn collection(object: &Value) -> String {
+    let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    match object["kind"].as_str().unwrap_or_default() {
+        "Namespace" => "/api/v1/namespaces".into(),
+        "ServiceAccount" => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        "ConfigMap" => format!("/api/v1/namespaces/{ns}/configmaps"),
+        "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles".into(),
+        "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into(),
+        "GatewayClass" => format!("{GW_API}/gatewayclasses"),
+        other => panic!("no collection for {other}"),
+    }
+}
+
+#[test]
+fn the_deploy_rbac_is_enough_for_the_controller() {
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        for file in [
+            "namespace.yaml",
+            "rbac.yaml",
+            "config.yaml",
+            "gatewayclass.yaml",
+        ] {
+            for object in manifest(file) {
+                k.create(&collection(&object), object).await;
+            }
+        }
+        // The ConfigMap's file is a config the gateway reads.
+        let config_map = &manifest("config.yaml")[0];
+        gateway_config::parse(
+            config_map["data"]["gateway.yaml"].as_str().unwrap(),
+            "config.yaml",
+        )
+        .expect("the deploy config parses");
+        // A token of the deploy's service account, and a kubeconfig with it.
+        let token = k
+            .create(
+                "/api/v1/namespaces/gateway-system/serviceaccounts/gateway/token",
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+            )
+            .await["status"]["token"]
+            .as_str()
+            .expect("token")
+            .to_owned();
+        let kubeconfig = k.dir().join("service-account.yaml");
+        let admin = std::fs::read_to_string(&k.kubeconfig).unwrap();
+        let token_line = admin.lines().find(|l| l.starts_with("users:")).unwrap();
+        std::fs::write(
+            &kubeconfig,
+            admin.replace(
+                token_line,
+                &format!("users: [{{name: admin, user: {{token: '{token}'}}}}]"),
+            ),
+        )
+        .unwrap();
+
+        let a = Backend::start_on("a", SocketAddr::new(NODE_IP, 0)).await;
+        let port = free_port();
+        let yaml = format!(
+            "server: {{ watch_config: false }}\n\
+             kubernetes: {{ kubeconfig: {}, listen_address: {NODE_IP} }}\n",
+            kubeconfig.display()
+        );
+        let gw = TestGateway::start(&yaml).await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/gateways"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "gateway",
+                     "listeners": [{"name": "web", "port": port, "protocol": "HTTP"}]}}),
+        )
+        .await;
+        k.create(&format!("{NS}/services"), service("svc-a")).await;
+        k.create(SLICES, slice("svc-a", &[(a.addr().port(), true)]))
+            .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/httproutes"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "app"},
+            "spec": {"parentRefs": [{"name": "gw"}],
+                     "rules": [{"backendRefs": [{"name": "svc-a", "port": 80}]}]}}),
+        )
+        .await;
+        let addr = SocketAddr::new(NODE_IP, port);
+        eventually("served with the deploy's permissions", || {
+            body_is(addr, "any", "/", "a")
+        })
+        .await;
+        eventually("status written with the deploy's permissions", || async {
+            let r = k
+                .get(&format!("{GW_API}/namespaces/default/httproutes/app"))
+                .await;
+            let c = condition(&r["status"]["parents"][0]["conditions"], "Accepted");
+            (c["status"] == "True").then_some(()).ok_or(format!("{r}"))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
