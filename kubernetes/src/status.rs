@@ -57,7 +57,10 @@ pub async fn write(
                 };
                 json!({
                     "name": l.name,
-                    "supportedKinds": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute" }],
+                    "supportedKinds": [
+                        { "group": "gateway.networking.k8s.io", "kind": "HTTPRoute" },
+                        { "group": "gateway.networking.k8s.io", "kind": "GRPCRoute" },
+                    ],
                     "attachedRoutes": l.attached,
                     "conditions": [
                         condition("Accepted", &l.accepted, "Accepted", "", gw.generation),
@@ -97,7 +100,7 @@ pub async fn write(
     }
     for route in &report.routes {
         let (ns, name) = &route.key;
-        let current = snapshot.get(Kind::HttpRoute, ns, name);
+        let current = snapshot.get(route.kind, ns, name);
         // Other controllers' entries are theirs to keep.
         let mut parents: Vec<Value> = current
             .and_then(|r| r["status"]["parents"].as_array().cloned())
@@ -117,14 +120,7 @@ pub async fn write(
         }
         let status = json!({ "parents": parents });
         put(
-            client,
-            snapshot,
-            Kind::HttpRoute,
-            ns,
-            name,
-            status,
-            written,
-            &now,
+            client, snapshot, route.kind, ns, name, status, written, &now,
         )
         .await;
     }

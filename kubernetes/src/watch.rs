@@ -22,6 +22,8 @@ pub enum Kind {
     Gateway,
     /// `gateway.networking.k8s.io/v1` HTTPRoute.
     HttpRoute,
+    /// `gateway.networking.k8s.io/v1` GRPCRoute.
+    GrpcRoute,
     /// `gateway.networking.k8s.io/v1beta1` ReferenceGrant.
     ReferenceGrant,
     /// `v1` Service.
@@ -34,10 +36,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every watched kind.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HttpRoute,
+        Kind::GrpcRoute,
         Kind::ReferenceGrant,
         Kind::Service,
         Kind::EndpointSlice,
@@ -49,6 +52,7 @@ impl Kind {
             Kind::GatewayClass => ("/apis/gateway.networking.k8s.io/v1", "gatewayclasses"),
             Kind::Gateway => ("/apis/gateway.networking.k8s.io/v1", "gateways"),
             Kind::HttpRoute => ("/apis/gateway.networking.k8s.io/v1", "httproutes"),
+            Kind::GrpcRoute => ("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
             Kind::ReferenceGrant => ("/apis/gateway.networking.k8s.io/v1beta1", "referencegrants"),
             Kind::Service => ("/api/v1", "services"),
             Kind::EndpointSlice => ("/apis/discovery.k8s.io/v1", "endpointslices"),
@@ -207,6 +211,8 @@ impl Store {
 }
 
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
+/// How often a kind the cluster does not serve (its CRD not installed) is asked for again.
+const ABSENT_RETRY: Duration = Duration::from_secs(30);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The server ends each watch after this; it is resumed from the same version at once.
 const WATCH_SECONDS: u32 = 300;
@@ -234,6 +240,17 @@ pub async fn run(client: Client, kind: Kind, namespace: Option<String>, store: A
             Err(KubeError::Gone) => {
                 tracing::debug!(%collection, "watch version expired; listing again");
                 version = None;
+            }
+            Err(KubeError::Status { status: 404, .. }) if version.is_none() => {
+                // Not installed (GRPCRoute, ReferenceGrant are optional): none of them exist,
+                // and the rest of the cluster must not wait for them.
+                tracing::info!(%collection, "not served by this cluster; treated as empty");
+                store.replace(kind, namespace.as_deref(), Vec::new());
+                if first {
+                    store.listed_once();
+                    first = false;
+                }
+                tokio::time::sleep(ABSENT_RETRY).await;
             }
             Err(e) => {
                 tracing::warn!(%collection, error = %e, retry_in = ?backoff, "kubernetes watch failed");

@@ -11,9 +11,11 @@ use super::gateways::{ServedGateway, ServedListener};
 use super::{Refusal, Verdict, generation, reference_granted};
 use crate::watch::{Key, Kind, Snapshot};
 
-/// One HTTPRoute's verdicts, per parent of ours.
+/// One HTTPRoute's or GRPCRoute's verdicts, per parent of ours.
 #[derive(Debug)]
 pub struct RouteReport {
+    /// `HttpRoute` or `GrpcRoute`.
+    pub kind: Kind,
     /// Namespace and name.
     pub key: Key,
     /// `metadata.generation`.
@@ -64,8 +66,13 @@ pub(super) fn translate(
 ) -> Vec<RouteReport> {
     let mut reports = Vec::new();
     let mut routes: Vec<(SortKey, Value)> = Vec::new();
-    for ((ns, name), route) in snapshot.all(Kind::HttpRoute) {
+    let all = snapshot
+        .all(Kind::HttpRoute)
+        .map(|r| (Kind::HttpRoute, r))
+        .chain(snapshot.all(Kind::GrpcRoute).map(|r| (Kind::GrpcRoute, r)));
+    for (route_kind, ((ns, name), route)) in all {
         let mut report = RouteReport {
+            kind: route_kind,
             key: (ns.clone(), name.clone()),
             generation: generation(route),
             parents: Vec::new(),
@@ -94,7 +101,7 @@ pub(super) fn translate(
                 continue;
             };
             let (rules, resolved) =
-                compiled.get_or_insert_with(|| compile(snapshot, ns, route, fragment));
+                compiled.get_or_insert_with(|| compile(snapshot, route_kind, ns, route, fragment));
             let (rules, resolved) = (rules.as_ref().map_err(Clone::clone), resolved.clone());
             let attached = attach(gw, parent, ns, &hostnames);
             let accepted = match (&attached, &rules) {
@@ -116,7 +123,14 @@ pub(super) fn translate(
                         .find(|l| &l.name == listener)
                         .map(|l| l.config_name.clone())
                         .unwrap_or_default();
-                    emit(&mut routes, (ns, name), created, &config_name, hosts, rules);
+                    emit(
+                        &mut routes,
+                        (route_kind, ns, name),
+                        created,
+                        &config_name,
+                        hosts,
+                        rules,
+                    );
                 }
             }
             report.parents.push(ParentReport {
@@ -219,7 +233,7 @@ fn wildcard_covers(pattern: &str, host: &str) -> bool {
 /// One config route per host and match, each with its precedence.
 fn emit(
     out: &mut Vec<(SortKey, Value)>,
-    (ns, name): (&String, &String),
+    (kind, ns, name): (Kind, &String, &String),
     created: &str,
     listener: &str,
     hosts: &[Option<String>],
@@ -259,8 +273,9 @@ fn emit(
                 let mut route = json!({
                     // Unique per listener and host: a route attached twice is two config routes.
                     "name": format!(
-                        "kubernetes/{ns}/{name}/{i}/{j}/{listener}/{}",
-                        host.as_deref().unwrap_or("*")
+                        "kubernetes/{ns}/{name}/{i}/{j}/{listener}/{}{}",
+                        host.as_deref().unwrap_or("*"),
+                        if kind == Kind::GrpcRoute { "/grpc" } else { "" }
                     ),
                     "listeners": [listener],
                     "match": matcher,
@@ -274,11 +289,17 @@ fn emit(
 }
 
 /// A route's rules, or why it cannot be served; and its ResolvedRefs verdict.
-fn compile(snapshot: &Snapshot, ns: &str, route: &Value, fragment: &mut RawConfig) -> Compiled {
+fn compile(
+    snapshot: &Snapshot,
+    kind: Kind,
+    ns: &str,
+    route: &Value,
+    fragment: &mut RawConfig,
+) -> Compiled {
     let mut resolved: Verdict = Ok(());
     let mut rules = Vec::new();
     for rule in route["spec"]["rules"].as_array().into_iter().flatten() {
-        match compile_rule(snapshot, ns, rule, fragment, &mut resolved) {
+        match compile_rule(snapshot, kind, ns, rule, fragment, &mut resolved) {
             Ok(r) => rules.push(r),
             Err(e) => return (Err(e), resolved),
         }
@@ -292,6 +313,7 @@ fn unsupported(msg: impl Into<String>) -> Refusal {
 
 fn compile_rule(
     snapshot: &Snapshot,
+    kind: Kind,
     ns: &str,
     rule: &Value,
     fragment: &mut RawConfig,
@@ -301,8 +323,13 @@ fn compile_rule(
     let written = rule["matches"].as_array().filter(|m| !m.is_empty());
     let mut matches = Vec::new();
     let mut prefix_only = true;
+    let grpc = kind == Kind::GrpcRoute;
     for m in written.map_or(&default_match[..], Vec::as_slice) {
-        let (m, is_prefix) = compile_match(m)?;
+        let (m, is_prefix) = if grpc {
+            (compile_grpc_match(m)?, false)
+        } else {
+            compile_match(m)?
+        };
         prefix_only &= is_prefix;
         matches.push(m);
     }
@@ -324,7 +351,7 @@ fn compile_rule(
             }
             "RequestMirror" => {
                 let m = &f["requestMirror"];
-                match backend(snapshot, ns, &m["backendRef"], fragment) {
+                match backend(snapshot, kind, ns, &m["backendRef"], fragment) {
                     Ok(Some(upstream)) => {
                         let percent = if let Some(p) = m["percent"].as_f64() {
                             p
@@ -362,7 +389,7 @@ fn compile_rule(
         if b["filters"].as_array().is_some_and(|f| !f.is_empty()) {
             return Err(unsupported("filters on a backendRef are not supported"));
         }
-        match backend(snapshot, ns, b, fragment) {
+        match backend(snapshot, kind, ns, b, fragment) {
             Ok(Some(upstream)) => split.push(json!({ "upstream": upstream, "weight": weight })),
             Ok(None) => {}
             Err(e) => {
@@ -394,6 +421,36 @@ fn compile_rule(
         filters,
         terminal,
     })
+}
+
+/// A GRPCRoute match: the method is the path `/SERVICE/METHOD`.
+fn compile_grpc_match(m: &Value) -> Result<Value, Refusal> {
+    let method = &m["method"];
+    let service = method["service"].as_str();
+    let name = method["method"].as_str();
+    let mut out = match method["type"].as_str().unwrap_or("Exact") {
+        "Exact" => match (service, name) {
+            (Some(s), Some(n)) => json!({ "path": format!("/{s}/{n}") }),
+            (Some(s), None) => json!({ "path_prefix": format!("/{s}/") }),
+            (None, Some(n)) => json!({ "path_regex": format!("^/[^/]+/{}$", regex::escape(n)) }),
+            (None, None) => json!({ "path_prefix": "/" }),
+        },
+        "RegularExpression" => {
+            let re = format!(
+                "^/{}/{}$",
+                service.unwrap_or("[^/]+"),
+                name.unwrap_or("[^/]+")
+            );
+            regex::Regex::new(&re).map_err(|e| unsupported(format!("method regex: {e}")))?;
+            json!({ "path_regex": re })
+        }
+        other => return Err(unsupported(format!("method match type {other}"))),
+    };
+    let headers = compile_match(&json!({ "headers": m["headers"] }))?.0;
+    if let Some(h) = headers.get("headers") {
+        out["headers"] = h.clone();
+    }
+    Ok(out)
 }
 
 /// A match as config `match:`; also whether its path is a prefix (for prefix rewrites).
@@ -521,6 +578,7 @@ fn timeout(t: &Value) -> Option<String> {
 /// endpoint, or the ResolvedRefs reason it cannot be used.
 fn backend(
     snapshot: &Snapshot,
+    route_kind: Kind,
     route_ns: &str,
     b: &Value,
     fragment: &mut RawConfig,
@@ -535,9 +593,12 @@ fn backend(
             format!("backend kind {group}/{kind} is not supported"),
         ));
     }
-    if ns != route_ns
-        && !reference_granted(snapshot, "HTTPRoute", route_ns, "", "Service", ns, name)
-    {
+    let from = if route_kind == Kind::GrpcRoute {
+        "GRPCRoute"
+    } else {
+        "HTTPRoute"
+    };
+    if ns != route_ns && !reference_granted(snapshot, from, route_ns, "", "Service", ns, name) {
         return Err((
             "RefNotPermitted",
             format!("no ReferenceGrant lets this route use Service {ns}/{name}"),
@@ -557,7 +618,12 @@ fn backend(
             format!("Service {ns}/{name} has no port {port}"),
         ))?;
     let port_name = service_port["name"].as_str().unwrap_or_default();
-    let upstream = format!("kubernetes/{ns}/{name}/{port}");
+    // gRPC backends are spoken to in cleartext HTTP/2, HTTP ones in HTTP/1.1.
+    let (upstream, protocol) = if route_kind == Kind::GrpcRoute {
+        (format!("kubernetes/{ns}/{name}/{port}/h2c"), "h2c")
+    } else {
+        (format!("kubernetes/{ns}/{name}/{port}"), "http1")
+    };
     if fragment.upstreams.contains_key(&upstream) {
         return Ok(Some(upstream));
     }
@@ -596,7 +662,9 @@ fn backend(
     if targets.is_empty() {
         return Ok(None);
     }
-    match serde_json::from_value::<UpstreamConfig>(json!({ "targets": targets })) {
+    match serde_json::from_value::<UpstreamConfig>(
+        json!({ "targets": targets, "protocol": protocol }),
+    ) {
         Ok(u) => {
             fragment.upstreams.insert(upstream.clone(), u);
             Ok(Some(upstream))

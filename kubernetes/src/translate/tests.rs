@@ -228,3 +228,34 @@ fn a_route_the_loader_refuses_costs_only_itself() {
     let good = t.report.routes.iter().find(|r| r.key.1 == "r").unwrap();
     assert!(good.parents[0].accepted.is_ok());
 }
+
+#[test]
+fn grpc_methods_become_paths_and_backends_speak_h2c() {
+    let mut s = cluster();
+    s.insert(
+        Kind::GrpcRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "g"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"method": {"service": "pkg.Svc", "method": "Get"}},
+                                        {"method": {"service": "pkg.Svc"}}],
+                            "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let paths: Vec<_> = t
+        .fragment
+        .routes
+        .iter()
+        .map(|r| {
+            r.matcher
+                .path
+                .clone()
+                .or(r.matcher.path_prefix.clone())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(paths, ["/pkg.Svc/Get", "/pkg.Svc/"]);
+    let up = &t.fragment.upstreams["kubernetes/default/web/80/h2c"];
+    assert_eq!(up.protocol, gateway_config::model::UpstreamProtocol::H2c);
+    assert_eq!(t.report.routes[0].kind, Kind::GrpcRoute);
+}

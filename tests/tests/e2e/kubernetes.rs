@@ -610,3 +610,58 @@ fn the_deploy_rbac_is_enough_for_the_controller() {
         gw.shutdown().await;
     });
 }
+
+#[test]
+fn grpc_routes_reach_h2c_backends() {
+    use gateway_tests::backend::grpc::{self, Channel, EchoReply, EchoRequest, GrpcBackend, UNARY};
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        let echo = GrpcBackend::start_on("echo", SocketAddr::new(NODE_IP, 0)).await;
+        let gw = start_gateway(&k).await;
+        let port = free_port();
+        create_gateway(&k, port).await;
+        k.create(&format!("{NS}/services"), service("echo")).await;
+        k.create(SLICES, slice("echo", &[(echo.addr().port(), true)]))
+            .await;
+        k.create(&format!("{GW_API}/namespaces/default/grpcroutes"), json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+            "metadata": {"name": "echo"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["grpc.example"],
+                     "rules": [{"matches": [{"method": {"service": "test.Echo", "method": "Unary"}}],
+                                "backendRefs": [{"name": "echo", "port": 80}]}]}}))
+            .await;
+        let addr = SocketAddr::new(NODE_IP, port);
+        eventually("the GRPCRoute serves", || async {
+            let channel = Channel::h2c(addr).await;
+            let mut client = channel.client("http://grpc.example");
+            client.ready().await.map_err(|e| e.to_string())?;
+            let reply: EchoReply = client
+                .unary(
+                    tonic::Request::new(EchoRequest {
+                        message: "hi".into(),
+                        count: 0,
+                    }),
+                    http::uri::PathAndQuery::from_static(UNARY),
+                    grpc::codec(),
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            (reply.backend == "echo")
+                .then_some(())
+                .ok_or(format!("{reply:?}"))
+        })
+        .await;
+        eventually("GRPCRoute status", || async {
+            let r = k
+                .get(&format!("{GW_API}/namespaces/default/grpcroutes/echo"))
+                .await;
+            let c = condition(&r["status"]["parents"][0]["conditions"], "Accepted");
+            (c["status"] == "True").then_some(()).ok_or(format!("{r}"))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
