@@ -298,7 +298,13 @@ async fn watch(
     );
     let mut stream = client.watch(&path).await?;
     let mut last = version.to_owned();
-    while let Some(mut event) = stream.next().await? {
+    // The server ends every watch after WATCH_SECONDS; silence well past that is a connection
+    // lost without a reset (network loss), which only a deadline notices.
+    let limit = Duration::from_secs(u64::from(WATCH_SECONDS) + 30);
+    while let Some(mut event) = tokio::time::timeout(limit, stream.next())
+        .await
+        .map_err(|_| KubeError::Http("watch silent past its deadline".into()))??
+    {
         let kind_of_event = event["type"].as_str().unwrap_or_default().to_owned();
         let object = event["object"].take();
         match kind_of_event.as_str() {

@@ -156,6 +156,19 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
                               "requestRedirect": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/new"},
                                                   "statusCode": 301}}]}]}}))
             .await;
+        let echo = gateway_tests::backend::WsEcho::start_on(SocketAddr::new(NODE_IP, 0)).await;
+        k.create(&format!("{NS}/services"), service("ws")).await;
+        k.create(SLICES, slice("ws", &[(echo.addr().port(), true)]))
+            .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/httproutes"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "ws"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["ws.example"],
+                     "rules": [{"backendRefs": [{"name": "ws", "port": 80}]}]}}),
+        )
+        .await;
         k.create(
             &format!("{GW_API}/namespaces/default/httproutes"),
             json!({
@@ -204,7 +217,7 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
                 condition(&class["status"]["conditions"], "Accepted")["status"] == "True",
                 condition(&gateway["status"]["conditions"], "Programmed")["status"] == "True",
                 gateway["status"]["addresses"][0]["value"] == NODE_IP.to_string(),
-                gateway["status"]["listeners"][0]["attachedRoutes"] == 2,
+                gateway["status"]["listeners"][0]["attachedRoutes"] == 3,
                 condition(&gateway["status"]["listeners"][0]["conditions"], "Accepted")["status"]
                     == "True",
                 app["status"]["parents"][0]["controllerName"] == "gateway.dev/controller",
@@ -226,6 +239,32 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
             }
         })
         .await;
+
+        // A WebSocket opened now must outlive the changes below.
+        let slot = std::sync::Mutex::new(None);
+        eventually("the WebSocket route serves", || async {
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let req = http::Request::get(format!("ws://{addr}/chat"))
+                .header("host", "ws.example")
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header(
+                    "sec-websocket-key",
+                    tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+                )
+                .body(())
+                .unwrap();
+            let (socket, _) = tokio_tungstenite::client_async(req, tcp)
+                .await
+                .map_err(|e| e.to_string())?;
+            *slot.lock().unwrap() = Some(socket);
+            Ok(())
+        })
+        .await;
+        let mut ws = slot.into_inner().unwrap().expect("connected");
 
         // Weights and endpoints change while requests keep coming: none may fail.
         let stop = Arc::new(AtomicBool::new(false));
@@ -287,6 +326,17 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
         let served = served.load(Ordering::Relaxed);
         eprintln!("{served} requests served across the weight and endpoint changes");
         assert!(served > 10, "the loop ran");
+
+        // The WebSocket opened before the changes still carries messages.
+        {
+            use futures_util::{SinkExt, StreamExt};
+            use tokio_tungstenite::tungstenite::Message;
+            ws.send(Message::text("still here"))
+                .await
+                .expect("the WebSocket was cut");
+            let back = ws.next().await.expect("open").expect("message");
+            assert_eq!(back.into_text().unwrap().as_str(), "still here");
+        }
 
         // An endpoint that is not ready is left out: nothing is left to serve.
         k.patch(
