@@ -958,6 +958,10 @@ pub struct RouteMatchConfig {
     /// Required header values (exact).
     #[serde(default)]
     pub headers: IndexMap<String, String>,
+    /// Required query parameters: each name present with exactly this value, as sent (not
+    /// percent-decoded).
+    #[serde(default)]
+    pub query: IndexMap<String, String>,
 }
 
 /// An entry of `routes[].filters`: a single-key map naming the filter.

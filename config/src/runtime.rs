@@ -309,6 +309,8 @@ pub struct Route {
     pub methods: Vec<String>,
     /// Required headers (lowercase name, exact value).
     pub headers: Vec<(String, String)>,
+    /// Required query parameters (name and value exact, as sent).
+    pub query: Vec<(String, String)>,
     /// Filters in order.
     pub filters: Vec<Filter>,
     /// Terminal action.

@@ -1098,6 +1098,11 @@ fn validate_routes(
                 .iter()
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect();
+            let query = m
+                .query
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
 
             let mut filters = Vec::new();
             for (j, f) in r.filters.iter().enumerate() {
@@ -1298,6 +1303,7 @@ fn validate_routes(
                 path,
                 methods,
                 headers,
+                query,
                 filters,
                 action,
             });

@@ -53,6 +53,7 @@ type SortKey = (
     Reverse<usize>,
     u8,
     Reverse<usize>,
+    Reverse<usize>,
     String,
     Key,
     usize,
@@ -265,6 +266,7 @@ fn emit(
                     Reverse(path_len),
                     u8::from(m["methods"].is_null()),
                     Reverse(m["headers"].as_object().map_or(0, Map::len)),
+                    Reverse(m["query"].as_object().map_or(0, Map::len)),
                     created.to_owned(),
                     (ns.clone(), name.clone()),
                     i,
@@ -455,10 +457,20 @@ fn compile_grpc_match(m: &Value) -> Result<Value, Refusal> {
 
 /// A match as config `match:`; also whether its path is a prefix (for prefix rewrites).
 fn compile_match(m: &Value) -> Result<(Value, bool), Refusal> {
-    if m["queryParams"].as_array().is_some_and(|q| !q.is_empty()) {
-        return Err(unsupported("query parameter matches are not supported yet"));
-    }
     let mut out = Map::new();
+    let mut query = Map::new();
+    for q in m["queryParams"].as_array().into_iter().flatten() {
+        if q["type"].as_str().unwrap_or("Exact") != "Exact" {
+            return Err(unsupported(
+                "only Exact query parameter matches are supported",
+            ));
+        }
+        let name = q["name"].as_str().unwrap_or_default();
+        query.insert(name.to_owned(), q["value"].clone());
+    }
+    if !query.is_empty() {
+        out.insert("query".into(), Value::Object(query));
+    }
     let path = &m["path"];
     let value = path["value"].as_str().unwrap_or("/").to_owned();
     let mut is_prefix = false;

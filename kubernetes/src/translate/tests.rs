@@ -259,3 +259,27 @@ fn grpc_methods_become_paths_and_backends_speak_h2c() {
     assert_eq!(up.protocol, gateway_config::model::UpstreamProtocol::H2c);
     assert_eq!(t.report.routes[0].kind, Kind::GrpcRoute);
 }
+
+#[test]
+fn query_matches_become_query_conditions() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
+         "backendRefs": [{"name": "web", "port": 80}]},
+        {"matches": [{"queryParams": [{"type": "RegularExpression", "name": "v", "value": "."}]}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(parent.accepted.as_ref().unwrap_err().0, "UnsupportedValue");
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.fragment.routes[0].matcher.query["v"], "2");
+}

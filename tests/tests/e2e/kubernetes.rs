@@ -424,7 +424,10 @@ fn https_filters_references_and_an_api_server_outage() {
                     {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-served-by", "value": "gw"}]}},
                     {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "shadow", "port": 80}}}],
                  "backendRefs": [{"name": "svc-a", "port": 80}],
-                 "timeouts": {"request": "5s"}}]}}))
+                 "timeouts": {"request": "5s"}},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/q"},
+                              "queryParams": [{"name": "v", "value": "2"}]}],
+                 "backendRefs": [{"name": "svc-a", "port": 80}]}]}}))
             .await;
         // A route in `other` to a Service there, and one from `other` to `default` without a grant.
         k.create(&format!("{GW_API}/namespaces/other/httproutes"), json!({
@@ -479,6 +482,18 @@ fn https_filters_references_and_an_api_server_outage() {
                 .ok_or("no copy".to_owned())
         })
         .await;
+        // A query parameter match: only with the parameter as written.
+        assert_eq!(
+            get(http, "app.example", "/q?x=1&v=2")
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            get(http, "app.example", "/q?v=3").await.unwrap().status(),
+            404
+        );
         // Without the header, nothing matches on this host.
         assert_eq!(
             get(http, "app.example", "/v1/items")
@@ -684,7 +699,11 @@ fn grpc_routes_reach_h2c_backends() {
             .await;
         let addr = SocketAddr::new(NODE_IP, port);
         eventually("the GRPCRoute serves", || async {
-            let channel = Channel::h2c(addr).await;
+            // The listener is bound once the config applies: until then, refused.
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let channel = Channel::handshake(tcp).await;
             let mut client = channel.client("http://grpc.example");
             client.ready().await.map_err(|e| e.to_string())?;
             let reply: EchoReply = client
