@@ -283,3 +283,32 @@ fn query_matches_become_query_conditions() {
     let t = translate(&s, &config(), std::path::Path::new("."));
     assert_eq!(t.fragment.routes[0].matcher.query["v"], "2");
 }
+
+#[test]
+fn routes_from_other_namespaces_need_the_listener_to_allow_them() {
+    let mut s = cluster();
+    let mut r =
+        route(json!([{"backendRefs": [{"name": "web", "port": 80, "namespace": "default"}]}]));
+    r["metadata"]["namespace"] = json!("team");
+    r["spec"]["parentRefs"] = json!([{"name": "gw", "namespace": "default"}]);
+    s.insert(Kind::HttpRoute, r.clone());
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(
+        parent.accepted.as_ref().unwrap_err().0,
+        "NotAllowedByListeners"
+    );
+    // Only the Gateway's own listener changes: `from: All`.
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "http", "port": 8080, "protocol": "HTTP",
+             "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert!(parent.accepted.is_ok());
+    assert_eq!(parent.resolved.as_ref().unwrap_err().0, "RefNotPermitted");
+}
