@@ -107,7 +107,8 @@ async fn reconcile(
         }
     }
     tracing::info!("kubernetes: every watched kind listed");
-    let mut last: Option<String> = None;
+    // A hash of the last fragment sent: the fragment itself is the gateway's to keep.
+    let mut last: Option<u64> = None;
     let mut applied: Result<(), String> = Ok(());
     let mut written = status::Written::new();
     loop {
@@ -115,7 +116,14 @@ async fn reconcile(
         let snapshot = store.snapshot();
         let mut t = translate::translate(&snapshot, &config, &cert_dir);
         translate::prune(&mut t);
-        let key = serde_json::to_string(&t.fragment).unwrap_or_default();
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            serde_json::to_string(&t.fragment)
+                .unwrap_or_default()
+                .hash(&mut h);
+            h.finish()
+        };
         if last.as_ref() != Some(&key) {
             let (done, answer) = oneshot::channel();
             let update = Update {

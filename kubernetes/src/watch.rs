@@ -138,9 +138,28 @@ fn key_of(kind: Kind, object: &Value) -> Key {
     )
 }
 
+/// Objects at rest, as compact JSON text: a parsed `Value` costs about ten times its text,
+/// and the store holds every watched object for as long as the gateway runs. The reconciler
+/// parses a [`Snapshot`] per change and drops it when done.
+type Objects = HashMap<Kind, BTreeMap<Key, Box<str>>>;
+
+/// An object as kept: without what the controller never reads and the API server adds in
+/// bulk (the field managers' records, `kubectl apply`'s copy of the whole object).
+fn compact(mut object: Value) -> Box<str> {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
+    }
+    serde_json::to_string(&object)
+        .unwrap_or_default()
+        .into_boxed_str()
+}
+
 /// The shared store and its change counter.
 pub struct Store {
-    state: Mutex<Snapshot>,
+    state: Mutex<Objects>,
     changed: watch::Sender<u64>,
     /// Watch loops that have not finished their first list yet.
     unsynced: Mutex<usize>,
@@ -150,7 +169,7 @@ impl Store {
     /// An empty store expecting `loops` watch loops to list once each.
     pub fn new(loops: usize) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(Snapshot::default()),
+            state: Mutex::new(Objects::default()),
             changed: watch::channel(0).0,
             unsynced: Mutex::new(loops),
         })
@@ -161,9 +180,27 @@ impl Store {
         self.changed.subscribe()
     }
 
-    /// A copy of the current state.
+    /// The current state, parsed.
     pub fn snapshot(&self) -> Snapshot {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let objects = state
+            .iter()
+            .map(|(kind, map)| {
+                let parsed = map
+                    .iter()
+                    .filter_map(|(k, text)| {
+                        Some((k.clone(), Arc::new(serde_json::from_str(text).ok()?)))
+                    })
+                    .collect();
+                (*kind, parsed)
+            })
+            .collect();
+        Snapshot { objects }
+    }
+
+    /// Adds or replaces an object, as a watch event does (benchmarks fill stores this way).
+    pub fn insert(&self, kind: Kind, object: Value) {
+        self.apply(kind, "ADDED", object);
     }
 
     /// Whether every watch loop has listed at least once.
@@ -178,10 +215,10 @@ impl Store {
     fn replace(&self, kind: Kind, namespace: Option<&str>, items: Vec<Value>) {
         {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let map = state.objects.entry(kind).or_default();
+            let map = state.entry(kind).or_default();
             map.retain(|(ns, _), _| namespace.is_some_and(|n| n != ns));
             for item in items {
-                map.insert(key_of(kind, &item), Arc::new(item));
+                map.insert(key_of(kind, &item), compact(item));
             }
         }
         self.bump();
@@ -190,12 +227,12 @@ impl Store {
     fn apply(&self, kind: Kind, event: &str, object: Value) {
         {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let map = state.objects.entry(kind).or_default();
+            let map = state.entry(kind).or_default();
             let key = key_of(kind, &object);
             if event == "DELETED" {
                 map.remove(&key);
             } else {
-                map.insert(key, Arc::new(object));
+                map.insert(key, compact(object));
             }
         }
         self.bump();
