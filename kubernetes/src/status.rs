@@ -30,6 +30,7 @@ pub async fn write(
     for ((_, name), generation) in &report.classes {
         let status = json!({ "conditions": [
             condition("Accepted", &Ok(()), "Accepted", "served by this gateway", *generation),
+            condition("SupportedVersion", &Ok(()), "SupportedVersion", "", *generation),
         ]});
         put(
             client,
@@ -77,10 +78,19 @@ pub async fn write(
                 })
             })
             .collect();
+        let any_listener = gw
+            .listeners
+            .iter()
+            .any(|l| l.accepted.is_ok() && l.resolved.is_ok());
+        let accepted: Verdict = if any_listener || gw.listeners.is_empty() {
+            Ok(())
+        } else {
+            Err(("ListenersNotValid", "no listener is accepted".to_owned()))
+        };
         let status = json!({
             "addresses": [{ "type": "IPAddress", "value": config.listen_address.to_string() }],
             "conditions": [
-                condition("Accepted", &Ok(()), "Accepted", "", gw.generation),
+                condition("Accepted", &accepted, "Accepted", "", gw.generation),
                 condition("Programmed", &programmed, "Programmed", "", gw.generation),
             ],
             "listeners": listeners,
