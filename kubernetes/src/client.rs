@@ -1,6 +1,8 @@
 //! A small Kubernetes API client on the workspace's own hyper and rustls: credentials from a
 //! kubeconfig or the pod's service account, JSON GETs, streamed watches and status patches.
-//! One connection per request: the controller makes a handful of long watches and rare writes.
+//! Everything shares one HTTP/2 connection (the API server's own choice), re-made when it
+//! closes, with pings so that a silently lost one is noticed; a server without HTTP/2 gets one
+//! HTTP/1.1 connection per request.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls_pki_types::pem::PemObject;
 use serde::Deserialize;
@@ -40,7 +42,13 @@ struct Inner {
     server_name: ServerName<'static>,
     tls: tokio_rustls::TlsConnector,
     auth: Auth,
+    shared: tokio::sync::Mutex<Option<Http2>>,
 }
+
+type Http2 = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// How long the shared connection may go without an answer to a ping.
+const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Client {
     /// From a kubeconfig file (its current context), or the pod's service account when `None`.
@@ -106,30 +114,18 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<http::Response<Incoming>, KubeError> {
         let inner = &self.inner;
-        let connect = |source| KubeError::Connect {
-            addr: inner.addr.clone(),
-            source,
+        let shared = self.shared().await?;
+        let uri = match &shared {
+            Connection::Http2(_) => format!("https://{}{path}", inner.addr),
+            Connection::Http1(_) => path.to_owned(),
         };
-        let tcp = tokio::net::TcpStream::connect(&inner.addr)
-            .await
-            .map_err(connect)?;
-        let _ = tcp.set_nodelay(true);
-        let tls = inner
-            .tls
-            .connect(inner.server_name.clone(), tcp)
-            .await
-            .map_err(connect)?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| KubeError::Http(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let mut req = Request::builder()
             .method(method.clone())
-            .uri(path)
-            .header(http::header::HOST, &inner.addr)
+            .uri(uri)
             .header(http::header::ACCEPT, "application/json");
+        if let Connection::Http1(_) = &shared {
+            req = req.header(http::header::HOST, &inner.addr);
+        }
         if body.is_some() {
             let content_type = if method == Method::PATCH {
                 "application/merge-patch+json"
@@ -144,11 +140,64 @@ impl Client {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| KubeError::Http(e.to_string()))?;
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| KubeError::Http(e.to_string()))
+        let sent = match shared {
+            Connection::Http2(mut s) => s.send_request(req).await,
+            Connection::Http1(mut s) => s.send_request(req).await,
+        };
+        sent.map_err(|e| KubeError::Http(e.to_string()))
     }
+
+    /// The shared HTTP/2 connection (made if there is none or it closed), or a fresh HTTP/1.1
+    /// one when the server does not speak HTTP/2.
+    async fn shared(&self) -> Result<Connection, KubeError> {
+        let mut slot = self.inner.shared.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(Connection::Http2(s.clone()));
+        }
+        let inner = &self.inner;
+        let connect = |source| KubeError::Connect {
+            addr: inner.addr.clone(),
+            source,
+        };
+        let tcp = tokio::net::TcpStream::connect(&inner.addr)
+            .await
+            .map_err(connect)?;
+        let _ = tcp.set_nodelay(true);
+        let tls = inner
+            .tls
+            .connect(inner.server_name.clone(), tcp)
+            .await
+            .map_err(connect)?;
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let http = |e: hyper::Error| KubeError::Http(e.to_string());
+        if !h2 {
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .map_err(http)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            return Ok(Connection::Http1(sender));
+        }
+        let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(PING_EVERY)
+            .keep_alive_timeout(PING_EVERY)
+            .keep_alive_while_idle(true)
+            .handshake(TokioIo::new(tls))
+            .await
+            .map_err(http)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        *slot = Some(sender.clone());
+        Ok(Connection::Http2(sender))
+    }
+}
+
+enum Connection {
+    Http2(Http2),
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
 }
 
 impl Auth {
@@ -410,13 +459,14 @@ fn build(
         }
         None => builder.with_no_client_auth(),
     };
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Client {
         inner: Arc::new(Inner {
             addr: format!("{host}:{port}"),
             server_name,
             tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
             auth,
+            shared: tokio::sync::Mutex::new(None),
         }),
     })
 }
