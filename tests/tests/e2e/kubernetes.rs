@@ -556,6 +556,40 @@ fn https_filters_references_and_an_api_server_outage() {
             body_is(http, "moved.example", "/", "a")
         })
         .await;
+
+        // A Gateway whose port cannot be bound (backend `a` holds it): the gateway refuses the
+        // new config, keeps serving the last good one and says why in the Gateway's status.
+        let clash = format!("{GW_API}/namespaces/default/gateways/clash");
+        k.create(
+            &format!("{GW_API}/namespaces/default/gateways"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "clash"},
+            "spec": {"gatewayClassName": "ours",
+                     "listeners": [{"name": "web", "port": a.addr().port(), "protocol": "HTTP"}]}}),
+        )
+        .await;
+        eventually("Programmed False on the refused config", || async {
+            let g = k.get(&clash).await;
+            let c = condition(&g["status"]["conditions"], "Programmed");
+            (c["status"] == "False")
+                .then_some(())
+                .ok_or(format!("{}", g["status"]))
+        })
+        .await;
+        body_is(http, "moved.example", "/", "a")
+            .await
+            .expect("the last good config serves");
+        k.delete(&clash).await;
+        let gateway = format!("{GW_API}/namespaces/default/gateways/gw");
+        eventually("Programmed again once the clash is gone", || async {
+            let g = k.get(&gateway).await;
+            let c = condition(&g["status"]["conditions"], "Programmed");
+            (c["status"] == "True")
+                .then_some(())
+                .ok_or(format!("{}", g["status"]))
+        })
+        .await;
         gw.shutdown().await;
     });
 }
