@@ -16,6 +16,7 @@ pub mod status;
 pub mod translate;
 pub mod watch;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,6 +111,9 @@ async fn reconcile(
     // A hash of the last fragment sent: the fragment itself is the gateway's to keep.
     let mut last: Option<u64> = None;
     let mut applied: Result<(), String> = Ok(());
+    let mut refused_ports = BTreeMap::new();
+    // The ports of the last config the gateway took.
+    let mut good_ports = BTreeSet::new();
     let mut written = status::Written::new();
     loop {
         changes.borrow_and_update();
@@ -125,19 +129,12 @@ async fn reconcile(
             h.finish()
         };
         if last.as_ref() != Some(&key) {
-            let (done, answer) = oneshot::channel();
-            let update = Update {
-                fragment: t.fragment,
-                applied: done,
-            };
-            if tx.send(update).await.is_err() {
+            let Some(outcome) = apply(&tx, t.fragment, &good_ports).await else {
                 return;
-            }
-            applied = answer
-                .await
-                .unwrap_or_else(|_| Err("the gateway stopped".into()));
-            if let Err(e) = &applied {
-                tracing::error!(error = %e, "kubernetes config refused; the last good one serves");
+            };
+            (applied, refused_ports) = (outcome.applied, outcome.refused_ports);
+            if let Some(ports) = outcome.ports {
+                good_ports = ports;
             }
             // Kept even when refused: the same objects would be refused the same way.
             last = Some(key);
@@ -148,6 +145,7 @@ async fn reconcile(
             &t.report,
             &config,
             &applied,
+            &refused_ports,
             &mut written,
         )
         .await;
@@ -156,4 +154,84 @@ async fn reconcile(
         }
         tokio::time::sleep(SETTLE).await;
     }
+}
+
+/// What became of a fragment.
+struct Outcome {
+    applied: Result<(), String>,
+    /// Ports left out because the config with them was refused, with the reason.
+    refused_ports: BTreeMap<u16, String>,
+    /// The ports now served, when something was applied.
+    ports: Option<BTreeSet<u16>>,
+}
+
+/// Sends `fragment` to the gateway. When it is refused and brings new listener ports (one that
+/// cannot be bound is the usual cause), it is sent again without them, so that one Gateway's
+/// bad port does not hold back every other change. `None` when the gateway has stopped.
+async fn apply(
+    tx: &mpsc::Sender<Update>,
+    fragment: RawConfig,
+    good_ports: &BTreeSet<u16>,
+) -> Option<Outcome> {
+    let ports = |f: &RawConfig| -> BTreeSet<u16> {
+        f.listeners
+            .iter()
+            .filter_map(|l| l.bind.rsplit(':').next()?.parse().ok())
+            .collect()
+    };
+    let all = ports(&fragment);
+    let error = match send(tx, fragment.clone()).await? {
+        Ok(()) => {
+            return Some(Outcome {
+                applied: Ok(()),
+                refused_ports: BTreeMap::new(),
+                ports: Some(all),
+            });
+        }
+        Err(e) => e,
+    };
+    tracing::error!(%error, "kubernetes config refused; the last good one serves");
+    let new: BTreeSet<u16> = all.difference(good_ports).copied().collect();
+    let refused = Outcome {
+        applied: Err(error.clone()),
+        refused_ports: BTreeMap::new(),
+        ports: None,
+    };
+    if new.is_empty() {
+        return Some(refused);
+    }
+    let names: Vec<String> = new.iter().map(|p| translate::listener_name(*p)).collect();
+    let mut reduced = fragment;
+    reduced.listeners.retain(|l| !names.contains(&l.name));
+    reduced.routes.retain(|r| {
+        !r.listeners
+            .as_ref()
+            .is_some_and(|ls| ls.iter().all(|n| names.contains(n)))
+    });
+    match send(tx, reduced).await? {
+        Ok(()) => {
+            tracing::warn!(ports = ?new, "kubernetes listeners left out; the rest applied");
+            Some(Outcome {
+                applied: Ok(()),
+                refused_ports: new.iter().map(|p| (*p, error.clone())).collect(),
+                ports: Some(all.difference(&new).copied().collect()),
+            })
+        }
+        Err(_) => Some(refused),
+    }
+}
+
+async fn send(tx: &mpsc::Sender<Update>, fragment: RawConfig) -> Option<Result<(), String>> {
+    let (done, answer) = oneshot::channel();
+    tx.send(Update {
+        fragment,
+        applied: done,
+    })
+    .await
+    .ok()?;
+    Some(
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the gateway stopped".into())),
+    )
 }

@@ -3,7 +3,7 @@
 //! entries with our `controllerName`. An object is patched only when what we would write
 //! differs from what we last wrote (or read), so our own writes do not wake us forever.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gateway_config::KubernetesConfig;
@@ -23,6 +23,7 @@ pub async fn write(
     report: &Report,
     config: &KubernetesConfig,
     applied: &Result<(), String>,
+    refused_ports: &BTreeMap<u16, String>,
     written: &mut Written,
 ) {
     let now = rfc3339_now();
@@ -51,7 +52,9 @@ pub async fn write(
             .map(|l| {
                 let ok = l.accepted.is_ok() && l.resolved.is_ok();
                 let conflicted = matches!(&l.accepted, Err(("ProtocolConflict", _)));
-                let listener_programmed = if ok {
+                let listener_programmed = if let Some(e) = refused_ports.get(&l.port) {
+                    Err(("Invalid", e.clone()))
+                } else if ok {
                     programmed.clone()
                 } else {
                     Err(("Invalid", "the listener is not accepted".to_owned()))
@@ -78,6 +81,11 @@ pub async fn write(
                 })
             })
             .collect();
+        let gateway_programmed = match gw.listeners.iter().find_map(|l| refused_ports.get(&l.port))
+        {
+            Some(e) => Err(("Invalid", e.clone())),
+            None => programmed.clone(),
+        };
         let any_listener = gw
             .listeners
             .iter()
@@ -91,7 +99,7 @@ pub async fn write(
             "addresses": [{ "type": "IPAddress", "value": config.listen_address.to_string() }],
             "conditions": [
                 condition("Accepted", &accepted, "Accepted", "", gw.generation),
-                condition("Programmed", &programmed, "Programmed", "", gw.generation),
+                condition("Programmed", &gateway_programmed, "Programmed", "", gw.generation),
             ],
             "listeners": listeners,
         });

@@ -31,6 +31,8 @@ pub struct GatewayReport {
 pub struct ListenerReport {
     /// The listener's name in the Gateway.
     pub name: String,
+    /// Its port.
+    pub port: u16,
     /// Accepted (protocol, port).
     pub accepted: Verdict,
     /// ResolvedRefs (certificates).
@@ -56,7 +58,7 @@ pub(super) struct ServedListener {
 }
 
 /// The config listener's name for a port.
-pub(super) fn listener_name(port: u16) -> String {
+pub fn listener_name(port: u16) -> String {
     format!("kubernetes-{port}")
 }
 
@@ -90,6 +92,7 @@ pub(super) fn translate(
             let protocol = l["protocol"].as_str().unwrap_or_default().to_owned();
             let mut lr = ListenerReport {
                 name: lname.clone(),
+                port,
                 accepted: Ok(()),
                 resolved: Ok(()),
                 attached: 0,

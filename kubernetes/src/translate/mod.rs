@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::watch::{Key, Kind, Snapshot};
 
-pub use gateways::{GatewayReport, ListenerReport};
+pub use gateways::{GatewayReport, ListenerReport, listener_name};
 pub use routes::{ParentReport, RouteReport};
 
 /// Why a condition is `False`: its reason and a message.
