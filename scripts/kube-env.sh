@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes the Gateway API tests run against: etcd and kube-apiserver from the
-# Go module registry at pinned versions, plus the Gateway API standard-channel CRDs. Everything
+# Go module registry at pinned versions, plus the Gateway API standard-channel CRDs and the
+# experimental TCPRoute and UDPRoute ones. Everything
 # lands in a cache outside the repository and is built once per machine; a second run only checks
 # a stamp. Neither project can be `go install`ed (their go.mod files carry replace directives),
 # so each is built from a scratch module that pins what those replaces point at.
@@ -17,10 +18,15 @@ GATEWAY_API_VERSION=v1.4.1
 dir="${GATEWAY_KUBE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gateway-test/kube}"
 stamp="$dir/stamp"
 want="etcd=$ETCD_VERSION kube=$KUBE_VERSION gateway-api=$GATEWAY_API_VERSION"
+crd_stamp="$dir/crds.stamp"
+crd_want="gateway-api=$GATEWAY_API_VERSION standard experimental:tcproutes,udproutes"
+EXPERIMENTAL_CRDS="tcproutes udproutes"
 
 log() { printf '[kube-env] %s\n' "$*" >&2; }
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+bins_ok() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; }
+crds_ok() { [ -f "$crd_stamp" ] && [ "$(cat "$crd_stamp")" = "$crd_want" ]; }
+if bins_ok && crds_ok; then
   exit 0
 fi
 if ! command -v go >/dev/null 2>&1; then
@@ -32,10 +38,6 @@ mkdir -p "$dir/bin" "$dir/crds" "$dir/src"
 # Two test runs starting at once must not build twice into the same directory.
 exec 9>"$dir/lock"
 flock 9
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-rm -f "$stamp"
 
 # A module whose only file imports the given main packages, so `go mod tidy` records their deps.
 scratch_module() { # name, go.mod body, packages...
@@ -97,12 +99,21 @@ fetch_crds() {
   src=$(go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   rm -f "$dir/crds/"*.yaml
   cp "$src/config/crd/standard/"*.yaml "$dir/crds/"
+  for kind in $EXPERIMENTAL_CRDS; do
+    cp "$src/config/crd/experimental/gateway.networking.k8s.io_$kind.yaml" "$dir/crds/"
+  done
   chmod u+w "$dir/crds/"*.yaml
 }
 
-# Versions are in the stamp, so a bump rebuilds everything.
-build_etcd
-build_kube_apiserver
-fetch_crds
-echo "$want" >"$stamp"
+# Versions are in the stamps, so a bump rebuilds what it names.
+if ! bins_ok; then
+  rm -f "$stamp"
+  build_etcd
+  build_kube_apiserver
+  echo "$want" >"$stamp"
+fi
+if ! crds_ok; then
+  fetch_crds
+  echo "$crd_want" >"$crd_stamp"
+fi
 log "ready in $dir"

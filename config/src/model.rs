@@ -55,7 +55,7 @@ pub struct RawConfig {
 }
 
 impl RawConfig {
-    /// Adds the listeners, certificates, upstreams and routes of `other` (made by the
+    /// Adds the listeners, certificates, upstreams, routes and streams of `other` (made by the
     /// Kubernetes controller) to this file's own: its routes go first, so that the cluster's
     /// hostnames and paths are matched on its listeners before the file's catch-alls.
     pub fn merge(&mut self, other: &RawConfig) {
@@ -68,6 +68,7 @@ impl RawConfig {
         }
         let own = std::mem::take(&mut self.routes);
         self.routes = other.routes.iter().cloned().chain(own).collect();
+        self.streams.extend(other.streams.iter().cloned());
     }
 }
 

@@ -61,10 +61,7 @@ pub async fn write(
                 };
                 json!({
                     "name": l.name,
-                    "supportedKinds": [
-                        { "group": "gateway.networking.k8s.io", "kind": "HTTPRoute" },
-                        { "group": "gateway.networking.k8s.io", "kind": "GRPCRoute" },
-                    ],
+                    "supportedKinds": supported_kinds(l.protocol),
                     "attachedRoutes": l.attached,
                     "conditions": [
                         condition("Accepted", &l.accepted, "Accepted", "", gw.generation),
@@ -142,6 +139,19 @@ pub async fn write(
         )
         .await;
     }
+}
+
+/// The route kinds a listener of this protocol takes.
+fn supported_kinds(protocol: &str) -> Value {
+    let kinds: &[&str] = match protocol {
+        "TCP" => &["TCPRoute"],
+        "UDP" => &["UDPRoute"],
+        _ => &["HTTPRoute", "GRPCRoute"],
+    };
+    kinds
+        .iter()
+        .map(|k| json!({ "group": "gateway.networking.k8s.io", "kind": k }))
+        .collect()
 }
 
 fn condition(

@@ -24,6 +24,10 @@ pub enum Kind {
     HttpRoute,
     /// `gateway.networking.k8s.io/v1` GRPCRoute.
     GrpcRoute,
+    /// `gateway.networking.k8s.io/v1alpha2` TCPRoute (experimental channel).
+    TcpRoute,
+    /// `gateway.networking.k8s.io/v1alpha2` UDPRoute (experimental channel).
+    UdpRoute,
     /// `gateway.networking.k8s.io/v1beta1` ReferenceGrant.
     ReferenceGrant,
     /// `v1` Service.
@@ -36,11 +40,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every watched kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::GrpcRoute,
+        Kind::TcpRoute,
+        Kind::UdpRoute,
         Kind::ReferenceGrant,
         Kind::Service,
         Kind::EndpointSlice,
@@ -53,10 +59,28 @@ impl Kind {
             Kind::Gateway => ("/apis/gateway.networking.k8s.io/v1", "gateways"),
             Kind::HttpRoute => ("/apis/gateway.networking.k8s.io/v1", "httproutes"),
             Kind::GrpcRoute => ("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
+            Kind::TcpRoute => ("/apis/gateway.networking.k8s.io/v1alpha2", "tcproutes"),
+            Kind::UdpRoute => ("/apis/gateway.networking.k8s.io/v1alpha2", "udproutes"),
             Kind::ReferenceGrant => ("/apis/gateway.networking.k8s.io/v1beta1", "referencegrants"),
             Kind::Service => ("/api/v1", "services"),
             Kind::EndpointSlice => ("/apis/discovery.k8s.io/v1", "endpointslices"),
             Kind::Secret => ("/api/v1", "secrets"),
+        }
+    }
+
+    /// The kind's name as the API spells it (in ReferenceGrants and `supportedKinds`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
+            Kind::TcpRoute => "TCPRoute",
+            Kind::UdpRoute => "UDPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Secret => "Secret",
         }
     }
 

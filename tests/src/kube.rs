@@ -353,6 +353,7 @@ async fn apply_crds(cluster: &KubeCluster) {
         "/apis/gateway.networking.k8s.io/v1/gateways",
         "/apis/gateway.networking.k8s.io/v1/httproutes",
         "/apis/gateway.networking.k8s.io/v1/grpcroutes",
+        "/apis/gateway.networking.k8s.io/v1alpha2/tcproutes",
         "/apis/gateway.networking.k8s.io/v1beta1/referencegrants",
     ] {
         wait_for(cluster, path, Duration::from_secs(30)).await;

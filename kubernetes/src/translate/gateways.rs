@@ -33,6 +33,8 @@ pub struct ListenerReport {
     pub name: String,
     /// Its port.
     pub port: u16,
+    /// Its protocol as written (`HTTP`, `HTTPS`, `TCP`, ...).
+    pub protocol: &'static str,
     /// Accepted (protocol, port).
     pub accepted: Verdict,
     /// ResolvedRefs (certificates).
@@ -50,6 +52,8 @@ pub(super) struct ServedGateway {
 
 pub(super) struct ServedListener {
     pub(super) name: String,
+    /// `HTTP`, `HTTPS`, `TCP` or `UDP`.
+    pub(super) protocol: String,
     pub(super) config_name: String,
     pub(super) port: u16,
     pub(super) hostname: Option<String>,
@@ -69,8 +73,8 @@ pub(super) fn translate(
     cert_dir: &Path,
     fragment: &mut RawConfig,
 ) -> Vec<ServedGateway> {
-    // Per port: its protocol and certificates, once every Gateway has been seen.
-    let mut ports: BTreeMap<u16, (String, Vec<String>)> = BTreeMap::new();
+    // Per port and transport: its protocol and certificates, once every Gateway has been seen.
+    let mut ports: BTreeMap<(u16, bool), (String, Vec<String>)> = BTreeMap::new();
     let mut served = Vec::new();
     for ((ns, name), gw) in snapshot.all(Kind::Gateway) {
         let class = gw["spec"]["gatewayClassName"].as_str().unwrap_or_default();
@@ -93,13 +97,19 @@ pub(super) fn translate(
             let mut lr = ListenerReport {
                 name: lname.clone(),
                 port,
+                protocol: match protocol.as_str() {
+                    "HTTPS" => "HTTPS",
+                    "TCP" => "TCP",
+                    "UDP" => "UDP",
+                    _ => "HTTP",
+                },
                 accepted: Ok(()),
                 resolved: Ok(()),
                 attached: 0,
             };
             let mut certs = Vec::new();
             match protocol.as_str() {
-                "HTTP" => {}
+                "HTTP" | "TCP" | "UDP" => {}
                 "HTTPS" => match certificates(snapshot, ns, l, cert_dir, fragment) {
                     Ok(c) => certs = c,
                     Err(e) => lr.resolved = Err(e),
@@ -107,13 +117,13 @@ pub(super) fn translate(
                 other => {
                     lr.accepted = Err((
                         "UnsupportedProtocol",
-                        format!("protocol {other} is not served (HTTP and HTTPS are)"),
+                        format!("protocol {other} is not served (HTTP, HTTPS, TCP and UDP are)"),
                     ))
                 }
             }
             if lr.accepted.is_ok() && lr.resolved.is_ok() {
                 let entry = ports
-                    .entry(port)
+                    .entry((port, protocol == "UDP"))
                     .or_insert_with(|| (protocol.clone(), Vec::new()));
                 if entry.0 != protocol {
                     lr.accepted = Err((
@@ -130,6 +140,7 @@ pub(super) fn translate(
                     .unwrap_or("Same");
                 listeners.push(ServedListener {
                     name: lname,
+                    protocol: protocol.clone(),
                     config_name: listener_name(port),
                     port,
                     hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
@@ -140,7 +151,11 @@ pub(super) fn translate(
         }
         served.push(ServedGateway { report, listeners });
     }
-    for (port, (protocol, mut certs)) in ports {
+    for ((port, _), (protocol, mut certs)) in ports {
+        // TCP and UDP listeners become streams, and only once a route gives them a backend.
+        if protocol != "HTTP" && protocol != "HTTPS" {
+            continue;
+        }
         certs.sort();
         certs.dedup();
         let tls = (protocol == "HTTPS").then(|| json!({ "certificates": certs }));

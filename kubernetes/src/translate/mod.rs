@@ -6,6 +6,7 @@
 
 mod gateways;
 mod routes;
+mod streams;
 
 use std::path::Path;
 
@@ -62,6 +63,8 @@ pub fn translate(snapshot: &Snapshot, config: &KubernetesConfig, cert_dir: &Path
         .collect();
     let mut gateways = gateways::translate(snapshot, config, &classes, cert_dir, &mut out.fragment);
     out.report.routes = routes::translate(snapshot, &mut gateways, &mut out.fragment);
+    let streams = streams::translate(snapshot, config, &mut gateways, &mut out.fragment);
+    out.report.routes.extend(streams);
     out.report.gateways = gateways.into_iter().map(|g| g.report).collect();
     out
 }

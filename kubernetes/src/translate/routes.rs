@@ -104,7 +104,7 @@ pub(super) fn translate(
             let (rules, resolved) =
                 compiled.get_or_insert_with(|| compile(snapshot, route_kind, ns, route, fragment));
             let (rules, resolved) = (rules.as_ref().map_err(Clone::clone), resolved.clone());
-            let attached = attach(gw, parent, ns, &hostnames);
+            let attached = attach(gw, parent, ns, &hostnames, &["HTTP", "HTTPS"]);
             let accepted = match (&attached, &rules) {
                 (Err(e), _) => Err(e.clone()),
                 (Ok(_), Err(e)) => Err(e.clone()),
@@ -155,22 +155,24 @@ pub(super) fn translate(
 }
 
 /// A listener's spec name and the hostnames matched on it (`None`: any host).
-type Attachment = (String, Vec<Option<String>>);
+pub(super) type Attachment = (String, Vec<Option<String>>);
 
 /// The listeners (by spec name) a parentRef attaches to, with the hostnames matched on each
 /// (`None`: any host).
 #[allow(clippy::type_complexity, reason = "a one-off pairing read right below")]
-fn attach(
+pub(super) fn attach(
     gw: &ServedGateway,
     parent: &Value,
     route_ns: &str,
     hostnames: &[String],
+    protocols: &[&str],
 ) -> Result<Vec<Attachment>, Refusal> {
     let section = parent["sectionName"].as_str();
     let port = parent["port"].as_u64();
     let candidates: Vec<&ServedListener> = gw
         .listeners
         .iter()
+        .filter(|l| protocols.contains(&l.protocol.as_str()))
         .filter(|l| section.is_none_or(|s| s == l.name))
         .filter(|l| port.is_none_or(|p| p == u64::from(l.port)))
         .collect();
@@ -595,6 +597,41 @@ fn backend(
     b: &Value,
     fragment: &mut RawConfig,
 ) -> Result<Option<String>, Refusal> {
+    let ns = b["namespace"].as_str().unwrap_or(route_ns);
+    let name = b["name"].as_str().unwrap_or_default();
+    let port = b["port"].as_u64().unwrap_or(0);
+    // gRPC backends are spoken to in cleartext HTTP/2, HTTP ones in HTTP/1.1.
+    let (upstream, protocol) = if route_kind == Kind::GrpcRoute {
+        (format!("kubernetes/{ns}/{name}/{port}/h2c"), "h2c")
+    } else {
+        (format!("kubernetes/{ns}/{name}/{port}"), "http1")
+    };
+    let targets = endpoints(snapshot, route_kind, route_ns, b)?;
+    if fragment.upstreams.contains_key(&upstream) {
+        return Ok(Some(upstream));
+    }
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_value::<UpstreamConfig>(
+        json!({ "targets": targets, "protocol": protocol }),
+    ) {
+        Ok(u) => {
+            fragment.upstreams.insert(upstream.clone(), u);
+            Ok(Some(upstream))
+        }
+        Err(e) => Err(("BackendNotFound", e.to_string())),
+    }
+}
+
+/// The ready endpoints (`ip:port`) of a backendRef, or the ResolvedRefs reason it cannot be
+/// used.
+pub(super) fn endpoints(
+    snapshot: &Snapshot,
+    route_kind: Kind,
+    route_ns: &str,
+    b: &Value,
+) -> Result<Vec<String>, Refusal> {
     let group = b["group"].as_str().unwrap_or_default();
     let kind = b["kind"].as_str().unwrap_or("Service");
     let name = b["name"].as_str().unwrap_or_default();
@@ -605,11 +642,7 @@ fn backend(
             format!("backend kind {group}/{kind} is not supported"),
         ));
     }
-    let from = if route_kind == Kind::GrpcRoute {
-        "GRPCRoute"
-    } else {
-        "HTTPRoute"
-    };
+    let from = route_kind.name();
     if ns != route_ns && !reference_granted(snapshot, from, route_ns, "", "Service", ns, name) {
         return Err((
             "RefNotPermitted",
@@ -630,15 +663,6 @@ fn backend(
             format!("Service {ns}/{name} has no port {port}"),
         ))?;
     let port_name = service_port["name"].as_str().unwrap_or_default();
-    // gRPC backends are spoken to in cleartext HTTP/2, HTTP ones in HTTP/1.1.
-    let (upstream, protocol) = if route_kind == Kind::GrpcRoute {
-        (format!("kubernetes/{ns}/{name}/{port}/h2c"), "h2c")
-    } else {
-        (format!("kubernetes/{ns}/{name}/{port}"), "http1")
-    };
-    if fragment.upstreams.contains_key(&upstream) {
-        return Ok(Some(upstream));
-    }
     let mut targets = Vec::new();
     for (_, slice) in snapshot.all(Kind::EndpointSlice).filter(|((sns, _), s)| {
         sns == ns && s["metadata"]["labels"]["kubernetes.io/service-name"].as_str() == Some(name)
@@ -671,16 +695,5 @@ fn backend(
     }
     targets.sort();
     targets.dedup();
-    if targets.is_empty() {
-        return Ok(None);
-    }
-    match serde_json::from_value::<UpstreamConfig>(
-        json!({ "targets": targets, "protocol": protocol }),
-    ) {
-        Ok(u) => {
-            fragment.upstreams.insert(upstream.clone(), u);
-            Ok(Some(upstream))
-        }
-        Err(e) => Err(("BackendNotFound", e.to_string())),
-    }
+    Ok(targets)
 }

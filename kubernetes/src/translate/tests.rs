@@ -36,7 +36,7 @@ fn cluster() -> Snapshot {
         "metadata": {"namespace": "default", "name": "gw", "generation": 2},
         "spec": {"gatewayClassName": "ours", "listeners": [
             {"name": "http", "port": 8080, "protocol": "HTTP"},
-            {"name": "tcp", "port": 9000, "protocol": "TCP"}]}}),
+            {"name": "tls", "port": 9000, "protocol": "TLS"}]}}),
     );
     s.insert(
         Kind::Service,
@@ -311,4 +311,42 @@ fn routes_from_other_namespaces_need_the_listener_to_allow_them() {
     let parent = &t.report.routes[0].parents[0];
     assert!(parent.accepted.is_ok());
     assert_eq!(parent.resolved.as_ref().unwrap_err().0, "RefNotPermitted");
+}
+
+#[test]
+fn udp_routes_become_weighted_streams() {
+    let mut s = cluster();
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "http", "port": 53, "protocol": "HTTP"}]}}),
+    );
+    s.insert(
+        Kind::UdpRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "dns"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"backendRefs": [{"name": "web", "port": 80, "weight": 3}]}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    // UDP and TCP ports are apart: both listeners are accepted.
+    assert!(
+        t.report.gateways[0]
+            .listeners
+            .iter()
+            .all(|l| l.accepted.is_ok())
+    );
+    let stream = &t.fragment.streams[0];
+    assert_eq!(stream.bind, "198.18.0.10:53");
+    assert_eq!(stream.protocol, gateway_config::model::StreamProtocol::Udp);
+    let up = &t.fragment.upstreams[stream.upstream.as_deref().unwrap()];
+    assert!(matches!(
+        &up.targets[0],
+        gateway_config::model::TargetConfig::Weighted { weight: 3, .. }
+    ));
+    assert_eq!(t.report.routes[0].kind, Kind::UdpRoute);
+    assert_eq!(t.report.gateways[0].listeners[0].attached, 1);
 }

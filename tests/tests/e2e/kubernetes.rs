@@ -773,3 +773,75 @@ fn grpc_routes_reach_h2c_backends() {
         gw.shutdown().await;
     });
 }
+
+#[test]
+fn tcp_routes_become_streams() {
+    use gateway_tests::backend::l4::TcpBackend;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        let backend = TcpBackend::tag_on("tcp-a", SocketAddr::new(NODE_IP, 0)).await;
+        let gw = start_gateway(&k).await;
+        let port = free_port();
+        k.create(
+            &format!("{GW_API}/gatewayclasses"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/gateways"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "ours",
+                     "listeners": [{"name": "db", "port": port, "protocol": "TCP"}]}}),
+        )
+        .await;
+        k.create(&format!("{NS}/services"), service("db")).await;
+        k.create(SLICES, slice("db", &[(backend.addr().port(), true)]))
+            .await;
+        k.create(
+            "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/tcproutes",
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TCPRoute",
+            "metadata": {"name": "db"},
+            "spec": {"parentRefs": [{"name": "gw", "sectionName": "db"}],
+                     "rules": [{"backendRefs": [{"name": "db", "port": 80}]}]}}),
+        )
+        .await;
+        let addr = SocketAddr::new(NODE_IP, port);
+        eventually("the TCPRoute carries bytes", || async {
+            let mut tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut tag = [0u8; 6];
+            tcp.read_exact(&mut tag).await.map_err(|e| e.to_string())?;
+            tcp.write_all(b"ping").await.map_err(|e| e.to_string())?;
+            let mut echo = [0u8; 4];
+            tcp.read_exact(&mut echo).await.map_err(|e| e.to_string())?;
+            (&tag == b"tcp-a\n" && &echo == b"ping")
+                .then_some(())
+                .ok_or(format!("{tag:?} {echo:?}"))
+        })
+        .await;
+        eventually("TCPRoute status", || async {
+            let r = k
+                .get("/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/tcproutes/db")
+                .await;
+            let g = k
+                .get(&format!("{GW_API}/namespaces/default/gateways/gw"))
+                .await;
+            let ok = condition(&r["status"]["parents"][0]["conditions"], "Accepted")["status"]
+                == "True"
+                && g["status"]["listeners"][0]["supportedKinds"][0]["kind"] == "TCPRoute"
+                && g["status"]["listeners"][0]["attachedRoutes"] == 1;
+            ok.then_some(()).ok_or(format!("{r} {g}"))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
