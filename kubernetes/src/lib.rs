@@ -165,8 +165,8 @@ struct Outcome {
     ports: Option<BTreeSet<u16>>,
 }
 
-/// Sends `fragment` to the gateway. When it is refused and brings new listener ports (one that
-/// cannot be bound is the usual cause), it is sent again without them, so that one Gateway's
+/// Sends `fragment` to the gateway. When it is refused and brings new listener or stream ports
+/// (one that cannot be bound is the usual cause), it is sent again without them, so that one Gateway's
 /// bad port does not hold back every other change. `None` when the gateway has stopped.
 async fn apply(
     tx: &mpsc::Sender<Update>,
@@ -174,9 +174,10 @@ async fn apply(
     good_ports: &BTreeSet<u16>,
 ) -> Option<Outcome> {
     let ports = |f: &RawConfig| -> BTreeSet<u16> {
-        f.listeners
-            .iter()
-            .filter_map(|l| l.bind.rsplit(':').next()?.parse().ok())
+        let binds = f.listeners.iter().map(|l| &l.bind);
+        binds
+            .chain(f.streams.iter().map(|s| &s.bind))
+            .filter_map(|b| port_of(b))
             .collect()
     };
     let all = ports(&fragment);
@@ -203,6 +204,9 @@ async fn apply(
     let names: Vec<String> = new.iter().map(|p| translate::listener_name(*p)).collect();
     let mut reduced = fragment;
     reduced.listeners.retain(|l| !names.contains(&l.name));
+    reduced
+        .streams
+        .retain(|s| port_of(&s.bind).is_none_or(|p| !new.contains(&p)));
     reduced.routes.retain(|r| {
         !r.listeners
             .as_ref()
@@ -219,6 +223,11 @@ async fn apply(
         }
         Err(_) => Some(refused),
     }
+}
+
+/// The port of an `ip:port` bind.
+fn port_of(bind: &str) -> Option<u16> {
+    bind.rsplit(':').next()?.parse().ok()
 }
 
 async fn send(tx: &mpsc::Sender<Update>, fragment: RawConfig) -> Option<Result<(), String>> {
