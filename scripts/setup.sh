@@ -58,3 +58,7 @@ if command -v go >/dev/null 2>&1; then
 else
   log "go not found; the ACME tests (Pebble) will say so and skip"
 fi
+
+# etcd, kube-apiserver and the Gateway API CRDs for the Kubernetes controller's tests, built
+# once per machine into a cache outside the repository (a warm run returns at once).
+bash "$(dirname "$0")/kube-env.sh" || log "could not build the Kubernetes test environment; those tests will say so and skip"

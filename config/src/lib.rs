@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 pub use error::{ConfigError, Location};
 pub use locate::SourceMap;
-pub use model::RawConfig;
+pub use model::{KubernetesConfig, RawConfig};
 pub use nesting::MAX_NESTING_DEPTH;
 pub use runtime::*;
 pub use units::{ByteSize, Duration};
@@ -42,6 +42,18 @@ pub fn json_schema() -> serde_json::Value {
 
 /// Loads and validates a config file; relative paths resolve against its directory.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, None)
+}
+
+/// Loads and validates YAML text; `file` names it in errors, relative paths resolve against
+/// `base_dir`.
+pub fn load_str(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+    load_str_with(text, file, base_dir, None)
+}
+
+/// Like [`load`], with `extra` (what the Kubernetes controller made) merged into the file's
+/// own sections before validation.
+pub fn load_with(path: &Path, extra: Option<&RawConfig>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
@@ -51,13 +63,20 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_owned());
-    load_str(&text, &path.display().to_string(), &base)
+    load_str_with(&text, &path.display().to_string(), &base, extra)
 }
 
-/// Loads and validates YAML text; `file` names it in errors, relative paths resolve against
-/// `base_dir`.
-pub fn load_str(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
-    let raw = parse(text, file)?;
+/// Like [`load_str`], with `extra` merged as [`load_with`] does.
+pub fn load_str_with(
+    text: &str,
+    file: &str,
+    base_dir: &Path,
+    extra: Option<&RawConfig>,
+) -> Result<Config, ConfigError> {
+    let mut raw = parse(text, file)?;
+    if let Some(extra) = extra {
+        raw.merge(extra);
+    }
     let source: Arc<str> = Arc::from(text);
     let map = Arc::new(SourceMap::build(text));
     validate::validate(raw, file, base_dir, source, map)

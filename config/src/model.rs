@@ -49,6 +49,56 @@ pub struct RawConfig {
     pub streams: Vec<StreamConfig>,
     /// State shared with other gateway instances through Redis; everything is local when absent.
     pub cluster: Option<ClusterConfig>,
+    /// Routes taken from a Kubernetes cluster's Gateway API objects; off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesConfig>,
+}
+
+impl RawConfig {
+    /// Adds the listeners, certificates, upstreams, routes and streams of `other` (made by the
+    /// Kubernetes controller) to this file's own: its routes go first, so that the cluster's
+    /// hostnames and paths are matched on its listeners before the file's catch-alls.
+    pub fn merge(&mut self, other: &RawConfig) {
+        self.listeners.extend(other.listeners.iter().cloned());
+        for (name, cert) in &other.certificates {
+            self.certificates.insert(name.clone(), cert.clone());
+        }
+        for (name, upstream) in &other.upstreams {
+            self.upstreams.insert(name.clone(), upstream.clone());
+        }
+        let own = std::mem::take(&mut self.routes);
+        self.routes = other.routes.iter().cloned().chain(own).collect();
+        self.streams.extend(other.streams.iter().cloned());
+    }
+}
+
+/// `kubernetes:` the Gateway API controller: which GatewayClasses are served, where their
+/// Gateways' listeners are bound and which namespaces are watched.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// A kubeconfig file (its current context is used); the pod's service-account credentials
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// GatewayClasses whose `spec.controllerName` is this are served by this gateway.
+    #[serde(default = "default_controller_name")]
+    pub controller_name: String,
+    /// The address Gateway listeners' ports are bound on.
+    #[serde(default = "default_listen_address")]
+    pub listen_address: std::net::IpAddr,
+    /// Namespaces watched for Gateways, routes, Services, EndpointSlices, ReferenceGrants and
+    /// Secrets; all when empty.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+fn default_controller_name() -> String {
+    "gateway.dev/controller".into()
+}
+
+fn default_listen_address() -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
 }
 
 /// `server:` process-wide settings (an extension of the contract).
@@ -909,6 +959,10 @@ pub struct RouteMatchConfig {
     /// Required header values (exact).
     #[serde(default)]
     pub headers: IndexMap<String, String>,
+    /// Required query parameters: each name present with exactly this value, as sent (not
+    /// percent-decoded).
+    #[serde(default)]
+    pub query: IndexMap<String, String>,
 }
 
 /// An entry of `routes[].filters`: a single-key map naming the filter.

@@ -52,6 +52,8 @@ pub struct Config {
     pub streams: Vec<Stream>,
     /// Shared state across instances (`cluster:`), when configured.
     pub cluster: Option<ClusterConfig>,
+    /// The Gateway API controller's settings (`kubeconfig` absolute), when configured.
+    pub kubernetes: Option<KubernetesConfig>,
 }
 
 impl Config {
@@ -72,6 +74,10 @@ impl Config {
     /// it on `validate`, `run` and every reload; building a configuration does not, so a test or
     /// a program embedding the gateway may start one with only its admin API.
     pub fn check_serves_something(&self) -> Result<(), crate::ConfigError> {
+        // Listeners come from the cluster's Gateways.
+        if self.kubernetes.is_some() {
+            return Ok(());
+        }
         if self.listeners.is_empty() && self.streams.is_empty() {
             return Err(crate::ConfigError::Invalid {
                 location: Location {
@@ -303,6 +309,8 @@ pub struct Route {
     pub methods: Vec<String>,
     /// Required headers (lowercase name, exact value).
     pub headers: Vec<(String, String)>,
+    /// Required query parameters (name and value exact, as sent).
+    pub query: Vec<(String, String)>,
     /// Filters in order.
     pub filters: Vec<Filter>,
     /// Terminal action.

@@ -199,6 +199,18 @@ pub(crate) fn validate(
         c.keep(claim(&c, "admin.bind".into(), a.addr, "tcp"));
     }
     let cluster = c.keep(cluster::validate(&c, &raw)).flatten();
+    let kubernetes = raw.kubernetes.as_mut().map(|k| {
+        if let Some(path) = &mut k.kubeconfig {
+            *path = c.path(path);
+        }
+        if k.controller_name.is_empty() || !k.controller_name.contains('/') {
+            c.keep(c.err::<()>(
+                "kubernetes.controller_name",
+                "must be a domain-prefixed path such as gateway.dev/controller",
+            ));
+        }
+        k.clone()
+    });
 
     let mut errors = c.errors.take();
     match errors.len() {
@@ -230,6 +242,7 @@ pub(crate) fn validate(
         routes,
         streams,
         cluster,
+        kubernetes,
         raw,
     })
 }
@@ -1085,6 +1098,11 @@ fn validate_routes(
                 .iter()
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect();
+            let query = m
+                .query
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
 
             let mut filters = Vec::new();
             for (j, f) in r.filters.iter().enumerate() {
@@ -1285,6 +1303,7 @@ fn validate_routes(
                 path,
                 methods,
                 headers,
+                query,
                 filters,
                 action,
             });

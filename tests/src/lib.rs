@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod h3;
+pub mod kube;
 pub mod otlp;
 pub mod pebble;
 pub mod ports;

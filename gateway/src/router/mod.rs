@@ -29,6 +29,7 @@ pub struct Matcher {
     path: PathMatch,
     methods: Vec<Method>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    query: Vec<(String, String)>,
 }
 
 impl Matcher {
@@ -55,6 +56,7 @@ impl Matcher {
             path: route.path.clone(),
             methods,
             headers,
+            query: route.query.clone(),
         })
     }
 
@@ -78,6 +80,22 @@ impl Matcher {
 
     /// Whether a request with these facts matches. `host` has no port.
     pub fn matches(&self, method: &Method, host: &str, path: &str, headers: &HeaderMap) -> bool {
+        self.matches_query(method, host, path, None, headers)
+    }
+
+    /// [`Matcher::matches`] with the request's query string (without `?`), for routes that
+    /// require query parameters; without one, such routes never match.
+    pub fn matches_query(
+        &self,
+        method: &Method,
+        host: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> bool {
+        if !self.query.is_empty() && !query_has_all(&self.query, query.unwrap_or("")) {
+            return false;
+        }
         if !self.methods.is_empty() && !self.methods.contains(method) {
             return false;
         }
@@ -104,6 +122,16 @@ impl Matcher {
                 .iter()
                 .all(|(name, value)| headers.get_all(name).iter().any(|v| v == value))
     }
+}
+
+/// Whether every `(name, value)` is among the query's `name=value` pairs.
+fn query_has_all(wanted: &[(String, String)], query: &str) -> bool {
+    wanted.iter().all(|(name, value)| {
+        query.split('&').any(|pair| {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            n == name && v == value
+        })
+    })
 }
 
 /// A prefix matches on segment boundaries: `/users` matches `/users` and `/users/7` but not
@@ -248,7 +276,11 @@ impl<T> Router<T> {
         let matches_hosts = compiled
             .iter()
             .any(|(m, _)| !matches!(m.host, HostMatch::Any));
-        let matches_headers = compiled.iter().any(|(m, _)| !m.headers.is_empty());
+        // Query conditions count too: a request routed without its header map (the HTTP/1.1
+        // fast path) is routed without its query as well.
+        let matches_headers = compiled
+            .iter()
+            .any(|(m, _)| !m.headers.is_empty() || !m.query.is_empty());
         Self {
             routes: compiled,
             by_listener,
@@ -263,8 +295,8 @@ impl<T> Router<T> {
         self.matches_hosts
     }
 
-    /// Whether any route looks at request headers other than the host. When none does, a
-    /// request can be routed without a header map (the HTTP/1.1 fast path).
+    /// Whether any route looks at request headers other than the host, or at the query. When
+    /// none does, a request can be routed without a header map (the HTTP/1.1 fast path).
     pub fn matches_headers(&self) -> bool {
         self.matches_headers
     }
@@ -298,6 +330,29 @@ impl<T> Router<T> {
             .iter()
             .map(|&i| i as usize)
             .find(|&i| self.routes[i].0.matches(method, host, path, headers))
+    }
+
+    /// [`Router::find_index`] with the request's query string, for routes that require query
+    /// parameters.
+    pub fn find_index_query(
+        &self,
+        listener: usize,
+        method: &Method,
+        host: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Option<usize> {
+        self.by_listener
+            .get(listener)?
+            .candidates(path)
+            .iter()
+            .map(|&i| i as usize)
+            .find(|&i| {
+                self.routes[i]
+                    .0
+                    .matches_query(method, host, path, query, headers)
+            })
     }
 
     /// The route at an index [`Router::find_index`] gave.
@@ -349,6 +404,19 @@ mod tests {
         assert_eq!(r("/", "", "/x").as_deref(), Some("/x"));
         assert_eq!(r("/api", "/v2", "/apix"), None);
         assert_eq!(r("/api", "/v2", "/other"), None);
+    }
+
+    #[test]
+    fn query_conditions_need_every_pair_as_sent() {
+        let m = m("{ query: { v: '2', debug: '' } }");
+        let h = HeaderMap::new();
+        let q = |query| m.matches_query(&Method::GET, "", "/", query, &h);
+        assert!(q(Some("v=2&debug")));
+        assert!(q(Some("a=1&debug=&v=2")));
+        assert!(!q(Some("v=3&debug")));
+        assert!(!q(Some("v=2")));
+        assert!(!q(None));
+        assert!(!m.matches(&Method::GET, "", "/", &h), "no query, no match");
     }
 
     fn route(yaml: &str) -> gateway_config::Route {

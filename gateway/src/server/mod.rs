@@ -10,6 +10,7 @@ pub mod conn;
 pub mod fast_path;
 pub mod h3;
 pub mod idle;
+mod kubernetes;
 pub mod linger;
 pub mod listeners;
 pub mod policy;
@@ -56,6 +57,8 @@ struct Inner {
     config_path: PathBuf,
     reload_lock: tokio::sync::Mutex<()>,
     acme: crate::certs::acme::AcmeManager,
+    /// What the Kubernetes controller last asked for, merged into every load of the file.
+    cluster_fragment: Mutex<Option<Arc<gateway_config::RawConfig>>>,
 }
 
 impl Gateway {
@@ -99,6 +102,7 @@ impl Gateway {
                 config_path: PathBuf::from(&config.file),
                 reload_lock: tokio::sync::Mutex::new(()),
                 acme,
+                cluster_fragment: Mutex::new(None),
             }),
         };
         gateway.apply_admin(&config)?;
@@ -126,6 +130,9 @@ impl Gateway {
             }));
         if config.server.watch_config && gateway.inner.config_path.is_file() {
             watch::spawn(gateway.clone());
+        }
+        if let Some(k) = &config.kubernetes {
+            kubernetes::spawn(gateway.clone(), k.clone())?;
         }
         crate::memory::release_freed();
         Ok(gateway)
@@ -225,11 +232,70 @@ impl Gateway {
 
     async fn try_reload(&self) -> Result<(), GatewayError> {
         let path = self.inner.config_path.clone();
-        let config = tokio::task::spawn_blocking(move || gateway_config::load(&path))
-            .await
-            .map_err(|e| GatewayError::Internal(e.to_string()))??;
+        let fragment = self.cluster_fragment();
+        let config = tokio::task::spawn_blocking(move || {
+            gateway_config::load_with(&path, fragment.as_deref())
+        })
+        .await
+        .map_err(|e| GatewayError::Internal(e.to_string()))??;
         config.check_serves_something()?;
-        let config = Arc::new(config);
+        self.apply_config(Arc::new(config))
+    }
+
+    fn cluster_fragment(&self) -> Option<Arc<gateway_config::RawConfig>> {
+        self.inner
+            .cluster_fragment
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Applies what the Kubernetes controller made, merged with the running file's text (not
+    /// re-read: an edit in progress is the file watcher's business). On error the running
+    /// generation and the previous fragment stay.
+    pub(crate) async fn apply_cluster(
+        &self,
+        fragment: gateway_config::RawConfig,
+    ) -> Result<(), GatewayError> {
+        let _serial = self.inner.reload_lock.lock().await;
+        let current = self.generation().config.clone();
+        let fragment = Arc::new(fragment);
+        let extra = fragment.clone();
+        let config = tokio::task::spawn_blocking(move || {
+            gateway_config::load_str_with(
+                &current.source,
+                &current.file,
+                &current.base_dir,
+                Some(&extra),
+            )
+        })
+        .await
+        .map_err(|e| GatewayError::Internal(e.to_string()))??;
+        let result = self.apply_config(Arc::new(config));
+        let t = &self.inner.cx.telemetry;
+        match &result {
+            Ok(()) => {
+                *self
+                    .inner
+                    .cluster_fragment
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(fragment);
+                crate::memory::release_freed();
+                t.reloads_ok.inc();
+                tracing::info!("configuration from kubernetes applied");
+            }
+            Err(e) => {
+                t.reloads_failed.inc();
+                tracing::error!(error = %e, "configuration from kubernetes rejected; the running configuration stays");
+            }
+        }
+        result
+    }
+
+    /// Swaps in a validated configuration: a new generation, listeners, streams, certificates,
+    /// telemetry and admin, everything built before anything is swapped. Both the file reload
+    /// and the Kubernetes controller come through here.
+    fn apply_config(&self, config: Arc<Config>) -> Result<(), GatewayError> {
         let cx = &self.inner.cx;
         let generation = Arc::new(Generation::build(config.clone(), &cx.telemetry)?);
         // Built before anything is swapped, so a bad endpoint rejects the whole reload.

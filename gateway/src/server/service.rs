@@ -259,7 +259,14 @@ impl ConnService {
         };
         generation
             .router
-            .find_index(listener, req.method(), host, uri.path(), req.headers())
+            .find_index_query(
+                listener,
+                req.method(),
+                host,
+                uri.path(),
+                uri.query(),
+                req.headers(),
+            )
             .ok_or(StatusCode::NOT_FOUND)
     }
 

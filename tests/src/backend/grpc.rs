@@ -137,16 +137,22 @@ pub struct GrpcBackend {
 impl GrpcBackend {
     /// Starts an h2c server called `name`.
     pub async fn start(name: &str) -> Self {
-        Self::launch(name, None).await
+        Self::launch(name, None, "127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// Starts an h2c server called `name` on `addr` (port 0 for any).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> Self {
+        Self::launch(name, None, addr).await
     }
 
     /// Starts a TLS server called `name` with a certificate for localhost from `ca`.
     pub async fn start_tls(name: &str, ca: &crate::TestCa) -> Self {
-        Self::launch(name, Some(super::tls_acceptor(ca))).await
+        let any = "127.0.0.1:0".parse().expect("addr");
+        Self::launch(name, Some(super::tls_acceptor(ca)), any).await
     }
 
-    async fn launch(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    async fn launch(name: &str, tls: Option<tokio_rustls::TlsAcceptor>, addr: SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let echo = Echo(Arc::from(name));
         let task = tokio::spawn(async move {

@@ -58,8 +58,18 @@ impl TcpBackend {
         Self::start_tagged(Mode::Tag, false, tag).await
     }
 
+    /// Starts a [`Mode::Tag`] backend writing `tag`, on `addr` (port 0 for any).
+    pub async fn tag_on(tag: &str, addr: SocketAddr) -> Self {
+        Self::start_on(Mode::Tag, false, tag, addr).await
+    }
+
     async fn start_tagged(mode: Mode, proxy_protocol: bool, tag: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let any = "127.0.0.1:0".parse().expect("addr");
+        Self::start_on(mode, proxy_protocol, tag, any).await
+    }
+
+    async fn start_on(mode: Mode, proxy_protocol: bool, tag: &str, addr: SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(TcpState::default());
         let (st, tag) = (state.clone(), format!("{tag}\n"));

@@ -375,7 +375,12 @@ pub struct WsEcho {
 impl WsEcho {
     /// Starts the server.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Self::start_on("127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// Starts the server on `addr` (port 0 for any).
+    pub async fn start_on(addr: SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {

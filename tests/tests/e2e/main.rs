@@ -16,6 +16,7 @@ mod faults;
 mod forward_auth;
 mod h3;
 mod jwt;
+mod kubernetes;
 mod limits;
 mod observability;
 mod ocsp;

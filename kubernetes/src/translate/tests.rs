@@ -1,0 +1,352 @@
+//! Translation of hand-written snapshots.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use gateway_config::KubernetesConfig;
+use serde_json::json;
+
+use super::translate;
+use crate::watch::{Kind, Snapshot};
+
+fn config() -> KubernetesConfig {
+    KubernetesConfig {
+        kubeconfig: None,
+        controller_name: "gateway.dev/controller".into(),
+        listen_address: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)),
+        namespaces: Vec::new(),
+    }
+}
+
+fn cluster() -> Snapshot {
+    let mut s = Snapshot::default();
+    s.insert(
+        Kind::GatewayClass,
+        json!({
+        "metadata": {"name": "ours", "generation": 1},
+        "spec": {"controllerName": "gateway.dev/controller"}}),
+    );
+    s.insert(
+        Kind::GatewayClass,
+        json!({
+        "metadata": {"name": "theirs"}, "spec": {"controllerName": "example.com/other"}}),
+    );
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw", "generation": 2},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "http", "port": 8080, "protocol": "HTTP"},
+            {"name": "tls", "port": 9000, "protocol": "TLS"}]}}),
+    );
+    s.insert(
+        Kind::Service,
+        json!({
+        "metadata": {"namespace": "default", "name": "web"},
+        "spec": {"ports": [{"name": "http", "port": 80}]}}),
+    );
+    s.insert(
+        Kind::EndpointSlice,
+        json!({
+        "metadata": {"namespace": "default", "name": "web-1",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 9001}],
+        "endpoints": [
+            {"addresses": ["198.18.0.10"], "conditions": {"ready": true}},
+            {"addresses": ["198.18.0.11"], "conditions": {"ready": false}}]}),
+    );
+    s
+}
+
+fn route(rules: serde_json::Value) -> serde_json::Value {
+    json!({
+        "metadata": {"namespace": "default", "name": "r", "generation": 3,
+                     "creationTimestamp": "2026-12-07T00:00:00Z"},
+        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["a.example.com"], "rules": rules}})
+}
+
+#[test]
+fn gateway_listeners_and_routes() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}, "method": "GET",
+                      "headers": [{"name": "X-Env", "value": "canary"}]}],
+         "filters": [{"type": "RequestHeaderModifier",
+                      "requestHeaderModifier": {"set": [{"name": "X-From", "value": "gw"}]}}],
+         "backendRefs": [{"name": "web", "port": 80, "weight": 3}, {"name": "missing", "port": 80}],
+         "timeouts": {"request": "5s"}}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.report.classes.len(), 1);
+    let gw = &t.report.gateways[0];
+    assert!(gw.listeners[0].accepted.is_ok());
+    assert_eq!(gw.listeners[0].attached, 1);
+    assert_eq!(
+        gw.listeners[1].accepted.as_ref().unwrap_err().0,
+        "UnsupportedProtocol"
+    );
+    let f = &t.fragment;
+    assert_eq!(f.listeners.len(), 1);
+    assert_eq!(f.listeners[0].bind, "198.18.0.10:8080");
+    let up = &f.upstreams["kubernetes/default/web/80"];
+    assert_eq!(up.targets.len(), 1, "only the ready endpoint");
+    let r = &f.routes[0];
+    assert_eq!(r.matcher.host.as_deref(), Some("a.example.com"));
+    assert_eq!(r.matcher.path_prefix.as_deref(), Some("/api"));
+    assert_eq!(r.matcher.headers["x-env"], "canary");
+    let proxy = r.proxy.as_ref().unwrap();
+    assert_eq!(proxy.backends(), vec![("kubernetes/default/web/80", 3)]);
+    let parent = &t.report.routes[0].parents[0];
+    assert!(parent.accepted.is_ok());
+    assert_eq!(parent.resolved.as_ref().unwrap_err().0, "BackendNotFound");
+}
+
+#[test]
+fn unusable_backends_answer_500_and_kinds_are_checked() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"backendRefs": [{"group": "example.com", "kind": "Bucket", "name": "b"}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.fragment.routes[0].respond.as_ref().unwrap().status, 500);
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(parent.resolved.as_ref().unwrap_err().0, "InvalidKind");
+}
+
+#[test]
+fn cross_namespace_backends_need_a_reference_grant() {
+    let mut s = cluster();
+    s.insert(
+        Kind::Service,
+        json!({
+        "metadata": {"namespace": "other", "name": "web"},
+        "spec": {"ports": [{"port": 80}]}}),
+    );
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"backendRefs": [{"name": "web", "namespace": "other", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(parent.resolved.as_ref().unwrap_err().0, "RefNotPermitted");
+    s.insert(Kind::ReferenceGrant, json!({
+        "metadata": {"namespace": "other", "name": "g"},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "default"}],
+                 "to": [{"group": "", "kind": "Service"}]}}));
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    assert!(t.report.routes[0].parents[0].resolved.is_ok());
+}
+
+#[test]
+fn listener_hostnames_restrict_routes() {
+    let mut s = cluster();
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "http", "port": 8080, "protocol": "HTTP", "hostname": "b.example.com"}]}}),
+    );
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([{"backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(
+        parent.accepted.as_ref().unwrap_err().0,
+        "NoMatchingListenerHostname"
+    );
+    assert!(t.fragment.routes.is_empty());
+}
+
+#[test]
+fn precedence_puts_exact_and_longer_paths_first() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+         "backendRefs": [{"name": "web", "port": 80}]},
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/long/er"}},
+                     {"path": {"type": "Exact", "value": "/x"}}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let order: Vec<_> = t
+        .fragment
+        .routes
+        .iter()
+        .map(|r| {
+            r.matcher
+                .path
+                .clone()
+                .or(r.matcher.path_prefix.clone())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(order, ["/x", "/long/er", "/"]);
+}
+
+#[test]
+fn a_route_the_loader_refuses_costs_only_itself() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([{"backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    // Past the CRD's own validation only in a hand-made snapshot: a path without its `/`.
+    s.insert(
+        Kind::HttpRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "bad"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"path": {"type": "Exact", "value": "no-slash"}}],
+                            "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    );
+    let mut t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.fragment.routes.len(), 2);
+    super::prune(&mut t);
+    assert_eq!(t.fragment.routes.len(), 1);
+    assert!(
+        t.fragment.routes[0]
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("kubernetes/default/r/")
+    );
+    let bad = t.report.routes.iter().find(|r| r.key.1 == "bad").unwrap();
+    assert_eq!(
+        bad.parents[0].accepted.as_ref().unwrap_err().0,
+        "UnsupportedValue"
+    );
+    let good = t.report.routes.iter().find(|r| r.key.1 == "r").unwrap();
+    assert!(good.parents[0].accepted.is_ok());
+}
+
+#[test]
+fn grpc_methods_become_paths_and_backends_speak_h2c() {
+    let mut s = cluster();
+    s.insert(
+        Kind::GrpcRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "g"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"method": {"service": "pkg.Svc", "method": "Get"}},
+                                        {"method": {"service": "pkg.Svc"}}],
+                            "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let paths: Vec<_> = t
+        .fragment
+        .routes
+        .iter()
+        .map(|r| {
+            r.matcher
+                .path
+                .clone()
+                .or(r.matcher.path_prefix.clone())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(paths, ["/pkg.Svc/Get", "/pkg.Svc/"]);
+    let up = &t.fragment.upstreams["kubernetes/default/web/80/h2c"];
+    assert_eq!(up.protocol, gateway_config::model::UpstreamProtocol::H2c);
+    assert_eq!(t.report.routes[0].kind, Kind::GrpcRoute);
+}
+
+#[test]
+fn query_matches_become_query_conditions() {
+    let mut s = cluster();
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
+         "backendRefs": [{"name": "web", "port": 80}]},
+        {"matches": [{"queryParams": [{"type": "RegularExpression", "name": "v", "value": "."}]}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(parent.accepted.as_ref().unwrap_err().0, "UnsupportedValue");
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    assert_eq!(t.fragment.routes[0].matcher.query["v"], "2");
+}
+
+#[test]
+fn routes_from_other_namespaces_need_the_listener_to_allow_them() {
+    let mut s = cluster();
+    let mut r =
+        route(json!([{"backendRefs": [{"name": "web", "port": 80, "namespace": "default"}]}]));
+    r["metadata"]["namespace"] = json!("team");
+    r["spec"]["parentRefs"] = json!([{"name": "gw", "namespace": "default"}]);
+    s.insert(Kind::HttpRoute, r.clone());
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert_eq!(
+        parent.accepted.as_ref().unwrap_err().0,
+        "NotAllowedByListeners"
+    );
+    // Only the Gateway's own listener changes: `from: All`.
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "http", "port": 8080, "protocol": "HTTP",
+             "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let parent = &t.report.routes[0].parents[0];
+    assert!(parent.accepted.is_ok());
+    assert_eq!(parent.resolved.as_ref().unwrap_err().0, "RefNotPermitted");
+}
+
+#[test]
+fn udp_routes_become_weighted_streams() {
+    let mut s = cluster();
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "http", "port": 53, "protocol": "HTTP"}]}}),
+    );
+    s.insert(
+        Kind::UdpRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "dns"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"backendRefs": [{"name": "web", "port": 80, "weight": 3}]}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    // UDP and TCP ports are apart: both listeners are accepted.
+    assert!(
+        t.report.gateways[0]
+            .listeners
+            .iter()
+            .all(|l| l.accepted.is_ok())
+    );
+    let stream = &t.fragment.streams[0];
+    assert_eq!(stream.bind, "198.18.0.10:53");
+    assert_eq!(stream.protocol, gateway_config::model::StreamProtocol::Udp);
+    let up = &t.fragment.upstreams[stream.upstream.as_deref().unwrap()];
+    assert!(matches!(
+        &up.targets[0],
+        gateway_config::model::TargetConfig::Weighted { weight: 3, .. }
+    ));
+    assert_eq!(t.report.routes[0].kind, Kind::UdpRoute);
+    assert_eq!(t.report.gateways[0].listeners[0].attached, 1);
+}
