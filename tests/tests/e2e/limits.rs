@@ -239,14 +239,15 @@ fn metric(admin: u16, name: &str) -> Option<u64> {
 /// test's connections count toward its burst) on `rest` of a config, with a burst of 500
 /// connections and the admin API on port `admin`. The directory holds the config.
 fn gateway_with_burst_of_500(admin: u16, rest: &str) -> (Child, tempfile::TempDir) {
+    gateway_process(&format!(
+        "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\n{rest}"
+    ))
+}
+
+/// The gateway binary in a process of its own on `config`; the directory holds the config.
+fn gateway_process(config: &str) -> (Child, tempfile::TempDir) {
     let dir = temp_dir();
-    let cfg = write_file(
-        dir.path(),
-        "g.yaml",
-        format!(
-            "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\n{rest}"
-        ),
-    );
+    let cfg = write_file(dir.path(), "g.yaml", config);
     let child = Command::new(gateway_binary())
         .args(["run", "--config"])
         .arg(&cfg)
@@ -435,23 +436,9 @@ fn idle_and_slow_connections_each_cost_the_gateway_a_few_kilobytes() {
         return;
     }
     let port = reserved_port();
-    let dir = temp_dir();
-    let cfg = write_file(
-        dir.path(),
-        "g.yaml",
-        format!(
-            "server: {{ watch_config: false, release_memory_after_burst: 0 }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\n    header_read_timeout: 60s\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
-        ),
-    );
-    let child = Child(
-        Command::new(gateway_binary())
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (child, _dir) = gateway_process(&format!(
+        "server: {{ watch_config: false, release_memory_after_burst: 0 }}\nlisteners:\n  - name: a\n    bind: 127.0.0.1:{port}\n    header_read_timeout: 60s\nroutes:\n  - match: {{ path: /hello }}\n    respond: {{ body: hi }}\n"
+    ));
     let pid = child.0.id();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !get_hello(port).is_some_and(|o| o.starts_with("HTTP/1.1 200")) {

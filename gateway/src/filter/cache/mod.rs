@@ -14,6 +14,7 @@ mod control;
 pub mod disk;
 mod fresh;
 mod lookup;
+mod metrics;
 mod revalidate;
 mod serve;
 pub mod store;

@@ -16,9 +16,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::disk::{Disk, DiskFill, Guard, Stored, body::FileBody};
+use super::metrics::TierMetrics;
 use crate::body::Body;
 use crate::per_gateway::PerGateway;
-use crate::telemetry::{Counter, Gauge, Registry};
+use crate::telemetry::{Counter, Registry};
 
 /// What a store counts for each object beside its body, head and keys (the map entries, the
 /// LRU entry, the `Arc`).
@@ -152,10 +153,7 @@ struct Inner {
 
 /// The store's series.
 struct Metrics {
-    bytes: Gauge,
-    objects: Gauge,
-    evictions: Counter,
-    writes: Counter,
+    tier: TierMetrics,
     purged: Counter,
 }
 
@@ -202,26 +200,7 @@ impl Store {
             inflight: Mutex::default(),
             disk: ArcSwapOption::empty(),
             metrics: Metrics {
-                bytes: registry.gauge(
-                    "gateway_cache_bytes",
-                    "Bytes the cache's objects take, by cache and tier.",
-                    &labels,
-                ),
-                objects: registry.gauge(
-                    "gateway_cache_objects",
-                    "Objects in the cache, by cache and tier.",
-                    &labels,
-                ),
-                evictions: registry.counter(
-                    "gateway_cache_evictions_total",
-                    "Objects evicted to keep the cache within its bound, by cache and tier.",
-                    &labels,
-                ),
-                writes: registry.counter(
-                    "gateway_cache_writes_total",
-                    "Objects written to a tier, by cache and tier.",
-                    &labels,
-                ),
+                tier: TierMetrics::new(registry, &labels),
                 purged: registry.counter(
                     "gateway_cache_purged_total",
                     "Objects removed by the admin API's purge, by cache.",
@@ -350,8 +329,8 @@ impl Store {
         inner.bytes += size;
         inner.objects += 1;
         let evicted = Self::evict(inner, capacity);
-        self.metrics.evictions.add(evicted as u64);
-        self.metrics.writes.inc();
+        self.metrics.tier.evictions.add(evicted as u64);
+        self.metrics.tier.writes.inc();
         self.publish(inner);
         true
     }
@@ -499,8 +478,8 @@ impl Store {
     }
 
     fn publish(&self, inner: &Inner) {
-        self.metrics.bytes.set(inner.bytes as i64);
-        self.metrics.objects.set(inner.objects as i64);
+        self.metrics.tier.bytes.set(inner.bytes as i64);
+        self.metrics.tier.objects.set(inner.objects as i64);
     }
 
     /// Sets the bound, evicting what exceeds it.
@@ -508,7 +487,7 @@ impl Store {
         *lock(&self.capacity) = capacity;
         let mut inner = lock(&self.inner);
         let evicted = Self::evict(&mut inner, capacity);
-        self.metrics.evictions.add(evicted as u64);
+        self.metrics.tier.evictions.add(evicted as u64);
         self.publish(&inner);
     }
 

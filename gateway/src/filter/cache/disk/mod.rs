@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use http::HeaderMap;
 
+use super::metrics::TierMetrics;
 use super::store::{Object, Payload};
-use crate::telemetry::{Counter, Gauge, Registry};
+use crate::telemetry::{Counter, Registry};
 use file::{Id, Opened};
 use index::Index;
 pub use writer::{DiskFill, Guard, PathMatch};
@@ -56,10 +57,7 @@ impl Stored {
 }
 
 struct Metrics {
-    bytes: Gauge,
-    objects: Gauge,
-    evictions: Counter,
-    writes: Counter,
+    tier: TierMetrics,
     failed_io: Counter,
     failed_busy: Counter,
     rejected: Counter,
@@ -155,26 +153,7 @@ impl Disk {
             capacity: AtomicU64::new(capacity),
             index: Mutex::default(),
             metrics: Metrics {
-                bytes: registry.gauge(
-                    "gateway_cache_bytes",
-                    "Bytes the cache's objects take, by cache and tier.",
-                    &labels,
-                ),
-                objects: registry.gauge(
-                    "gateway_cache_objects",
-                    "Objects in the cache, by cache and tier.",
-                    &labels,
-                ),
-                evictions: registry.counter(
-                    "gateway_cache_evictions_total",
-                    "Objects evicted to keep the cache within its bound, by cache and tier.",
-                    &labels,
-                ),
-                writes: registry.counter(
-                    "gateway_cache_writes_total",
-                    "Objects written to a tier, by cache and tier.",
-                    &labels,
-                ),
+                tier: TierMetrics::new(registry, &labels),
                 failed_io: failed("io"),
                 failed_busy: failed("busy"),
                 rejected: registry.counter(
@@ -382,8 +361,8 @@ impl Drop for Disk {
 
 impl Files {
     fn publish(&self, index: &Index) {
-        self.metrics.bytes.set(index.bytes() as i64);
-        self.metrics.objects.set(index.len() as i64);
+        self.metrics.tier.bytes.set(index.bytes() as i64);
+        self.metrics.tier.objects.set(index.len() as i64);
     }
 
     /// Removes an unreadable file and counts it.
@@ -409,7 +388,7 @@ impl Files {
             self.publish(&index);
             gone
         };
-        self.metrics.evictions.add(gone.len() as u64);
+        self.metrics.tier.evictions.add(gone.len() as u64);
         for id in gone {
             let _ = std::fs::remove_file(id.path(&self.root));
         }
@@ -495,7 +474,7 @@ mod tests {
         let disk = Disk::start("t", dir.path(), 1 << 20, &registry).unwrap();
         assert!(disk.write("a", "", object("/a", b"body of a"), None));
         assert!(disk.write("b", "", object("/b", b"body of b"), None));
-        until("two writes", || disk.tier.metrics.writes.get() == 2).await;
+        until("two writes", || disk.tier.metrics.tier.writes.get() == 2).await;
         let id = disk.lookup("a", &h).expect("indexed once written");
         let whole = disk.load(id, 1 << 20).await.unwrap();
         assert!(matches!(whole.body, Payload::Memory(_)));
@@ -551,7 +530,7 @@ mod tests {
         for (i, k) in ["k0", "k1", "k2", "k3", "k4"].into_iter().enumerate() {
             assert!(disk.write(k, "", object(&format!("/p/{k}"), body), None));
             until("the write", || {
-                disk.tier.metrics.writes.get() == i as u64 + 1
+                disk.tier.metrics.tier.writes.get() == i as u64 + 1
             })
             .await;
             if k == "k2" {
@@ -563,7 +542,7 @@ mod tests {
             .map(|f| std::fs::metadata(f).unwrap().len())
             .sum();
         assert!(total <= 3 * 1100, "{total} bytes on disk");
-        assert_eq!(disk.tier.metrics.evictions.get(), 2);
+        assert_eq!(disk.tier.metrics.tier.evictions.get(), 2);
         assert!(disk.lookup("k0", &h).is_some(), "used: kept");
         assert!(disk.lookup("k1", &h).is_none() && disk.lookup("k2", &h).is_none());
         assert!(!disk.write("huge", "", object("/huge", &[0; 4000]), None));
@@ -572,7 +551,7 @@ mod tests {
         let purged = disk.purge(Arc::new(|p: &str| p.starts_with("/p/")));
         assert_eq!(purged.len(), 2);
         until("the files to go", || files(dir.path()).is_empty()).await;
-        assert_eq!(disk.tier.metrics.bytes.get(), 0);
+        assert_eq!(disk.tier.metrics.tier.bytes.get(), 0);
     }
 
     #[tokio::test]
@@ -588,7 +567,7 @@ mod tests {
         fill.finish(None);
         let mut gone = disk.begin_fill("g", "", object("/g", b"")).unwrap();
         assert!(gone.push(Bytes::from_static(b"half of it")));
-        until("the fill", || disk.tier.metrics.writes.get() == 1).await;
+        until("the fill", || disk.tier.metrics.tier.writes.get() == 1).await;
         drop(gone);
         let id = disk.lookup("s", &h).expect("indexed once ended");
         let loaded = disk.load(id, 0).await.unwrap();
@@ -626,10 +605,10 @@ mod tests {
         let kept = Id::of("kept", "").path(dir.path());
         // The writer runs the jobs in order: what was written before the purge goes after.
         until("the writer", || {
-            disk.tier.metrics.writes.get() == 102 && files(dir.path()) == [kept.clone()]
+            disk.tier.metrics.tier.writes.get() == 102 && files(dir.path()) == [kept.clone()]
         })
         .await;
         assert!(disk.lookup("kept", &h).is_some());
-        assert_eq!(disk.tier.metrics.objects.get(), 1);
+        assert_eq!(disk.tier.metrics.tier.objects.get(), 1);
     }
 }

@@ -235,7 +235,7 @@ fn stored(
         let _ = std::fs::remove_file(id.path(&tier.root));
         return;
     }
-    tier.metrics.writes.inc();
+    tier.metrics.tier.writes.inc();
     let unreachable = lock(&tier.index).insert(id, primary, variant, object, size, None);
     for id in unreachable {
         let _ = std::fs::remove_file(id.path(&tier.root));
