@@ -78,18 +78,21 @@ impl WriteGather {
         }
     }
 
-    /// Marks `n` more bytes written; an emptied buffer goes back to the thread's spare.
+    /// Marks `n` more bytes written; an emptied buffer goes back to the thread's spare, or to
+    /// the allocator when the spare slot is taken: kept, it would stay with its connection for
+    /// good, and every connection that once gathered beside another would hold one.
     fn advance(&mut self, n: usize) {
         self.sent += n;
         if self.sent == self.buf.len() {
             self.sent = 0;
-            self.buf.clear();
+            let mut emptied = std::mem::take(&mut self.buf);
+            emptied.clear();
             let spare = SPARE.take();
-            if spare.capacity() == 0 {
-                SPARE.set(std::mem::take(&mut self.buf));
+            SPARE.set(if spare.capacity() == 0 {
+                emptied
             } else {
-                SPARE.set(spare);
-            }
+                spare
+            });
         }
     }
 
@@ -282,6 +285,29 @@ mod tests {
         assert!(
             g.buf.capacity() == 0,
             "the emptied buffer went back to the spare"
+        );
+    }
+
+    #[test]
+    fn connections_gathering_at_once_keep_no_buffer_once_written() {
+        let (mut a, mut b) = (WriteGather::default(), WriteGather::default());
+        let mut r = Recorder::default();
+        {
+            let _d = Deferring::start();
+            let _ = write(&mut a, &mut r, b"frames of one connection");
+            let _ = write(&mut b, &mut r, b"frames of another");
+            assert!(a.buf.capacity() > 0 && b.buf.capacity() > 0);
+        }
+        assert!(flush(&mut a, &mut r).is_ready());
+        assert!(flush(&mut b, &mut r).is_ready());
+        assert_eq!(
+            (a.buf.capacity(), b.buf.capacity()),
+            (0, 0),
+            "a written connection keeps no gathering buffer"
+        );
+        assert!(
+            SPARE.take().capacity() >= GATHER_LIMIT,
+            "one is the thread's spare"
         );
     }
 
