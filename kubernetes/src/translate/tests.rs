@@ -58,6 +58,21 @@ fn cluster() -> Snapshot {
     s
 }
 
+/// Each translated route's path or path prefix, in the fragment's order.
+fn route_paths(t: &super::Translation) -> Vec<String> {
+    t.fragment
+        .routes
+        .iter()
+        .map(|r| {
+            r.matcher
+                .path
+                .clone()
+                .or(r.matcher.path_prefix.clone())
+                .expect("a path condition")
+        })
+        .collect()
+}
+
 fn route(rules: serde_json::Value) -> serde_json::Value {
     json!({
         "metadata": {"namespace": "default", "name": "r", "generation": 3,
@@ -178,18 +193,7 @@ fn precedence_puts_exact_and_longer_paths_first() {
          "backendRefs": [{"name": "web", "port": 80}]}])),
     );
     let t = translate(&s, &config(), std::path::Path::new("."));
-    let order: Vec<_> = t
-        .fragment
-        .routes
-        .iter()
-        .map(|r| {
-            r.matcher
-                .path
-                .clone()
-                .or(r.matcher.path_prefix.clone())
-                .unwrap()
-        })
-        .collect();
+    let order = route_paths(&t);
     assert_eq!(order, ["/x", "/long/er", "/"]);
 }
 
@@ -242,18 +246,7 @@ fn grpc_methods_become_paths_and_backends_speak_h2c() {
                             "backendRefs": [{"name": "web", "port": 80}]}]}}),
     );
     let t = translate(&s, &config(), std::path::Path::new("."));
-    let paths: Vec<_> = t
-        .fragment
-        .routes
-        .iter()
-        .map(|r| {
-            r.matcher
-                .path
-                .clone()
-                .or(r.matcher.path_prefix.clone())
-                .unwrap()
-        })
-        .collect();
+    let paths = route_paths(&t);
     assert_eq!(paths, ["/pkg.Svc/Get", "/pkg.Svc/"]);
     let up = &t.fragment.upstreams["kubernetes/default/web/80/h2c"];
     assert_eq!(up.protocol, gateway_config::model::UpstreamProtocol::H2c);

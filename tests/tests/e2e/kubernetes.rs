@@ -87,6 +87,17 @@ fn condition<'a>(conditions: &'a Value, kind: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// Waits until the route at `path` (of the default namespace, in the Gateway API group) reports
+/// `Accepted` for its first parent.
+async fn route_accepted(k: &KubeCluster, what: &str, path: &str) {
+    eventually(what, || async {
+        let r = k.get(&format!("{GW_API}/namespaces/default/{path}")).await;
+        let c = condition(&r["status"]["parents"][0]["conditions"], "Accepted");
+        (c["status"] == "True").then_some(()).ok_or(format!("{r}"))
+    })
+    .await;
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind(SocketAddr::new(NODE_IP, 0))
         .and_then(|l| l.local_addr())
@@ -703,13 +714,11 @@ fn the_deploy_rbac_is_enough_for_the_controller() {
             body_is(addr, "any", "/", "a")
         })
         .await;
-        eventually("status written with the deploy's permissions", || async {
-            let r = k
-                .get(&format!("{GW_API}/namespaces/default/httproutes/app"))
-                .await;
-            let c = condition(&r["status"]["parents"][0]["conditions"], "Accepted");
-            (c["status"] == "True").then_some(()).ok_or(format!("{r}"))
-        })
+        route_accepted(
+            &k,
+            "status written with the deploy's permissions",
+            "httproutes/app",
+        )
         .await;
         gw.shutdown().await;
     });
@@ -762,14 +771,7 @@ fn grpc_routes_reach_h2c_backends() {
                 .ok_or(format!("{reply:?}"))
         })
         .await;
-        eventually("GRPCRoute status", || async {
-            let r = k
-                .get(&format!("{GW_API}/namespaces/default/grpcroutes/echo"))
-                .await;
-            let c = condition(&r["status"]["parents"][0]["conditions"], "Accepted");
-            (c["status"] == "True").then_some(()).ok_or(format!("{r}"))
-        })
-        .await;
+        route_accepted(&k, "GRPCRoute status", "grpcroutes/echo").await;
         gw.shutdown().await;
     });
 }

@@ -519,14 +519,14 @@ pub fn get_or_insert(registry: &Arc<Registry>, name: &str, capacity: usize) -> A
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn object(body: usize, path: &str) -> Object {
+impl Object {
+    /// A `200` for `path` with `body`, no header and no `Vary`, fresh for a minute from now: what
+    /// the cache's unit tests store.
+    pub(crate) fn sample(path: &str, body: Bytes) -> Self {
         Object {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
-            body: Payload::Memory(Bytes::from(vec![b'x'; body])),
+            body: Payload::Memory(body),
             path: path.into(),
             stored: Instant::now(),
             initial_age: Duration::ZERO,
@@ -536,6 +536,15 @@ mod tests {
             stale_if_error: Duration::ZERO,
             vary: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(body: usize, path: &str) -> Object {
+        Object::sample(path, Bytes::from(vec![b'x'; body]))
     }
 
     #[test]

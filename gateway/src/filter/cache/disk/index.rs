@@ -201,27 +201,14 @@ impl Index {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use bytes::Bytes;
-    use http::StatusCode;
 
-    use super::super::super::store::Payload;
     use super::*;
 
     fn object(path: &str, vary: &[&'static str]) -> Object {
         Object {
-            status: StatusCode::OK,
-            headers: HeaderMap::new(),
-            body: Payload::Memory(Bytes::new()),
-            path: path.into(),
-            stored: tokio::time::Instant::now(),
-            initial_age: Duration::ZERO,
-            lifetime: Duration::from_secs(60),
-            always_revalidate: false,
-            stale_while_revalidate: Duration::ZERO,
-            stale_if_error: Duration::ZERO,
             vary: vary.iter().map(|v| HeaderName::from_static(v)).collect(),
+            ..Object::sample(path, Bytes::new())
         }
     }
 

@@ -412,25 +412,12 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use http::StatusCode;
     use http_body_util::BodyExt;
 
     use super::*;
 
     fn object(path: &str, body: &'static [u8]) -> Arc<Object> {
-        Arc::new(Object {
-            status: StatusCode::OK,
-            headers: HeaderMap::new(),
-            body: Payload::Memory(Bytes::from_static(body)),
-            path: path.into(),
-            stored: tokio::time::Instant::now(),
-            initial_age: Duration::ZERO,
-            lifetime: Duration::from_secs(60),
-            always_revalidate: false,
-            stale_while_revalidate: Duration::ZERO,
-            stale_if_error: Duration::ZERO,
-            vary: Vec::new(),
-        })
+        Arc::new(Object::sample(path, Bytes::from_static(body)))
     }
 
     /// Waits (on real time: the writer and the scan are threads) until `done`.
