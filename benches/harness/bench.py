@@ -129,7 +129,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--gateway",
         type=Path,
-        default=REPO / "target/release/gateway",
+        default=REPO / "target/dist/gateway",
         help="the gateway binary under test",
     )
     p.add_argument(
@@ -138,8 +138,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="another gateway binary, run interleaved with --gateway (as gateway-other)",
     )
-    p.add_argument("--hyper", type=Path, default=REPO / "target/release/hyper_hello")
-    p.add_argument("--h3load", type=Path, default=REPO / "target/release/h3load")
+    p.add_argument("--hyper", type=Path, default=REPO / "target/dist/hyper_hello")
+    p.add_argument("--h3load", type=Path, default=REPO / "target/dist/h3load")
     p.add_argument(
         "--pingora",
         type=Path,
@@ -152,7 +152,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--jwt-fixture",
         type=Path,
-        default=REPO / "target/release/jwt_fixture",
+        default=REPO / "target/dist/jwt_fixture",
         help="writes the key set and prints the token of the `jwt` variant (built by run.sh)",
     )
     p.add_argument(

@@ -3,7 +3,7 @@
 (and h2o over TLS HTTP/2), a fresh server for every cell so that no cell inherits another's heap.
 
     python3 benches/harness/conns.py --servers gateway,nginx,h2o --cells plain,tls,h2,slow,idle \\
-        --gateway target/release/gateway --rounds 1
+        --gateway target/dist/gateway --rounds 1
 
 Cells (the server on the server CPU, the load on the load CPU, as bench.py runs them):
 
@@ -132,7 +132,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--servers", default="gateway,nginx,h2o", help="of " + ",".join(KINDS))
     p.add_argument("--cells", default=",".join(CELLS), help="of " + ",".join(CELLS))
-    p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
+    p.add_argument("--gateway", type=Path, default=REPO / "target/dist/gateway")
     p.add_argument("--rounds", type=int, default=1, help="each cell this many times per server")
     p.add_argument("--conns", type=int, default=10000, help="connections per cell")
     p.add_argument("--duration", type=int, default=10, help="seconds of wrk and h2load load")

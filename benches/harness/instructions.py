@@ -167,13 +167,13 @@ def measure_build(
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
+    p.add_argument("--gateway", type=Path, default=REPO / "target/dist/gateway")
     p.add_argument("--compare", type=Path, help="another build, measured after the first")
     p.add_argument("--scenario", default="hello", help="a wrk or h2load scenario of the harness")
     p.add_argument(
         "--jwt-fixture",
         type=Path,
-        default=REPO / "target/release/jwt_fixture",
+        default=REPO / "target/dist/jwt_fixture",
         help="writes the key set and prints the token of the `jwt` variant",
     )
     p.add_argument("--conns", type=int, help="default: the scenario's quick concurrency")

@@ -1,7 +1,7 @@
 """Single-connection TCP throughput through an L4 proxy: the gateway's `streams` against nginx
 `stream` and HAProxy `mode tcp`, each on one core.
 
-    python3 benches/harness/l4_bulk.py [--gateway target/release/gateway] [--rounds 5]
+    python3 benches/harness/l4_bulk.py [--gateway target/dist/gateway] [--rounds 5]
                                        [--seconds 5] [--csv out.csv]
 
 An iperf3 server (the sink) and the iperf3 client run on CPU 0, the proxy under test on CPU 1.
@@ -109,7 +109,7 @@ def iperf(port: int, seconds: int, reverse: bool) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gateway", default="target/release/gateway")
+    ap.add_argument("--gateway", default="target/dist/gateway")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--csv", default="")

@@ -2,7 +2,7 @@
 """Writes gateway/link-order.txt, the order in which the release link lays out the functions
 the gateway runs (gateway/build.rs hands it to lld as `--symbol-ordering-file`).
 
-    python3 benches/harness/link_order.py [--gateway target/release/gateway]
+    python3 benches/harness/link_order.py [--gateway target/dist/gateway]
 
 Why: the plain link spreads the ~2.6 MB of code a gateway runs over a 22 MB `.text`, and the
 kernel maps 64 KiB around every page it faults in, so an idle gateway had ~6 MB of its own code
@@ -51,12 +51,12 @@ def log(msg: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gateway", type=Path, default=REPO / "target/release/gateway")
+    p.add_argument("--gateway", type=Path, default=REPO / "target/dist/gateway")
     p.add_argument(
         "--plugin", type=Path, default=REPO / "plugins/target/wasm32-wasip1/release/add_header.wasm"
     )
-    p.add_argument("--h3load", type=Path, default=REPO / "target/release/h3load")
-    p.add_argument("--jwt-fixture", type=Path, default=REPO / "target/release/jwt_fixture")
+    p.add_argument("--h3load", type=Path, default=REPO / "target/dist/h3load")
+    p.add_argument("--jwt-fixture", type=Path, default=REPO / "target/dist/jwt_fixture")
     p.add_argument("--out", type=Path, default=REPO / "gateway/link-order.txt")
     p.add_argument("--port-base", type=int, default=29000)
     p.add_argument("--requests", type=int, default=2000, help="requests per path and protocol")
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (valgrind: apt-get install valgrind)")
     if not args.gateway.is_file():
-        sys.exit(f"no gateway binary at {args.gateway}: cargo build --release -p gateway")
+        sys.exit(f"no gateway binary at {args.gateway}: cargo build --profile dist -p gateway")
 
     work = Path(tempfile.mkdtemp(prefix="gateway-link-order-"))
     env = prepare_files(work)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A profile-guided release build of the gateway:
+# A profile-guided `dist` build of the gateway:
 #
 #   bash benches/harness/pgo.sh            # prints the path of the optimised binary
 #
@@ -10,7 +10,7 @@
 #    LLVM as rustc);
 # 4. builds the gateway again with `-Cprofile-use`.
 #
-# Why: the plain release build spreads a request's code over so much of `.text` that callgrind
+# Why: the plain build spreads a request's code over so much of `.text` that callgrind
 # counts ~100 instruction-cache misses per `respond` request; with the profile, LLVM lays hot
 # code out together and inlines by measured frequency (docs/performance-log.md, "Profile-guided
 # build"). The profile comes from the benchmark's own scenarios, so the gain it shows is an
@@ -39,14 +39,14 @@ fi
 
 log "building the instrumented gateway"
 RUSTFLAGS="-Cprofile-generate=$pgo_dir/data" CARGO_TARGET_DIR="$pgo_dir/gen" \
-  cargo build --release -p gateway >&2
+  cargo build --profile dist -p gateway >&2
 
 log "training: the harness's quick pass with the instrumented gateway alone"
 rm -rf "$pgo_dir/data"
 mkdir -p "$pgo_dir/data"
 python3 benches/harness/bench.py --quick --servers gateway \
-  --gateway "$pgo_dir/gen/release/gateway" \
-  --hyper "$target_dir/release/hyper_hello" --h3load "$target_dir/release/h3load" \
+  --gateway "$pgo_dir/gen/dist/gateway" \
+  --hyper "$target_dir/dist/hyper_hello" --h3load "$target_dir/dist/h3load" \
   --no-report --out "$pgo_dir/training.csv" --label "PGO training run" >&2
 
 "$profdata" merge -o "$pgo_dir/merged.profdata" "$pgo_dir/data"
@@ -57,5 +57,5 @@ mv "$pgo_dir/merged.profdata" "$profile"
 
 log "building the gateway with the profile ($hash)"
 RUSTFLAGS="-Cprofile-use=$profile" CARGO_TARGET_DIR="$pgo_dir/use" \
-  cargo build --release -p gateway >&2
-echo "$pgo_dir/use/release/gateway"
+  cargo build --profile dist -p gateway >&2
+echo "$pgo_dir/use/dist/gateway"

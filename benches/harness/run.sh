@@ -5,11 +5,11 @@
 #                               [--compare /path/to/other/gateway] [--rounds N] [--duration S]
 #                               [--no-install] [--no-build] [--pgo] [other options of bench.py]
 #
-# Installs what is missing (idempotently), builds the release binaries, then hands over to
+# Installs what is missing (idempotently), builds the `dist` binaries, then hands over to
 # bench.py, which starts the peers and the gateway, runs the scenarios and writes
 # benches/results/<id>.csv, LATEST.csv and the report (docs/benchmarks.md, docs/bench/*.png).
 # `python3 benches/harness/bench.py --help` lists every option; `--list` the scenarios.
-# `--pgo` measures a profile-guided build of the gateway instead of the plain release build
+# `--pgo` measures a profile-guided build of the gateway instead of the plain `dist` build
 # (benches/harness/pgo.sh: about 25 minutes more the first time).
 set -euo pipefail
 
@@ -61,14 +61,15 @@ fi
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 if [ "$build" = 1 ]; then
-  # Fat LTO makes this slow the first time; cargo skips it when nothing changed.
-  log "building the gateway (release)"
-  cargo build --release -p gateway
+  # The `dist` profile (fat LTO, one codegen unit) is what is packaged, so it is what is
+  # measured; it is slow the first time and cargo skips it when nothing changed.
+  log "building the gateway (dist profile)"
+  cargo build --profile dist -p gateway
   # hyper_hello (the floor of the hello scenario), h3load (the HTTP/3 load generator, when
   # the tree has it) and jwt_fixture (the key set and token of the jwt variant) live in the
   # benches crate.
-  log "building hyper_hello, h3load and jwt_fixture (release)"
-  cargo build --release -p gateway-benches --bins
+  log "building hyper_hello, h3load and jwt_fixture (dist profile)"
+  cargo build --profile dist -p gateway-benches --bins
   # The Pingora peer: its own Cargo project and target dir, so that its dependencies stay out
   # of the workspace's lock file; bench.py skips Pingora without it.
   log "building the Pingora peer (release)"
@@ -85,7 +86,7 @@ fi
 # in every server: raise the soft limit to the hard one for everything started from here.
 ulimit -n "$(ulimit -Hn)"
 
-gateway="$target_dir/release/gateway"
+gateway="$target_dir/dist/gateway"
 if [ "$pgo" = 1 ]; then
   log "building the profile-guided gateway"
   gateway="$(bash benches/harness/pgo.sh)"
@@ -94,7 +95,7 @@ fi
 # Defaults first, so that the caller's own --gateway/--hyper/--h3load win (argparse keeps the last).
 exec python3 benches/harness/bench.py \
   --gateway "$gateway" \
-  --hyper "$target_dir/release/hyper_hello" \
-  --h3load "$target_dir/release/h3load" \
+  --hyper "$target_dir/dist/hyper_hello" \
+  --h3load "$target_dir/dist/h3load" \
   --pingora "$target_dir/pingora/release/pingora-proxy-peer" \
   "${args[@]}"

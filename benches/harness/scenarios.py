@@ -139,6 +139,12 @@ SCENARIOS = [
     Scenario("compress-gzip", f"Proxied {TEXT_SIZE // 1024} KiB JSON gzip-compressed on the way "
              f"(level {GZIP_LEVEL}), keep-alive", "wrk", "http", f"/text/{TEXT_FILE}", "compress",
              [50], [50], headers=["Accept-Encoding: gzip"], peers=["gateway", "nginx"]),
+    # A shared cache in front of the backend, every request a hit once the first stored the
+    # object: the gateway's `cache` filter (memory) against nginx's `proxy_cache` (its files,
+    # read through the page cache). The backend marks the file cacheable (`max-age`).
+    Scenario("cache-hit", "Cached 1 KiB answer of the backend (a hit every request), keep-alive",
+             "wrk", "http", "/cached/1k.bin", "cache", [50, 200], [200], body_size=1024,
+             peers=["gateway", "nginx"]),
     # A redirect made from the request (the path's prefix replaced, host and query kept): what
     # a `redirect` route costs beside `hello`'s fixed answer.
     Scenario("redirect", "Redirect (301, Location from the request's host and path), keep-alive",

@@ -33,7 +33,7 @@ CAPABILITIES = {
     "hyper": {"hello"},
     "gateway": {"hello", "static", "static-small", "proxy", "tls", "h2", "l4", "native"},
     "nginx": {"hello", "static", "static-small", "proxy", "api-route", "api-cors", "compress",
-              "redirect", "tls", "h2", "l4"},
+              "redirect", "cache", "tls", "h2", "l4"},
     "haproxy": {"hello", "static-small", "proxy", "tls", "h2", "l4"},
     "caddy": {"hello", "static", "static-small", "proxy", "tls", "h2", "h3"},
     # A file server with a strong TLS stack; `hello` from its mruby handler.
@@ -58,6 +58,7 @@ GATEWAY_SECTIONS = {
     "jwt": "jwt",
     "rewrite": "rewrite",
     "redirect": "redirect",
+    "cache": "cache",
     "general": "general",
 }
 

@@ -1051,6 +1051,22 @@ pub struct CacheFilterConfig {
     /// or 500, 502, 503, 504), when the answer has no `stale-if-error` of its own.
     #[serde(default)]
     pub stale_if_error: Duration,
+    /// What becomes of an answer carrying `Set-Cookie`: `no_store` passes it on without
+    /// storing it; `strip` stores it without its `Set-Cookie` fields (the client whose request
+    /// fetched it still gets them, later hits get none).
+    #[serde(default)]
+    pub set_cookie: CacheSetCookie,
+}
+
+/// `cache.set_cookie`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheSetCookie {
+    /// Answers with `Set-Cookie` are not stored.
+    #[default]
+    NoStore,
+    /// Answers with `Set-Cookie` are stored without those fields.
+    Strip,
 }
 
 fn default_cache_key() -> Vec<String> {

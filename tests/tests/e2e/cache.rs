@@ -123,7 +123,7 @@ async fn answer(
             .body(body),
         "/no-store" => r.header("cache-control", "no-store, max-age=60").body(body),
         "/private" => r.header("cache-control", "private, max-age=60").body(body),
-        "/cookie" => r
+        "/cookie" | "/strip-cookie/a" => r
             .header("cache-control", "max-age=60")
             .header("set-cookie", "id=1")
             .body(body),
@@ -232,6 +232,11 @@ routes:
     match: {{ path: /sie-reset }}
     filters:
       - cache: {{ store: main, stale_if_error: 5m }}
+    proxy: {{ upstream: app }}
+  - name: strip-cookie
+    match: {{ path_prefix: /strip-cookie/ }}
+    filters:
+      - cache: {{ store: main, set_cookie: strip }}
     proxy: {{ upstream: app }}
   - name: cached
     match: {{ path_prefix: / }}
@@ -368,6 +373,25 @@ async fn answers_that_must_not_be_stored_are_not() {
         .await,
         6
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn set_cookie_strip_stores_the_answer_without_its_cookie() {
+    let (gw, addr, counts) = start().await;
+    let first = get(addr, "/strip-cookie/a", &[]).await;
+    assert_eq!(first.header("cache-status"), "gateway; fwd=miss; stored");
+    // The client whose request fetched the answer gets its cookie ...
+    assert_eq!(first.header("set-cookie"), "id=1");
+    let second = get(addr, "/strip-cookie/a", &[]).await;
+    assert_eq!(second.text(), "/strip-cookie/a #1");
+    assert!(second.header("cache-status").starts_with("gateway; hit"));
+    // ... and no one else does.
+    assert_eq!(second.header("set-cookie"), "");
+    let h2 = http2c(addr).await.get("/strip-cookie/a").await;
+    assert!(h2.header("cache-status").starts_with("gateway; hit"));
+    assert_eq!(h2.header("set-cookie"), "");
+    assert_eq!(counts.get("/strip-cookie/a"), 1);
     gw.shutdown().await;
 }
 

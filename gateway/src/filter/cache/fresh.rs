@@ -64,12 +64,16 @@ fn heuristic_status(s: StatusCode) -> bool {
     )
 }
 
-/// The filter's settings for answers that state nothing.
+/// The filter's settings for answers that state nothing, and whether an answer's cookies keep
+/// it out of the cache.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Defaults {
     pub(super) ttl: Duration,
     pub(super) stale_while_revalidate: Duration,
     pub(super) stale_if_error: Duration,
+    /// `set_cookie: strip`: an answer with `Set-Cookie` is stored, without it
+    /// ([`super::stored_head`] never keeps the field).
+    pub(super) store_without_cookies: bool,
 }
 
 /// Decides on an answer to a GET. `req` is the request as the client sent it.
@@ -94,7 +98,7 @@ pub(super) fn decide(
     {
         return Err(NotStored::Forbidden);
     }
-    if res.contains_key(SET_COOKIE) {
+    if res.contains_key(SET_COOKIE) && !defaults.store_without_cookies {
         return Err(NotStored::Cookie);
     }
     let vary = vary_names(res).ok_or(NotStored::Vary)?;
@@ -291,6 +295,14 @@ mod tests {
             run(&[], 200, &[ok[0], ("set-cookie", "a=b")]),
             Err(NotStored::Cookie)
         );
+        let strip = Defaults {
+            store_without_cookies: true,
+            ..Defaults::default()
+        };
+        let res = headers(&[ok[0], ("set-cookie", "a=b")]);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let cc = CacheControl::default();
+        assert!(decide(&HeaderMap::new(), &cc, StatusCode::OK, &res, &strip, now).is_ok());
         assert_eq!(
             run(&[], 200, &[ok[0], ("vary", "accept, *")]),
             Err(NotStored::Vary)

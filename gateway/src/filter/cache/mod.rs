@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use http::header::{
     AGE, CONNECTION, CONTENT_LENGTH, ETAG, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED,
-    TRANSFER_ENCODING,
+    SET_COOKIE, TRANSFER_ENCODING,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode, request, response};
 use tokio::sync::watch;
@@ -39,6 +39,7 @@ use crate::telemetry::{Counter, Registry};
 use crate::terminal::Terminal;
 use control::CacheControl;
 use fresh::{Defaults, Freshness, NotStored};
+use gateway_config::model::CacheSetCookie;
 use gateway_config::{CacheFilter as Settings, CacheKeyPart};
 use serve::CACHE_STATUS;
 use store::{Leader, Object, Payload, Store, Tier};
@@ -120,6 +121,7 @@ impl CacheFilterFactory {
                     ttl: cfg.settings.default_ttl.get(),
                     stale_while_revalidate: cfg.settings.stale_while_revalidate.get(),
                     stale_if_error: cfg.settings.stale_if_error.get(),
+                    store_without_cookies: cfg.settings.set_cookie == CacheSetCookie::Strip,
                 },
                 terminal,
                 max_object_size: cfg.settings.max_object_size.as_usize(),
@@ -390,14 +392,17 @@ fn validator(obj: &Object) -> Option<(http::HeaderName, HeaderValue)> {
     Some((IF_MODIFIED_SINCE, m.clone()))
 }
 
-/// The stored form of an answer's head: without what is set when it is served and what
-/// belongs to one connection. Values are copied: a parsed value may be a slice of the
+/// The stored form of an answer's head: without what is set when it is served, what belongs
+/// to one connection, and `Set-Cookie` (one client's cookie must never reach another, not even
+/// through a 304 that refreshes a stored object). Values are copied: a parsed value may be a slice of the
 /// connection's read buffer, which a stored object would otherwise keep alive whole.
 fn stored_head(h: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(h.len());
     for (name, value) in h {
-        if matches!(*name, AGE | CONTENT_LENGTH | TRANSFER_ENCODING | CONNECTION)
-            || name == CACHE_STATUS
+        if matches!(
+            *name,
+            AGE | CONTENT_LENGTH | TRANSFER_ENCODING | CONNECTION | SET_COOKIE
+        ) || name == CACHE_STATUS
         {
             continue;
         }
@@ -513,5 +518,32 @@ impl HttpFilter for CacheFilter {
         }
         self.leader = None;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_head_keeps_no_cookie_and_nothing_of_one_connection() {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("set-cookie", "id=1"),
+            ("set-cookie", "b=2"),
+            ("age", "3"),
+            ("content-length", "9"),
+            ("connection", "keep-alive"),
+            ("etag", "\"e\""),
+            ("vary", "accept"),
+        ] {
+            h.append(
+                http::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let stored = stored_head(&h);
+        let names: Vec<_> = stored.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["etag", "vary"]);
     }
 }
