@@ -145,6 +145,9 @@ SCENARIOS = [
     Scenario("cache-hit", "Cached 1 KiB answer of the backend (a hit every request), keep-alive",
              "wrk", "http", "/cached/1k.bin", "cache", [50, 200], [200], body_size=1024,
              peers=["gateway", "nginx"]),
+    Scenario("cache-hit-100k", "Cached 100 KiB answer of the backend (a hit every request), "
+             "keep-alive", "wrk", "http", "/cached/100k.bin", "cache", [50], [50],
+             body_size=102400, peers=["gateway", "nginx"]),
     # A redirect made from the request (the path's prefix replaced, host and query kept): what
     # a `redirect` route costs beside `hello`'s fixed answer.
     Scenario("redirect", "Redirect (301, Location from the request's host and path), keep-alive",
