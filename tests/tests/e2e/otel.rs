@@ -846,3 +846,117 @@ fn a_bad_otel_variable_is_named() {
         "{err}"
     );
 }
+
+/// The gateway's own log, as JSON, carries the ids of the request's server span on every line
+/// written while the request is served, and none on lines written outside requests: the
+/// upstream refuses the connection, so the proxy warns once per request. The binary runs in a
+/// process of its own, since its log is installed once per process and goes to stderr.
+#[tokio::test]
+async fn json_log_lines_written_for_a_request_carry_its_trace_and_span_ids() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let collector = OtlpReceiver::start().await;
+    // Reserved for this test and never bound: connecting to it is refused.
+    let refused = gateway_tests::ports::reserved_port();
+    let dir = gateway_tests::temp_dir();
+    let (port, cfg) = gateway_tests::binary_config(dir.path(), |port| {
+        format!(
+            r#"
+server: {{ log_format: json, watch_config: false }}
+telemetry:
+  traces: {{ otlp_endpoint: "{}", sample_ratio: 1.0 }}
+listeners:
+  - name: a
+    bind: 127.0.0.1:{port}
+upstreams:
+  gone:
+    targets: ["127.0.0.1:{refused}"]
+routes:
+  - name: gone
+    match: {{ path_prefix: / }}
+    proxy: {{ upstream: gone }}
+"#,
+            collector.grpc_endpoint()
+        )
+    });
+    let mut child = Command::new(gateway_tests::gateway_binary())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gateway");
+    // Every line of the log, as it comes, for the test to wait on.
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut served = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "the gateway listens");
+
+    let mut c = http1(addr).await;
+    let tp = traceparent("01");
+    let res = c
+        .send(get("/x", &[("traceparent", &tp)]))
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 502);
+
+    // Read the log until the proxy's warning: every line is one JSON object.
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let warning = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no `proxying failed` line in {seen:#?}"));
+        let value: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        seen.push(value.clone());
+        if value["fields"]["message"] == "proxying failed" {
+            break value;
+        }
+    };
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert_eq!(warning["trace_id"], PARENT_TRACE, "{warning}");
+    let span_id = warning["span_id"].as_str().expect("span_id").to_owned();
+    assert_eq!(span_id.len(), 16, "{warning}");
+    assert!(
+        span_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "{warning}"
+    );
+    // The gateway's own span, not the caller's: the server span it exported.
+    assert_ne!(span_id, PARENT_SPAN);
+    let spans = collector.trace(PARENT_TRACE, 1).await;
+    let server = find(&spans, SERVER);
+    assert_eq!(server.len(), 1, "{spans:#?}");
+    assert_eq!(hex(&server[0].span_id), span_id);
+    // Lines written outside any request (the start, the listeners) carry no ids.
+    let outside: Vec<_> = seen.iter().filter(|l| l.get("trace_id").is_none()).collect();
+    assert!(!outside.is_empty(), "the start is logged: {seen:#?}");
+    for line in outside {
+        assert!(line.get("span_id").is_none(), "{line}");
+    }
+}
