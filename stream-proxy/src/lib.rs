@@ -23,6 +23,7 @@ mod error;
 pub mod filter;
 mod hooks;
 mod listener;
+pub mod log_ids;
 mod peek;
 pub mod proxy_protocol;
 pub mod relay;

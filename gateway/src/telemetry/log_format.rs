@@ -1,6 +1,7 @@
 //! The gateway's own log lines (`server.log_format`, not the access log): tracing-subscriber's
 //! text or JSON lines, plus `trace_id` and `span_id` (lowercase hex, as in `traceparent`) of
-//! the request span when a line is written while a traced request is being served.
+//! the request span when a line is written while a traced request is being served, or of the
+//! connection's span for an L4 connection or UDP session.
 //!
 //! Where the ids come from: the request path already runs a traced request's filters and
 //! terminal inside the task-local trace scope (`trace::scope`, `trace::with_current`), which
@@ -8,7 +9,10 @@
 //! cost is paid per log line, which is rare, and never per request: a request records nothing
 //! for its log lines, and without `telemetry.traces` there is no scope at all. Recording the ids
 //! on a per-request `tracing` span instead would cost a span per request whenever the span's
-//! level is on, and nothing would be gained, since the scope exists already.
+//! level is on, and nothing would be gained, since the scope exists already. A traced stream
+//! connection has its span's ids made when it is accepted instead of when it ends (the same
+//! work, earlier) and runs in the stream proxy's own task-local scope of them
+//! (`stream_proxy::log_ids`), which the formatter reads when no request's is there.
 //!
 //! A line without ids is written exactly as tracing-subscriber writes it; a line with ids is
 //! formatted into a buffer of its own first, so the ids can be put before its end (inside the
@@ -53,10 +57,7 @@ where
                 .with_ansi(false)
                 .fmt_fields(format::JsonFields::new())
                 .event_format(WithSpanIds::json(
-                    format()
-                        .json()
-                        .with_current_span(true)
-                        .with_span_list(true),
+                    format().json().with_current_span(true).with_span_list(true),
                 ))
                 .finish(),
         ),
@@ -120,11 +121,17 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let Some(span) = super::trace::current_span() else {
+        let Some((trace_id, span_id)) = super::trace::current_log_ids() else {
             return self.inner.format_event(ctx, writer, event);
         };
+        let span = SpanContext {
+            trace_id,
+            span_id,
+            sampled: false,
+        };
         let mut line = String::with_capacity(256);
-        self.inner.format_event(ctx, Writer::new(&mut line), event)?;
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
         self.splice(&line, &span, &mut writer)
     }
 }
@@ -244,7 +251,11 @@ mod tests {
         );
         assert!(lines[0].ends_with("outside n=1"), "{}", lines[0]);
         assert!(!lines[0].contains("trace_id"), "{}", lines[0]);
-        assert!(lines[1].ends_with(&format!("inside n=2{ids}")), "{}", lines[1]);
+        assert!(
+            lines[1].ends_with(&format!("inside n=2{ids}")),
+            "{}",
+            lines[1]
+        );
         assert!(lines[2].contains("conn{peer=\"p\"}:"), "{}", lines[2]);
         assert!(
             lines[2].ends_with(&format!("inside a span n=3{ids}")),

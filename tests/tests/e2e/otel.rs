@@ -944,7 +944,9 @@ routes:
     let span_id = warning["span_id"].as_str().expect("span_id").to_owned();
     assert_eq!(span_id.len(), 16, "{warning}");
     assert!(
-        span_id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        span_id
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
         "{warning}"
     );
     // The gateway's own span, not the caller's: the server span it exported.
@@ -954,7 +956,10 @@ routes:
     assert_eq!(server.len(), 1, "{spans:#?}");
     assert_eq!(hex(&server[0].span_id), span_id);
     // Lines written outside any request (the start, the listeners) carry no ids.
-    let outside: Vec<_> = seen.iter().filter(|l| l.get("trace_id").is_none()).collect();
+    let outside: Vec<_> = seen
+        .iter()
+        .filter(|l| l.get("trace_id").is_none())
+        .collect();
     assert!(!outside.is_empty(), "the start is logged: {seen:#?}");
     for line in outside {
         assert!(line.get("span_id").is_none(), "{line}");
