@@ -27,8 +27,9 @@ pub fn current() -> Option<LogIds> {
     CURRENT.try_with(|ids| *ids).ok()
 }
 
-/// `fut` in the scope of `ids`, when there are any; otherwise `fut` itself.
-pub(crate) fn scope<F: Future>(ids: Option<LogIds>, fut: F) -> impl Future<Output = F::Output> {
+/// `fut` in the scope of `ids`, when there are any; otherwise `fut` itself (public for the
+/// tests of whoever reads [`current`]).
+pub fn scope<F: Future>(ids: Option<LogIds>, fut: F) -> impl Future<Output = F::Output> {
     match ids {
         Some(ids) => Either::Left(CURRENT.scope(ids, fut)),
         None => Either::Right(fut),
@@ -36,9 +37,33 @@ pub(crate) fn scope<F: Future>(ids: Option<LogIds>, fut: F) -> impl Future<Outpu
 }
 
 /// `f` in the scope of `ids`, when there are any.
-pub(crate) fn sync_scope<R>(ids: Option<LogIds>, f: impl FnOnce() -> R) -> R {
+pub fn sync_scope<R>(ids: Option<LogIds>, f: impl FnOnce() -> R) -> R {
     match ids {
         Some(ids) => CURRENT.sync_scope(ids, f),
         None => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDS: LogIds = LogIds {
+        trace_id: [7; 16],
+        span_id: [9; 8],
+    };
+
+    #[tokio::test]
+    async fn the_ids_are_there_inside_the_scope_only() {
+        assert_eq!(current(), None);
+        let inside = scope(Some(IDS), async {
+            tokio::task::yield_now().await;
+            current()
+        })
+        .await;
+        assert_eq!(inside, Some(IDS));
+        assert_eq!(scope(None, async { current() }).await, None);
+        assert_eq!(sync_scope(Some(IDS), current), Some(IDS));
+        assert_eq!(current(), None);
     }
 }

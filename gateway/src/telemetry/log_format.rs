@@ -265,6 +265,35 @@ mod tests {
         tracer.shutdown(std::time::Duration::from_millis(10)).await;
     }
 
+    /// A stream connection's ids are used where no request's are; a request's come first.
+    #[tokio::test]
+    async fn lines_of_a_stream_connection_carry_its_ids() {
+        let (tracer, cx) = traced();
+        let ids = stream_proxy::log_ids::LogIds {
+            trace_id: [0xab; 16],
+            span_id: [0xcd; 8],
+        };
+        let out = Captured::default();
+        let sub = subscriber(LogFormat::Json, EnvFilter::new("info"), out.clone(), false);
+        tracing::subscriber::with_default(sub, || {
+            stream_proxy::log_ids::sync_scope(Some(ids), || {
+                tracing::warn!("stream");
+                trace::with_current(Some(&cx), || tracing::warn!("request"));
+            });
+        });
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .iter()
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0]["trace_id"], "ab".repeat(16));
+        assert_eq!(lines[0]["span_id"], "cd".repeat(8));
+        assert_eq!(lines[1]["trace_id"], hex(&cx.span.trace_id));
+        assert_eq!(lines[1]["span_id"], hex(&cx.span.span_id));
+        tracer.shutdown(std::time::Duration::from_millis(10)).await;
+    }
+
     /// A line the inner format did not end as expected goes out as it is.
     #[test]
     fn an_unexpected_line_end_leaves_the_line_unchanged() {
