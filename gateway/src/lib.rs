@@ -44,25 +44,15 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Installs the process's log output (stderr), honouring `RUST_LOG` (default `info`, with
 /// rustls at `error`).
 pub fn init_logging(format: gateway_config::model::LogFormat) {
-    use gateway_config::model::LogFormat;
     // rustls logs what a peer got wrong at `warn` (an IP address sent as SNI, as wrk and
     // h2load do, is a warning on every handshake): any client could fill the log with lines
     // the operator can do nothing about. Failed handshakes are counted instead
     // (`gateway_listener_handshake_failures_total`).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        // Colour codes are for a person at a terminal; in a file or a journal they are noise.
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-    };
+    // Colour codes are for a person at a terminal; in a file or a journal they are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Lines written while a traced request is served carry its span's ids.
+    let subscriber = telemetry::log_format::subscriber(format, filter, std::io::stderr, ansi);
+    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber);
 }

@@ -11,7 +11,8 @@
 //!   [`proxy_protocol`] (v1/v2 parser and writers), [`filter`] (the [`StreamFilter`] trait and
 //!   the native `allow`, `deny` and `connection_rate` filters), [`relay`] (splice, buffered and
 //!   filtered copying with half-close), [`StreamStats`] (per-stream counters), [`clock`] (the
-//!   coarse clock that stamps activity, here and in the gateway's HTTP connections).
+//!   coarse clock that stamps activity, here and in the gateway's HTTP connections),
+//!   [`log_ids`] (the span ids a filter names for a connection's log lines).
 //!
 //! The life of a TCP connection is described in `tcp.rs` (its idle deadline and drain stop in
 //! `watchdog.rs`); UDP sessions in `udp/mod.rs`.
@@ -23,6 +24,7 @@ mod error;
 pub mod filter;
 mod hooks;
 mod listener;
+pub mod log_ids;
 mod peek;
 pub mod proxy_protocol;
 pub mod relay;

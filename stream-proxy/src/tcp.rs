@@ -55,13 +55,19 @@ pub(crate) async fn serve(
     // where `Span::current()` would look the span up on every call.
     let fields = span.clone();
     let work = async {
-        let outcome = handle(io, peer, local, &rt, &progress, &watch, &fields).await;
+        let mut ids = None;
+        let outcome = handle(io, peer, local, &rt, &progress, &watch, &fields, &mut ids).await;
         count(&stats, &outcome);
-        log(&progress, &outcome);
+        crate::log_ids::sync_scope(ids, || log(&progress, &outcome));
     };
     work.instrument(span).await;
 }
 
+/// `ids`: set to what the filters name for the connection's log lines, once they let it in.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one connection's pieces, borrowed from `serve`"
+)]
 async fn handle(
     mut io: TcpStream,
     peer: SocketAddr,
@@ -70,6 +76,7 @@ async fn handle(
     progress: &Progress,
     watch: &Watch<Idle>,
     span: &tracing::Span,
+    ids: &mut Option<crate::log_ids::LogIds>,
 ) -> Result<(), StreamError> {
     crate::listener::accepted_nodelay(&io);
     let mut pending = BytesMut::new();
@@ -103,18 +110,22 @@ async fn handle(
     // The drain timeout stops the work but not `on_close`: every filter that saw the
     // connection start sees it end.
     let mut summary = CloseSummary::default();
+    *ids = filters.log_ids();
     // The work ends (and its sockets close) at the end of this block, before `on_close`.
     let result = {
-        let work = pin!(proxy(
-            &mut io,
-            pending,
-            &info,
-            rt,
-            &mut filters,
-            progress,
-            &mut summary,
-            watch,
-            span,
+        let work = pin!(crate::log_ids::scope(
+            *ids,
+            proxy(
+                &mut io,
+                pending,
+                &info,
+                rt,
+                &mut filters,
+                progress,
+                &mut summary,
+                watch,
+                span,
+            )
         ));
         match watch.until(work).await {
             Ok(result) => result,

@@ -4,6 +4,7 @@
 //! registered when a generation is built, so recording a request is a few relaxed atomic adds.
 
 pub mod access_log;
+pub mod log_format;
 pub mod metrics;
 pub mod metrics_export;
 mod otlp;

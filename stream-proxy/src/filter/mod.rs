@@ -89,6 +89,12 @@ pub trait StreamFilter: Send {
 
     /// The connection ended (also after a refusal by this or another filter).
     async fn on_close(&mut self, _info: &ConnectionInfo, _summary: &CloseSummary) {}
+
+    /// The ids the connection's log lines carry from here on (the gateway's observer names its
+    /// span's), asked once after every `on_connect` let the connection in.
+    fn log_ids(&self) -> Option<crate::log_ids::LogIds> {
+        None
+    }
 }
 
 /// Builds one filter instance per connection; created once per config generation.
@@ -186,6 +192,11 @@ impl ActiveFilters {
             }
         }
         Ok(())
+    }
+
+    /// The first ids a filter names for the connection's log lines.
+    pub fn log_ids(&self) -> Option<crate::log_ids::LogIds> {
+        self.filters.iter().find_map(|(_, f)| f.log_ids())
     }
 
     /// `on_close` on every filter, in order.

@@ -151,7 +151,11 @@ impl NewSession<'_> {
             idle: rt.idle_timeout,
             stats: stats.clone(),
         };
-        self.tasks.spawn(task.run(filters, self.hard.clone()));
+        let ids = filters.log_ids();
+        self.tasks.spawn(crate::log_ids::scope(
+            ids,
+            task.run(filters, self.hard.clone()),
+        ));
         Some(session)
     }
 }

@@ -846,3 +846,202 @@ fn a_bad_otel_variable_is_named() {
         "{err}"
     );
 }
+
+/// A gateway binary in a process of its own, for its log: the log is installed once per
+/// process and goes to stderr. Killed when dropped.
+struct LoggingGateway {
+    child: std::process::Child,
+    /// Every line of its stderr, as it comes.
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl LoggingGateway {
+    /// Runs the binary on `yaml` (with `RUST_LOG` as given, else unset) and waits until `port`
+    /// accepts connections.
+    async fn start(yaml: &str, port: u16, rust_log: Option<&str>) -> (Self, tempfile::TempDir) {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let dir = gateway_tests::temp_dir();
+        let cfg = gateway_tests::write_file(dir.path(), "g.yaml", yaml);
+        let mut command = Command::new(gateway_tests::gateway_binary());
+        command
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::piped());
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let mut child = command.spawn().expect("run gateway");
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let gateway = Self { child, lines };
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut served = false;
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(served, "the gateway listens");
+        (gateway, dir)
+    }
+
+    /// Reads the log, every line a JSON object, up to the first whose message is `message`:
+    /// that line, and the ones before it.
+    fn wait_for_line(&self, message: &str) -> (serde_json::Value, Vec<serde_json::Value>) {
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no `{message}` line in {seen:#?}"));
+            let value: serde_json::Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if value["fields"]["message"] == message {
+                return (value, seen);
+            }
+            seen.push(value);
+        }
+    }
+}
+
+impl Drop for LoggingGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `line`'s `span_id`, checked to be 16 lowercase hex digits.
+fn logged_span_id(line: &serde_json::Value) -> String {
+    let span_id = line["span_id"].as_str().expect("span_id").to_owned();
+    assert_eq!(span_id.len(), 16, "{line}");
+    assert!(
+        span_id
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "{line}"
+    );
+    span_id
+}
+
+/// The gateway's own log, as JSON, carries the ids of the request's server span on every line
+/// written while the request is served, and none on lines written outside requests: the
+/// upstream refuses the connection, so the proxy warns once per request.
+#[tokio::test]
+async fn json_log_lines_written_for_a_request_carry_its_trace_and_span_ids() {
+    let collector = OtlpReceiver::start().await;
+    // Reserved for this test and never bound: connecting to it is refused.
+    let refused = gateway_tests::ports::reserved_port();
+    let port = gateway_tests::ports::reserved_port();
+    let yaml = format!(
+        r#"
+server: {{ log_format: json, watch_config: false }}
+telemetry:
+  traces: {{ otlp_endpoint: "{}", sample_ratio: 1.0 }}
+listeners:
+  - name: a
+    bind: 127.0.0.1:{port}
+upstreams:
+  gone:
+    targets: ["127.0.0.1:{refused}"]
+routes:
+  - name: gone
+    match: {{ path_prefix: / }}
+    proxy: {{ upstream: gone }}
+"#,
+        collector.grpc_endpoint()
+    );
+    let (gw, _dir) = LoggingGateway::start(&yaml, port, None).await;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut c = http1(addr).await;
+    let tp = traceparent("01");
+    let res = c
+        .send(get("/x", &[("traceparent", &tp)]))
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 502);
+
+    let (warning, before) = gw.wait_for_line("proxying failed");
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert_eq!(warning["trace_id"], PARENT_TRACE, "{warning}");
+    let span_id = logged_span_id(&warning);
+    // The gateway's own span, not the caller's: the server span it exported.
+    assert_ne!(span_id, PARENT_SPAN);
+    let spans = collector.trace(PARENT_TRACE, 1).await;
+    let server = find(&spans, SERVER);
+    assert_eq!(server.len(), 1, "{spans:#?}");
+    assert_eq!(hex(&server[0].span_id), span_id);
+    // Lines written outside any request (the start, the listeners) carry no ids.
+    let outside: Vec<_> = before
+        .iter()
+        .filter(|l| l.get("trace_id").is_none())
+        .collect();
+    assert!(!outside.is_empty(), "the start is logged: {before:#?}");
+    for line in outside {
+        assert!(line.get("span_id").is_none(), "{line}");
+    }
+}
+
+/// A traced TCP stream connection's log lines carry the ids of the connection's span, the one
+/// exported when it ends: its target refuses, and the connection's closing line (at `debug`)
+/// names it.
+#[tokio::test]
+async fn json_log_lines_written_for_a_stream_connection_carry_its_span_ids() {
+    let collector = OtlpReceiver::start().await;
+    let refused = gateway_tests::ports::reserved_port();
+    let port = gateway_tests::ports::reserved_port();
+    let yaml = format!(
+        r#"
+server: {{ log_format: json, watch_config: false }}
+telemetry:
+  traces: {{ otlp_endpoint: "{}", sample_ratio: 1.0 }}
+upstreams:
+  gone:
+    targets: ["127.0.0.1:{refused}"]
+streams:
+  - name: tcp-gone
+    bind: 127.0.0.1:{port}
+    protocol: tcp
+    upstream: gone
+"#,
+        collector.grpc_endpoint()
+    );
+    let (gw, _dir) = LoggingGateway::start(&yaml, port, Some("info,stream_proxy=debug")).await;
+    // The start's probe was a connection too: two connections, two traces, in either order.
+    let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let mut rest = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut c, &mut rest).await;
+    let mut traces = Vec::new();
+    for _ in 0..2 {
+        let (closed, _) = gw.wait_for_line("connection closed");
+        let trace_id = closed["trace_id"].as_str().expect("trace_id").to_owned();
+        assert_eq!(trace_id.len(), 32, "{closed}");
+        let span_id = logged_span_id(&closed);
+        let spans = collector.trace(&trace_id, 1).await;
+        let span = &spans
+            .iter()
+            .find(|r| hex(&r.span.trace_id) == trace_id)
+            .expect("the connection's span")
+            .span;
+        assert_eq!(span.name, "tcp tcp-gone");
+        assert_eq!(hex(&span.span_id), span_id, "{closed}");
+        traces.push(trace_id);
+    }
+    assert_ne!(traces[0], traces[1], "a new trace each");
+}

@@ -37,7 +37,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::context::{RemoteParent, SpanContext, new_span_id, new_trace_id};
+use self::context::{RemoteParent, SpanContext, SpanId, TraceId, new_span_id, new_trace_id};
 use self::sampler::Sampler;
 use self::span::{Parent, SpanData};
 use super::metrics::{Counter, Registry};
@@ -162,16 +162,21 @@ impl Tracer {
 
     /// The context of a new trace's root span.
     pub fn root(self: &Arc<Self>) -> TraceCx {
-        let trace_id = new_trace_id();
         TraceCx {
             tracer: self.clone(),
-            span: SpanContext {
-                trace_id,
-                span_id: new_span_id(),
-                sampled: self.sampler.sample_new(&trace_id),
-            },
+            span: self.root_span(),
             parent: Parent::None,
             state: None,
+        }
+    }
+
+    /// A new trace's root span: ids and the sampling decision.
+    pub fn root_span(&self) -> SpanContext {
+        let trace_id = new_trace_id();
+        SpanContext {
+            trace_id,
+            span_id: new_span_id(),
+            sampled: self.sampler.sample_new(&trace_id),
         }
     }
 
@@ -312,6 +317,23 @@ pub fn scope_some<F: std::future::Future>(
 /// The trace of the request the current task is serving, if it is traced.
 pub fn current() -> Option<TraceCx> {
     CURRENT.try_with(TraceCx::clone).ok()
+}
+
+/// The ids of the request span the current task is serving, if it is traced: what the
+/// gateway's own log lines carry (`telemetry::log_format`). A copy of 25 bytes, no clone of the
+/// context, and nothing at all for the request: the lookup is made by whoever writes a line.
+pub fn current_span() -> Option<SpanContext> {
+    CURRENT.try_with(|cx| cx.span).ok()
+}
+
+/// The ids the current task's log lines carry: the request span's ([`current_span`]), else
+/// those of the L4 connection or UDP session it serves (named by the stream observer,
+/// `telemetry::stream_observer`).
+pub fn current_log_ids() -> Option<(TraceId, SpanId)> {
+    match current_span() {
+        Some(span) => Some((span.trace_id, span.span_id)),
+        None => stream_proxy::log_ids::current().map(|ids| (ids.trace_id, ids.span_id)),
+    }
 }
 
 /// `fut` carrying the current trace along, for a task spawned on a request's behalf.

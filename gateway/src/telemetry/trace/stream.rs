@@ -8,12 +8,20 @@ use gateway_config::model::StreamProtocol;
 use stream_proxy::{CloseSummary, ConnectionInfo};
 
 use super::Tracer;
-use super::span::{self, Kind, SpanData, Status, Value};
+use super::context::SpanContext;
+use super::span::{self, Kind, Parent, SpanData, Status, Value};
 
-/// Records the span of one ended connection or session (a new trace, sampled by ratio).
-pub fn record(tracer: &Arc<Tracer>, info: &ConnectionInfo, summary: &CloseSummary) {
-    let cx = tracer.root();
-    if !cx.sampled() {
+/// Records the span of one ended connection or session (a new trace, sampled by ratio):
+/// `span`, the context made when it was accepted ([`Tracer::root_span`]), or a new one when
+/// traces were off then.
+pub fn record(
+    tracer: &Arc<Tracer>,
+    info: &ConnectionInfo,
+    summary: &CloseSummary,
+    span: Option<SpanContext>,
+) {
+    let span = span.unwrap_or_else(|| tracer.root_span());
+    if !span.sampled {
         return;
     }
     let transport = match info.protocol {
@@ -50,9 +58,9 @@ pub fn record(tracer: &Arc<Tracer>, info: &ConnectionInfo, summary: &CloseSummar
     };
     let end = span::now();
     tracer.record(SpanData {
-        trace_id: cx.span.trace_id,
-        span_id: cx.span.span_id,
-        parent: cx.parent,
+        trace_id: span.trace_id,
+        span_id: span.span_id,
+        parent: Parent::None,
         trace_state: None,
         name: (
             Value::Static(transport),
