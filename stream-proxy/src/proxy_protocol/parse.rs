@@ -19,6 +19,13 @@ const fn bad(reason: &'static str) -> StreamError {
 /// `Ok(None)`: the bytes so far are a prefix of a valid header. `Ok(Some((header, len)))`: a
 /// complete header of `len` bytes. `Err`: not a PROXY protocol header (close the connection).
 pub fn parse(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>> {
+    // Whole signatures first: fixed-length comparisons, the case of every complete header.
+    if buf.starts_with(&V2_SIGNATURE) {
+        return parse_v2(buf);
+    }
+    if buf.starts_with(b"PROXY ") {
+        return parse_v1(buf);
+    }
     if buf.is_empty() {
         return Ok(None);
     }
@@ -41,26 +48,36 @@ pub fn parse(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>> {
 
 fn parse_v1(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>> {
     let window = &buf[..buf.len().min(V1_MAX)];
-    let Some(end) = window.windows(2).position(|w| w == b"\r\n") else {
+    // The first line feed ends the header, and must follow a carriage return: an earlier CRLF
+    // would have an earlier line feed, and a bare one is refused.
+    // The same bytes are refused whether or not the CRLF has arrived yet, so the verdict on a
+    // header never depends on how it was split (`UNKNOWN` accepts anything else up to CRLF).
+    let Some(lf) = window.iter().position(|&b| b == b'\n' || b == 0) else {
         return if buf.len() >= V1_MAX {
             Err(bad("v1 header longer than 107 bytes"))
-        } else if window.contains(&b'\n') || window.contains(&0) {
-            Err(bad("v1 header with a bare line feed or a NUL byte"))
         } else {
             Ok(None)
         };
     };
-    // The same bytes are refused whether or not the CRLF has arrived yet, so the verdict on a
-    // header never depends on how it was split (`UNKNOWN` accepts anything else up to CRLF).
-    if buf[..end].contains(&b'\n') || buf[..end].contains(&0) {
+    if window[lf] == 0 || window[lf - 1] != b'\r' {
         return Err(bad("v1 header with a bare line feed or a NUL byte"));
     }
+    let end = lf - 1;
     let line = std::str::from_utf8(&buf[6..end]).map_err(|_| bad("v1 header is not ASCII"))?;
-    let fields: Vec<&str> = line.split(' ').collect();
-    let header = match fields.as_slice() {
-        ["UNKNOWN", ..] => ProxyHeader::Unknown,
-        [family @ ("TCP4" | "TCP6"), src, dst, sport, dport] => {
-            let v6 = *family == "TCP6";
+    let mut fields = line.split(' ');
+    let header = match fields.next() {
+        Some("UNKNOWN") => ProxyHeader::Unknown,
+        Some(family @ ("TCP4" | "TCP6")) => {
+            let (Some(src), Some(dst), Some(sport), Some(dport), None) = (
+                fields.next(),
+                fields.next(),
+                fields.next(),
+                fields.next(),
+                fields.next(),
+            ) else {
+                return Err(bad("v1 header needs exactly four address fields"));
+            };
+            let v6 = family == "TCP6";
             let source = SocketAddr::new(v1_ip(src, v6)?, v1_port(sport)?);
             let destination = SocketAddr::new(v1_ip(dst, v6)?, v1_port(dport)?);
             ProxyHeader::Proxied {
@@ -68,10 +85,9 @@ fn parse_v1(buf: &[u8]) -> Result<Option<(ProxyHeader, usize)>> {
                 destination,
             }
         }
-        ["TCP4" | "TCP6", ..] => return Err(bad("v1 header needs exactly four address fields")),
         _ => return Err(bad("v1 protocol is not TCP4, TCP6 or UNKNOWN")),
     };
-    Ok(Some((header, end + 2)))
+    Ok(Some((header, lf + 1)))
 }
 
 fn v1_ip(text: &str, v6: bool) -> Result<IpAddr> {
