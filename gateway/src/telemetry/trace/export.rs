@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::sync::Notify;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{self, Resource};
+use super::convert;
 use super::span::SpanData;
 use crate::telemetry::metrics::Counter;
 use crate::telemetry::otlp::Transport;
@@ -154,7 +155,7 @@ impl Exporter {
         self.signal
             .pending
             .fetch_sub(batch.len(), Ordering::Relaxed);
-        let message = proto::request(&self.resource, batch);
+        let message = convert::request(&self.resource, batch);
         batch.clear();
         let sent = tokio::time::timeout(EXPORT_TIMEOUT, self.transport.export(&message)).await;
         let error = match sent {
