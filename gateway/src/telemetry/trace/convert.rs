@@ -8,8 +8,10 @@ use opentelemetry_proto::tonic::common::v1::{
     AnyValue, InstrumentationScope, KeyValue, any_value,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{
-    ResourceSpans, ScopeSpans, Span, SpanFlags, Status as OtlpStatus, span, status,
+    ResourceSpans, ScopeSpans, Span, SpanFlags, Status as OtlpStatus,
 };
 
 use super::span::{Kind, Parent, Resolved, SpanData, Status, Value};
@@ -69,9 +71,9 @@ pub(crate) fn span(s: &SpanData) -> Span {
         Parent::Remote(id) => (id.to_vec(), SpanFlags::ContextIsRemoteMask as u32),
     };
     let kind = match s.kind {
-        Kind::Internal => span::SpanKind::Internal,
-        Kind::Server => span::SpanKind::Server,
-        Kind::Client => span::SpanKind::Client,
+        Kind::Internal => SpanKind::Internal,
+        Kind::Server => SpanKind::Server,
+        Kind::Client => SpanKind::Client,
     };
     Span {
         trace_id: s.trace_id.to_vec(),
@@ -92,7 +94,7 @@ pub(crate) fn span(s: &SpanData) -> Span {
             Status::Unset => None,
             Status::Error(message) => Some(OtlpStatus {
                 message: message.to_string(),
-                code: status::StatusCode::Error as i32,
+                code: StatusCode::Error as i32,
             }),
         },
         ..Span::default()
@@ -111,5 +113,91 @@ pub(crate) fn request(resource: &Resource, spans: &[SpanData]) -> ExportTraceSer
             }],
             ..ResourceSpans::default()
         }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::HeaderValue;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+
+    use super::*;
+
+    fn data(parent: Parent, status: Status) -> SpanData {
+        SpanData {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            parent,
+            trace_state: Some(HeaderValue::from_static("k=v")),
+            name: (Value::Static("GET"), Some(Value::Shared("api".into()))),
+            kind: Kind::Server,
+            start: Duration::from_nanos(5),
+            end: Duration::from_nanos(9),
+            attributes: vec![
+                ("http.response.status_code", Value::Int(502)),
+                ("url.path", Value::Owned("/a".into())),
+                ("error", Value::Bool(true)),
+            ],
+            status,
+        }
+    }
+
+    #[test]
+    fn a_span_becomes_the_otlp_span() {
+        let s = span(&data(Parent::Remote([3; 8]), Status::Error("refused".into())));
+        assert_eq!((s.trace_id, s.span_id), (vec![1; 16], vec![2; 8]));
+        assert_eq!(s.parent_span_id, vec![3; 8]);
+        assert_eq!(s.trace_state, "k=v");
+        assert_eq!(s.name, "GET api");
+        assert_eq!(s.kind, SpanKind::Server as i32);
+        assert_eq!((s.start_time_unix_nano, s.end_time_unix_nano), (5, 9));
+        // Sampled, and the parent is known to be remote.
+        assert_eq!(s.flags, 0x301);
+        let values: Vec<_> = s
+            .attributes
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_ref().and_then(|v| v.value.clone())))
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                ("http.response.status_code", Some(Any::IntValue(502))),
+                ("url.path", Some(Any::StringValue("/a".into()))),
+                ("error", Some(Any::BoolValue(true))),
+            ]
+        );
+        let status = s.status.expect("an error status");
+        assert_eq!((status.code, status.message.as_str()), (2, "refused"));
+
+        let root = span(&data(Parent::None, Status::Unset));
+        assert!(root.parent_span_id.is_empty());
+        assert_eq!(root.flags, 0x101);
+        assert_eq!(root.status, None);
+        let local = span(&data(Parent::Local([4; 8]), Status::Unset));
+        assert_eq!((local.parent_span_id, local.flags), (vec![4; 8], 0x101));
+    }
+
+    #[test]
+    fn a_request_holds_the_resource_the_scope_and_the_spans() {
+        let resource = Resource {
+            attributes: vec![string_kv("service.name", "edge")],
+            ..Resource::default()
+        };
+        let spans = [
+            data(Parent::None, Status::Unset),
+            data(Parent::Local([4; 8]), Status::Unset),
+        ];
+        let r = request(&resource, &spans);
+        let [rs] = &r.resource_spans[..] else {
+            panic!("one resource");
+        };
+        assert_eq!(rs.resource.as_ref(), Some(&resource));
+        let [ss] = &rs.scope_spans[..] else {
+            panic!("one scope");
+        };
+        assert_eq!(ss.scope, Some(scope()));
+        assert_eq!(ss.spans.len(), 2);
     }
 }
