@@ -2,11 +2,19 @@
 //! one `ExportTraceServiceRequest` of `opentelemetry-proto`'s prost types (the text the request
 //! path left unformatted is made here). The resource and scope messages built here are the
 //! metrics exporter's too.
+//!
+//! A [`Batch`] keeps its request between exports and overwrites it in place: a span's ids,
+//! name and attribute strings are written into the previous batch's buffers, so converting a
+//! span allocates nothing once a batch of its size has been sent, and sending frees nothing.
+//! Every text and id field of the messages is an owned `String` or `Vec<u8>`: built afresh,
+//! each attribute cost two allocations and two frees, most of what converting a span cost
+//! (docs/performance-log.md, "OTLP messages from `opentelemetry-proto`"). The price is the
+//! largest batch's buffers, kept for as long as the tracer.
+
+use std::fmt::Write as _;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, InstrumentationScope, KeyValue, any_value,
-};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -29,26 +37,6 @@ pub(crate) fn string_kv(key: &str, value: impl Into<String>) -> KeyValue {
     }
 }
 
-fn kv(key: &str, value: &Value) -> KeyValue {
-    let value = match value.resolve() {
-        Resolved::Str(s) => any_value::Value::StringValue(s.into_owned()),
-        Resolved::Int(i) => any_value::Value::IntValue(i),
-        Resolved::Bool(b) => any_value::Value::BoolValue(b),
-    };
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue { value: Some(value) }),
-    }
-}
-
-fn text(value: &Value) -> String {
-    match value.resolve() {
-        Resolved::Str(s) => s.into_owned(),
-        Resolved::Int(i) => i.to_string(),
-        Resolved::Bool(b) => b.to_string(),
-    }
-}
-
 /// The instrumentation scope of everything the gateway reports: itself.
 pub(crate) fn scope() -> InstrumentationScope {
     InstrumentationScope {
@@ -58,61 +46,136 @@ pub(crate) fn scope() -> InstrumentationScope {
     }
 }
 
-/// The OTLP form of one span.
-pub(crate) fn span(s: &SpanData) -> Span {
-    let mut name = text(&s.name.0);
-    if let Some(rest) = &s.name.1 {
-        name.push(' ');
-        name.push_str(&text(rest));
+/// One tracer's export request, rewritten for each batch.
+pub(crate) struct Batch {
+    /// One resource with one scope: [`Batch::spans_mut`] relies on it.
+    request: ExportTraceServiceRequest,
+    /// Spans of an earlier, larger batch, kept for their buffers (at most a batch's worth).
+    spare: Vec<Span>,
+}
+
+impl Batch {
+    /// An empty request under `resource` and the gateway's scope.
+    pub(crate) fn new(resource: Resource) -> Self {
+        Self {
+            request: ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource: Some(resource),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(scope()),
+                        ..ScopeSpans::default()
+                    }],
+                    ..ResourceSpans::default()
+                }],
+            },
+            spare: Vec::new(),
+        }
     }
-    let (parent_span_id, remote) = match s.parent {
-        Parent::None => (Vec::new(), 0),
-        Parent::Local(id) => (id.to_vec(), 0),
-        Parent::Remote(id) => (id.to_vec(), SpanFlags::ContextIsRemoteMask as u32),
-    };
-    let kind = match s.kind {
-        Kind::Internal => SpanKind::Internal,
-        Kind::Server => SpanKind::Server,
-        Kind::Client => SpanKind::Client,
-    };
-    Span {
-        trace_id: s.trace_id.to_vec(),
-        span_id: s.span_id.to_vec(),
-        trace_state: s
-            .trace_state
-            .as_ref()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .unwrap_or_default(),
-        parent_span_id,
-        flags: SAMPLED | SpanFlags::ContextHasIsRemoteMask as u32 | remote,
-        name,
-        kind: kind as i32,
-        start_time_unix_nano: s.start.as_nanos() as u64,
-        end_time_unix_nano: s.end.as_nanos() as u64,
-        attributes: s.attributes.iter().map(|(k, v)| kv(k, v)).collect(),
-        status: match &s.status {
-            Status::Unset => None,
-            Status::Error(message) => Some(OtlpStatus {
-                message: message.to_string(),
-                code: StatusCode::Error as i32,
-            }),
-        },
-        ..Span::default()
+
+    /// The export request for `spans`, written over the previous one.
+    pub(crate) fn fill(&mut self, spans: &[SpanData]) -> &ExportTraceServiceRequest {
+        let mut out = std::mem::take(self.spans_mut());
+        if out.len() > spans.len() {
+            self.spare.extend(out.drain(spans.len()..));
+        }
+        while out.len() < spans.len() {
+            out.push(self.spare.pop().unwrap_or_default());
+        }
+        for (o, s) in out.iter_mut().zip(spans) {
+            write_span(o, s);
+        }
+        *self.spans_mut() = out;
+        &self.request
+    }
+
+    fn spans_mut(&mut self) -> &mut Vec<Span> {
+        &mut self.request.resource_spans[0].scope_spans[0].spans
     }
 }
 
-/// One export request for `spans`, under `resource` and the gateway's scope.
-pub(crate) fn request(resource: &Resource, spans: &[SpanData]) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(resource.clone()),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(scope()),
-                spans: spans.iter().map(span).collect(),
-                ..ScopeSpans::default()
-            }],
-            ..ResourceSpans::default()
-        }],
+/// Overwrites `out` with the OTLP form of `s`.
+fn write_span(out: &mut Span, s: &SpanData) {
+    set_bytes(&mut out.trace_id, &s.trace_id);
+    set_bytes(&mut out.span_id, &s.span_id);
+    let (parent, remote): (&[u8], u32) = match &s.parent {
+        Parent::None => (&[], 0),
+        Parent::Local(id) => (id, 0),
+        Parent::Remote(id) => (id, SpanFlags::ContextIsRemoteMask as u32),
+    };
+    set_bytes(&mut out.parent_span_id, parent);
+    out.flags = SAMPLED | SpanFlags::ContextHasIsRemoteMask as u32 | remote;
+    out.trace_state.clear();
+    if let Some(state) = &s.trace_state {
+        out.trace_state
+            .push_str(&String::from_utf8_lossy(state.as_bytes()));
+    }
+    out.name.clear();
+    push_text(&mut out.name, &s.name.0);
+    if let Some(rest) = &s.name.1 {
+        out.name.push(' ');
+        push_text(&mut out.name, rest);
+    }
+    out.kind = match s.kind {
+        Kind::Internal => SpanKind::Internal,
+        Kind::Server => SpanKind::Server,
+        Kind::Client => SpanKind::Client,
+    } as i32;
+    out.start_time_unix_nano = s.start.as_nanos() as u64;
+    out.end_time_unix_nano = s.end.as_nanos() as u64;
+    out.attributes.truncate(s.attributes.len());
+    for (i, (key, value)) in s.attributes.iter().enumerate() {
+        if i == out.attributes.len() {
+            out.attributes.push(KeyValue::default());
+        }
+        let kv = &mut out.attributes[i];
+        kv.key.clear();
+        kv.key.push_str(key);
+        set_value(kv.value.get_or_insert_with(AnyValue::default), value);
+    }
+    out.status = match &s.status {
+        Status::Unset => None,
+        Status::Error(message) => Some(OtlpStatus {
+            message: message.to_string(),
+            code: StatusCode::Error as i32,
+        }),
+    };
+}
+
+fn set_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.clear();
+    out.extend_from_slice(bytes);
+}
+
+/// `value` in `out`, into the string already there when both are text.
+fn set_value(out: &mut AnyValue, value: &Value) {
+    let text = match value.resolve() {
+        Resolved::Str(text) => text,
+        Resolved::Int(i) => {
+            out.value = Some(any_value::Value::IntValue(i));
+            return;
+        }
+        Resolved::Bool(b) => {
+            out.value = Some(any_value::Value::BoolValue(b));
+            return;
+        }
+    };
+    match &mut out.value {
+        Some(any_value::Value::StringValue(s)) => {
+            s.clear();
+            s.push_str(&text);
+        }
+        other => *other = Some(any_value::Value::StringValue(text.into_owned())),
+    }
+}
+
+/// Appends `value` as text.
+fn push_text(out: &mut String, value: &Value) {
+    match value.resolve() {
+        Resolved::Str(s) => out.push_str(&s),
+        Resolved::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Resolved::Bool(b) => out.push_str(if b { "true" } else { "false" }),
     }
 }
 
@@ -144,9 +207,18 @@ mod tests {
         }
     }
 
+    fn span(s: &SpanData) -> Span {
+        let mut out = Span::default();
+        write_span(&mut out, s);
+        out
+    }
+
     #[test]
     fn a_span_becomes_the_otlp_span() {
-        let s = span(&data(Parent::Remote([3; 8]), Status::Error("refused".into())));
+        let s = span(&data(
+            Parent::Remote([3; 8]),
+            Status::Error("refused".into()),
+        ));
         assert_eq!((s.trace_id, s.span_id), (vec![1; 16], vec![2; 8]));
         assert_eq!(s.parent_span_id, vec![3; 8]);
         assert_eq!(s.trace_state, "k=v");
@@ -158,7 +230,12 @@ mod tests {
         let values: Vec<_> = s
             .attributes
             .iter()
-            .map(|kv| (kv.key.as_str(), kv.value.as_ref().and_then(|v| v.value.clone())))
+            .map(|kv| {
+                (
+                    kv.key.as_str(),
+                    kv.value.as_ref().and_then(|v| v.value.clone()),
+                )
+            })
             .collect();
         assert_eq!(
             values,
@@ -189,7 +266,8 @@ mod tests {
             data(Parent::None, Status::Unset),
             data(Parent::Local([4; 8]), Status::Unset),
         ];
-        let r = request(&resource, &spans);
+        let mut batch = Batch::new(resource.clone());
+        let r = batch.fill(&spans);
         let [rs] = &r.resource_spans[..] else {
             panic!("one resource");
         };
@@ -198,6 +276,42 @@ mod tests {
             panic!("one scope");
         };
         assert_eq!(ss.scope, Some(scope()));
-        assert_eq!(ss.spans.len(), 2);
+        assert_eq!(ss.spans, spans.iter().map(span).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_reused_batch_says_what_a_fresh_one_says() {
+        let mut other = data(Parent::Local([5; 8]), Status::Error("x".into()));
+        other.trace_state = None;
+        other.name = (Value::Int(7), None);
+        other.kind = Kind::Client;
+        other.attributes = vec![
+            ("url.path", Value::Int(1)),
+            ("a", Value::Static("longer text than before")),
+            ("b", Value::Bool(false)),
+            ("c", Value::Static("more")),
+        ];
+        let first = [
+            data(Parent::Remote([3; 8]), Status::Error("refused".into())),
+            data(Parent::None, Status::Unset),
+            other.clone(),
+        ];
+        let resource = Resource::default();
+        let mut reused = Batch::new(resource.clone());
+        reused.fill(&first);
+        // Fewer spans, attributes of other types and counts in each place.
+        for next in [
+            vec![other.clone(), data(Parent::None, Status::Unset)],
+            vec![data(Parent::None, Status::Unset)],
+            vec![
+                other.clone(),
+                other.clone(),
+                data(Parent::None, Status::Unset),
+                other,
+            ],
+        ] {
+            let fresh = Batch::new(resource.clone()).fill(&next).clone();
+            assert_eq!(reused.fill(&next), &fresh);
+        }
     }
 }
