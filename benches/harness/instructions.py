@@ -13,8 +13,9 @@ cache lines a request touches, still needs the harness.
 
 Scenarios: those of the harness that wrk or h2load drive to the gateway's HTTP listeners
 (`hello`, `static-*`, `proxy`, `proxy-close`, TLS `tls-h1-1k` and `tls-h2-1k`, the filter
-comparisons `wasm`, `waf`, ... on both of their routes); not HTTP/3 (the project's own load
-generator) or the L4 relay.
+comparisons `wasm`, `waf`, ... on both of their routes, `traced`: the proxy route with every
+request traced, the gateway config's opt-in `traced` section on); not HTTP/3 (the project's own
+load generator) or the L4 relay.
 Each build runs alone under `valgrind --tool=callgrind` on the server CPU with the harness's
 gateway config (one worker) and the shared nginx backend, wrk on the load CPU: wrk warms the
 gateway up, the counters are zeroed (`callgrind_control -z`), the load runs again for the
@@ -41,7 +42,7 @@ import loadgen
 from bench import jwt_fixture, prepare_files
 from link_order import self_costs
 from scenarios import BY_NAME, Scenario, with_token
-from servers import Env, Server, have, wait_tcp
+from servers import OPT_IN_SECTIONS, Env, Server, have, wait_tcp
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -107,6 +108,11 @@ def drive(sc: Scenario, cpu: str, url: str, conns: int, seconds: int) -> loadgen
     return loadgen.wrk(cpu, url, conns, seconds, sc.close, sc.headers)
 
 
+def opt_in(sc: Scenario) -> set[str]:
+    """The opt-in sections of the gateway config the scenario needs (`traced`)."""
+    return ({v.needs for v in sc.variants} | {sc.needs}) & OPT_IN_SECTIONS
+
+
 def paths_of(sc: Scenario) -> list[str]:
     return [v.path for v in sc.variants] if sc.variants else [sc.path]
 
@@ -116,7 +122,12 @@ def measure_build(
 ) -> list[Measured]:
     """Starts `binary` under callgrind and counts each of the scenario's routes in turn."""
     gateway = Server(label, "gateway", args.port_base + 100, env, binary=binary)
+    gateway.opt_in = opt_in(sc)
     config = gateway.write_config()
+    missing = sorted(gateway.opt_in - gateway.capabilities)
+    if missing:
+        why = gateway.skipped_sections.get(missing[0], "")
+        raise RuntimeError(f"{label}: the build rejects the `{missing[0]}` section: {why}")
     out = env.work / f"callgrind.{label}.out"
     cmd = ["taskset", "-c", env.server_cpu, "valgrind", "--tool=callgrind", "--dump-instr=no"]
     cmd += [f"--callgrind-out-file={out}", str(binary), "run", "--config", str(config)]

@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 
 from bench import REPO, jwt_fixture, prepare_files
-from servers import GATEWAY_SECTIONS, Server, drop_sections, fill, CONFIGS
+from servers import GATEWAY_SECTIONS, OPT_IN_SECTIONS, Server, drop_sections, fill, CONFIGS
 
 # Paths on the plain port, per run; every optional route is in the second run only.
 BASE_PATHS = ["/hello", "/proxy/hello", "/static/1k.bin", "/static/100k.bin", "/nowaf/x"]
@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
     backend = Server("backend", "backend", env.backend_port, env)
     gw = Server("gateway", "gateway", args.port_base, env, binary=args.gateway)
     template = fill((CONFIGS / "gateway.yaml").read_text(), gw.values())
-    drop_full = set() if env.plugin else {"wasm"}
+    drop_full = set(OPT_IN_SECTIONS) | (set() if env.plugin else {"wasm"})
     h3 = args.h3load.is_file()
     if not h3:
         drop_full.add("h3")

@@ -128,6 +128,12 @@ SCENARIOS = [
              "/proxy/hello", "proxy", [10, 200, 1000], [200], body_size=14),
     Scenario("proxy-close", "Reverse proxy, new client connection per request", "wrk", "http",
              "/proxy/hello", "proxy", [200], [200], close=True, body_size=14),
+    # The proxy route with every request traced: a server and a client span per request,
+    # exported in batches over OTLP/HTTP to the backend. Tracing is process-wide, so the gateway
+    # runs a config of its own for it (the opt-in `traced` section); instructions.py counts it.
+    Scenario("traced", "Reverse proxy, every request traced and exported over OTLP, keep-alive",
+             "wrk", "http", "/proxy/hello", "traced", [200], [200], body_size=14,
+             peers=["gateway"]),
     Scenario("api-route", "API route (rate limit, header edits both ways, proxy) beside the bare "
              "proxy route, keep-alive", "wrk", "http", "", "proxy", [50, 200], [200],
              headers=API_HEADERS, body_size=14, peers=["gateway", "nginx", "pingora"],

@@ -60,7 +60,13 @@ GATEWAY_SECTIONS = {
     "redirect": "redirect",
     "cache": "cache",
     "general": "general",
+    "traced": "traced",
 }
+
+# Optional sections that change every route rather than add one (tracing every request): kept
+# only in an instance started for a scenario that needs them (`Server.opt_in`), so that the
+# other scenarios are measured without them.
+OPT_IN_SECTIONS = {"traced"}
 
 
 @dataclass
@@ -149,6 +155,8 @@ class Server:
     binary: Path | None = None
     capabilities: set[str] = field(default_factory=set)
     skipped_sections: dict[str, str] = field(default_factory=dict)
+    # The sections of OPT_IN_SECTIONS this instance keeps.
+    opt_in: set[str] = field(default_factory=set)
     proc: subprocess.Popen[bytes] | None = None
     idle_rss_kib: int = 0
 
@@ -224,7 +232,9 @@ class Server:
         config `gateway validate` rejects is dropped and remembered with the error."""
         template = fill((CONFIGS / "gateway.yaml").read_text(), self.values())
         path = self.env.work / f"{self.name}-gateway.yaml"
-        wanted = set(GATEWAY_SECTIONS)
+        wanted = set(GATEWAY_SECTIONS) - (OPT_IN_SECTIONS - self.opt_in)
+        for name in sorted(OPT_IN_SECTIONS - self.opt_in):
+            self.skipped_sections[name] = "changes every route: on only for its own scenario"
         if self.env.plugin is None:
             self.skipped_sections["wasm"] = "no add-header.wasm was built"
             wanted.discard("wasm")

@@ -15,7 +15,15 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from instructions import Counts, Measured, countable, newest_dump, read_counts, report  # noqa: E402
+from instructions import (  # noqa: E402
+    Counts,
+    Measured,
+    countable,
+    newest_dump,
+    opt_in,
+    read_counts,
+    report,
+)
 from scenarios import BY_NAME  # noqa: E402
 
 # A dump as callgrind writes one with `--dump-instr=no`: `main` runs 10 instructions of its own
@@ -98,6 +106,13 @@ class Countable(unittest.TestCase):
         # HTTP/3 needs the project's own load generator; the L4 relay is not an HTTP listener.
         for name in ("h3-1k", "h3-1m", "l4-tcp", "l4-tcp-close"):
             self.assertFalse(countable(BY_NAME[name]), name)
+
+    def test_the_traced_scenario_turns_tracing_on_and_no_other_does(self) -> None:
+        self.assertTrue(countable(BY_NAME["traced"]))
+        self.assertEqual(opt_in(BY_NAME["traced"]), {"traced"})
+        for sc in BY_NAME.values():
+            if sc.name != "traced":
+                self.assertEqual(opt_in(sc), set(), sc.name)
 
 
 class Report(unittest.TestCase):

@@ -23,6 +23,7 @@ from servers import (  # noqa: E402
     CAPABILITIES,
     CONFIGS,
     GATEWAY_SECTIONS,
+    OPT_IN_SECTIONS,
     Env,
     Server,
     drop_sections,
@@ -172,6 +173,31 @@ class Configs(ConfigCase):
         text = s.write_config().read_text()  # type: ignore[union-attr]
         self.assertIn(f'jwks: {{ file: "{self.work / "jwks.json"}" }}', text)
         self.assertIn("jwt", s.capabilities)
+
+    def test_the_traced_section_is_kept_only_when_asked_for(self) -> None:
+        s = server("gateway", self.work)
+        s._validate = lambda text, path: (True, "")  # type: ignore[method-assign]
+        text = s.write_config().read_text()  # type: ignore[union-attr]
+        self.assertNotIn("telemetry:", text)
+        self.assertNotIn("traced", s.capabilities)
+        self.assertIn("traced", s.skipped_sections)
+        s = server("gateway", self.work)
+        s._validate = lambda text, path: (True, "")  # type: ignore[method-assign]
+        s.opt_in = set(OPT_IN_SECTIONS)
+        text = s.write_config().read_text()  # type: ignore[union-attr]
+        backend = env_in(self.work).backend_port
+        self.assertIn(f"otlp_endpoint: http://127.0.0.1:{backend}/v1/traces", text)
+        self.assertIn("sample_ratio: 1.0", text)
+        self.assertIn("traced", s.capabilities)
+        self.assertNotIn("traced", s.skipped_sections)
+
+    def test_the_backend_accepts_otlp_exports(self) -> None:
+        config = server("backend", self.work).write_config()
+        assert config is not None
+        text = config.read_text()
+        otlp = text[text.index("location /v1/ {") :]
+        self.assertIn('return 200 "";', otlp[: otlp.index("}")])
+        self.nginx_accepts(config)
 
     def test_h2o_config_is_filled_and_accepted(self) -> None:
         self_signed(self.work)

@@ -1,7 +1,8 @@
 //! A real OTLP receiver for tests: tonic gRPC `TraceService` and `MetricsService` (served by
 //! hyper over h2c) and OTLP/HTTP `/v1/traces` and `/v1/metrics` endpoints, on 127.0.0.1:0.
-//! What the gateway sends is decoded with the official message types of `opentelemetry-proto`,
-//! so the gateway's own encoding is checked against them.
+//! What the gateway sends is decoded with the official message types of `opentelemetry-proto`
+//! (the types the gateway encodes, sent through its own transport), so the tests check what it
+//! fills in and how it frames and sends it.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

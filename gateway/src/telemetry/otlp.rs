@@ -410,7 +410,8 @@ mod tests {
 
     #[test]
     fn grpc_frames_are_length_prefixed() {
-        let msg = crate::telemetry::trace::proto::ExportTraceServiceRequest::default();
+        let msg =
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::default();
         let f = grpc_frame(&msg);
         assert_eq!(&f[..5], &[0, 0, 0, 0, 0]);
     }

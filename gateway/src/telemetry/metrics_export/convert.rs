@@ -8,11 +8,16 @@
 
 use std::time::Duration;
 
-use super::proto::{
-    CUMULATIVE, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, Sum, metric,
-    number_data_point,
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, Sum,
+    metric, number_data_point,
 };
-use crate::telemetry::trace::proto::{KeyValue, string_kv};
+
+use crate::telemetry::trace::convert::string_kv;
+
+/// Every value counts from the process start.
+const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
 
 type Labels = Vec<(String, String)>;
 
@@ -200,6 +205,7 @@ fn to_metric(f: Family, start: u64, now: u64) -> Metric {
                 start_time_unix_nano: start,
                 time_unix_nano: now,
                 value: Some(value),
+                ..NumberDataPoint::default()
             })
             .collect()
     };
@@ -233,6 +239,7 @@ fn to_metric(f: Family, start: u64, now: u64) -> Metric {
                         sum: h.sum,
                         bucket_counts,
                         explicit_bounds: h.buckets.iter().map(|(b, _)| *b).collect(),
+                        ..HistogramDataPoint::default()
                     }
                 })
                 .collect(),
@@ -244,6 +251,7 @@ fn to_metric(f: Family, start: u64, now: u64) -> Metric {
         name: f.name,
         description: f.help,
         data: Some(data),
+        ..Metric::default()
     }
 }
 
@@ -309,15 +317,16 @@ fn parse_labels(mut s: &str) -> Option<(Labels, &str)> {
 
 #[cfg(test)]
 mod tests {
+    use opentelemetry_proto::tonic::common::v1::any_value;
+
     use super::*;
     use crate::telemetry::Registry;
-    use crate::telemetry::trace::proto::any_value;
 
     fn labels(kvs: &[KeyValue]) -> Vec<(String, String)> {
         kvs.iter()
             .map(|kv| {
                 let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                    Some(any_value::Value::String(s)) => s.clone(),
+                    Some(any_value::Value::StringValue(s)) => s.clone(),
                     other => format!("{other:?}"),
                 };
                 (kv.key.clone(), v)

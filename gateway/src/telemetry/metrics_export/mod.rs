@@ -1,7 +1,8 @@
 //! OTLP metrics export (`telemetry.metrics`): every `interval`, a background task reads the
-//! registry (what `GET /metrics` shows, collectors included), converts it (`convert`) and sends
-//! it to the collector over the trace exporter's OTLP transport, gRPC or HTTP/protobuf. Values
-//! are cumulative since the process started, as in Prometheus.
+//! registry (what `GET /metrics` shows, collectors included), converts it (`convert`) into
+//! `opentelemetry-proto`'s messages and sends it to the collector over the trace exporter's
+//! OTLP transport, gRPC or HTTP/protobuf. Values are cumulative since the process started, as
+//! in Prometheus.
 //!
 //! Nothing on the request path changes: the task reads the same atomics a scrape reads. At
 //! most one export is in flight; a slow collector makes the task skip ticks, a failed or
@@ -9,20 +10,21 @@
 //! sends fresh values. On shutdown the last values are sent once more.
 
 mod convert;
-mod proto;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gateway_config::model::TelemetryConfig;
 use indexmap::IndexMap;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::{ResourceMetrics, ScopeMetrics};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::proto::{ExportMetricsServiceRequest, ResourceMetrics, ScopeMetrics};
 use super::metrics::{Counter, Registry};
 use super::otlp::{Endpoint, Signal, Transport, export_headers};
-use super::trace::proto::InstrumentationScope;
+use super::trace::convert::scope;
 use super::trace::{DEFAULT_SERVICE_NAME, resource};
 
 /// Longest one export may take, connection included (OTLP exporters default to 10 s); also
@@ -168,7 +170,7 @@ impl Drop for MetricsExporter {
 struct Task {
     registry: Arc<Registry>,
     transport: Transport,
-    resource: super::trace::proto::Resource,
+    resource: Resource,
     /// Since the Unix epoch: the start of every cumulative value.
     started: Duration,
     interval: Duration,
@@ -217,12 +219,11 @@ impl Task {
             resource_metrics: vec![ResourceMetrics {
                 resource: Some(self.resource.clone()),
                 scope_metrics: vec![ScopeMetrics {
-                    scope: Some(InstrumentationScope {
-                        name: "gateway".into(),
-                        version: crate::VERSION.into(),
-                    }),
+                    scope: Some(scope()),
                     metrics: converted.metrics,
+                    ..ScopeMetrics::default()
                 }],
+                ..ResourceMetrics::default()
             }],
         };
         let within = self.interval.min(EXPORT_TIMEOUT);

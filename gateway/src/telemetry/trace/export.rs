@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::sync::Notify;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{self, Resource};
+use super::convert::Batch;
 use super::span::SpanData;
 use crate::telemetry::metrics::Counter;
 use crate::telemetry::otlp::Transport;
@@ -68,7 +69,8 @@ impl Signal {
 pub(crate) struct Exporter {
     rx: mpsc::Receiver<SpanData>,
     transport: Transport,
-    resource: Resource,
+    /// The export request, rewritten for each batch.
+    message: Batch,
     counters: Counters,
     signal: Arc<Signal>,
     endpoint: String,
@@ -89,7 +91,7 @@ impl Exporter {
         Self {
             rx,
             transport,
-            resource,
+            message: Batch::new(resource),
             counters,
             signal,
             endpoint,
@@ -154,9 +156,9 @@ impl Exporter {
         self.signal
             .pending
             .fetch_sub(batch.len(), Ordering::Relaxed);
-        let message = proto::request(&self.resource, batch);
+        let message = self.message.fill(batch);
         batch.clear();
-        let sent = tokio::time::timeout(EXPORT_TIMEOUT, self.transport.export(&message)).await;
+        let sent = tokio::time::timeout(EXPORT_TIMEOUT, self.transport.export(message)).await;
         let error = match sent {
             Ok(Ok(())) => {
                 self.counters.exported.add(n);

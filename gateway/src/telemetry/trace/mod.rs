@@ -9,8 +9,9 @@
 //! * [`span`]: a finished span as queued; [`http_spans`] builds the HTTP server and client spans
 //!   with the semantic-convention attributes, which [`open`] ends with their bodies; [`stream`]
 //!   the L4 connection spans.
-//! * `export`: the batching task; `proto`: the wire messages; OTLP over hyper is
-//!   `telemetry::otlp`, shared with the metrics exporter.
+//! * `export`: the batching task; `convert`: finished spans as OTLP messages
+//!   (`opentelemetry-proto`'s types); OTLP over hyper is `telemetry::otlp`, shared with the
+//!   metrics exporter.
 //!
 //! Without `telemetry.traces` there is no [`Tracer`], and the request path does one atomic
 //! load to find that out. A [`Tracer`] lives until the config changes its settings: reload
@@ -18,10 +19,10 @@
 //! when its last request ends.
 
 pub mod context;
+pub(crate) mod convert;
 mod export;
 pub mod http_spans;
 pub mod open;
-pub(crate) mod proto;
 pub mod sampler;
 pub mod span;
 pub mod stream;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use gateway_config::model::TelemetryConfig;
 use http::HeaderValue;
 use indexmap::IndexMap;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
@@ -242,7 +244,7 @@ fn counters(registry: &Registry) -> export::Counters {
 
 /// The resource every span (and metric) is reported under.
 /// Configured attributes come after the gateway's own and cannot replace them.
-pub(crate) fn resource(service_name: &str, more: &IndexMap<String, String>) -> proto::Resource {
+pub(crate) fn resource(service_name: &str, more: &IndexMap<String, String>) -> Resource {
     const OWN: [&str; 5] = [
         "service.name",
         "service.version",
@@ -251,18 +253,21 @@ pub(crate) fn resource(service_name: &str, more: &IndexMap<String, String>) -> p
         "telemetry.sdk.language",
     ];
     let mut attributes = vec![
-        proto::string_kv("service.name", service_name),
-        proto::string_kv("service.version", crate::VERSION),
-        proto::string_kv("host.name", host_name()),
-        proto::string_kv("telemetry.sdk.name", "gateway"),
-        proto::string_kv("telemetry.sdk.language", "rust"),
+        convert::string_kv("service.name", service_name),
+        convert::string_kv("service.version", crate::VERSION),
+        convert::string_kv("host.name", host_name()),
+        convert::string_kv("telemetry.sdk.name", "gateway"),
+        convert::string_kv("telemetry.sdk.language", "rust"),
     ];
     attributes.extend(
         more.iter()
             .filter(|(k, _)| !OWN.contains(&k.as_str()))
-            .map(|(k, v)| proto::string_kv(k, v)),
+            .map(|(k, v)| convert::string_kv(k, v)),
     );
-    proto::Resource { attributes }
+    Resource {
+        attributes,
+        ..Resource::default()
+    }
 }
 
 /// The kernel's host name (no libc call, so no `unsafe`), else `$HOSTNAME`.
