@@ -137,7 +137,7 @@ fn config(backend: SocketAddr) -> String {
 
 /// A decoder fed as bytes arrive; what it produced so far is readable after each chunk.
 enum Decoder {
-    Gzip(flate2::write::GzDecoder<Vec<u8>>),
+    Gzip(Box<flate2::write::GzDecoder<Vec<u8>>>),
     Br(Box<brotli::DecompressorWriter<Vec<u8>>>),
     Zstd(zstd::stream::write::Decoder<'static, Vec<u8>>),
 }
@@ -145,7 +145,7 @@ enum Decoder {
 impl Decoder {
     fn new(coding: &str) -> Self {
         match coding {
-            "gzip" => Self::Gzip(flate2::write::GzDecoder::new(Vec::new())),
+            "gzip" => Self::Gzip(Box::new(flate2::write::GzDecoder::new(Vec::new()))),
             "br" => Self::Br(Box::new(brotli::DecompressorWriter::new(Vec::new(), 4096))),
             "zstd" => Self::Zstd(zstd::stream::write::Decoder::new(Vec::new()).unwrap()),
             other => panic!("unexpected coding `{other}`"),
