@@ -41,3 +41,18 @@ pub fn reserved_port() -> u16 {
     }
     panic!("no free loopback port in {LOWEST}..{high}");
 }
+
+/// Whether something accepts connections on `addr` within `within`, tried every 50 ms: a
+/// process a test started on a reserved port is ready once its listener is.
+pub async fn wait_listening(addr: std::net::SocketAddr, within: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -167,15 +167,10 @@ async fn reused_upstream_timers_fire_at_each_requests_deadline() {
             .unwrap();
         let _child = KillOnDrop(child);
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let mut up = false;
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(up, "the gateway listens ({workers} workers)");
+        assert!(
+            gateway_tests::ports::wait_listening(addr, Duration::from_secs(5)).await,
+            "the gateway listens ({workers} workers)"
+        );
         let mut c = gateway_tests::http1(addr).await;
         let post = |path: &str| {
             http::Request::post(path)

@@ -789,15 +789,10 @@ async fn otel_environment_variables_configure_the_export() {
     }
     let _child = Kill(child);
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut served = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "the gateway listens");
+    assert!(
+        gateway_tests::ports::wait_listening(addr, Duration::from_secs(10)).await,
+        "the gateway listens"
+    );
     let mut c = http1(addr).await;
     assert_eq!(c.get("/hello").await.status(), 200);
 
@@ -885,15 +880,10 @@ impl LoggingGateway {
         });
         let gateway = Self { child, lines };
         let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut served = false;
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                served = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(served, "the gateway listens");
+        assert!(
+            gateway_tests::ports::wait_listening(addr, Duration::from_secs(10)).await,
+            "the gateway listens"
+        );
         (gateway, dir)
     }
 
