@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes the Gateway API tests run against: etcd and kube-apiserver from the
 # Go module registry at pinned versions, plus the Gateway API standard-channel CRDs and the
-# experimental TCPRoute and UDPRoute ones. Everything
+# experimental TCPRoute, UDPRoute and TLSRoute ones. Everything
 # lands in a cache outside the repository and is built once per machine; a second run only checks
 # a stamp. Neither project can be `go install`ed (their go.mod files carry replace directives),
 # so each is built from a scratch module that pins what those replaces point at.
@@ -19,8 +19,8 @@ dir="${GATEWAY_KUBE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gateway-test/kube}"
 stamp="$dir/stamp"
 want="etcd=$ETCD_VERSION kube=$KUBE_VERSION gateway-api=$GATEWAY_API_VERSION"
 crd_stamp="$dir/crds.stamp"
-crd_want="gateway-api=$GATEWAY_API_VERSION standard experimental:tcproutes,udproutes"
-EXPERIMENTAL_CRDS="tcproutes udproutes"
+crd_want="gateway-api=$GATEWAY_API_VERSION standard experimental:tcproutes,udproutes,tlsroutes"
+EXPERIMENTAL_CRDS="tcproutes udproutes tlsroutes"
 
 log() { printf '[kube-env] %s\n' "$*" >&2; }
 

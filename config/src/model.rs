@@ -1392,14 +1392,14 @@ impl ProxyConfig {
     }
 
     /// The upstreams requests go to, with their weights: `upstream` alone (weight 1), or the
-    /// `split` entries.
+    /// `split` entries that name one (not those answering a `status`).
     pub fn backends(&self) -> Vec<(&str, u32)> {
         match &self.upstream {
             Some(u) => vec![(u.as_str(), 1)],
             None => self
                 .split
                 .iter()
-                .map(|s| (s.upstream.as_str(), s.weight))
+                .filter_map(|s| Some((s.upstream.as_deref()?, s.weight)))
                 .collect(),
         }
     }
@@ -1409,8 +1409,13 @@ impl ProxyConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SplitConfig {
-    /// Upstream name.
-    pub upstream: String,
+    /// Upstream name; exactly one of `upstream` and `status` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Answer this share with this status (400 to 599) instead of forwarding it: fault
+    /// injection, and the Kubernetes controller's 500 for backends that do not resolve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
     /// Relative share of the requests; 0 sends none (a standby for blue-green).
     pub weight: u32,
 }

@@ -146,6 +146,7 @@ fn supported_kinds(protocol: &str) -> Value {
     let kinds: &[&str] = match protocol {
         "TCP" => &["TCPRoute"],
         "UDP" => &["UDPRoute"],
+        "TLS" => &["TLSRoute"],
         _ => &["HTTPRoute", "GRPCRoute"],
     };
     kinds

@@ -28,6 +28,8 @@ pub enum Kind {
     TcpRoute,
     /// `gateway.networking.k8s.io/v1alpha2` UDPRoute (experimental channel).
     UdpRoute,
+    /// `gateway.networking.k8s.io/v1alpha2` TLSRoute (experimental channel).
+    TlsRoute,
     /// `gateway.networking.k8s.io/v1beta1` ReferenceGrant.
     ReferenceGrant,
     /// `v1` Service.
@@ -40,13 +42,14 @@ pub enum Kind {
 
 impl Kind {
     /// Every watched kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::GrpcRoute,
         Kind::TcpRoute,
         Kind::UdpRoute,
+        Kind::TlsRoute,
         Kind::ReferenceGrant,
         Kind::Service,
         Kind::EndpointSlice,
@@ -61,6 +64,7 @@ impl Kind {
             Kind::GrpcRoute => ("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
             Kind::TcpRoute => ("/apis/gateway.networking.k8s.io/v1alpha2", "tcproutes"),
             Kind::UdpRoute => ("/apis/gateway.networking.k8s.io/v1alpha2", "udproutes"),
+            Kind::TlsRoute => ("/apis/gateway.networking.k8s.io/v1alpha2", "tlsroutes"),
             Kind::ReferenceGrant => ("/apis/gateway.networking.k8s.io/v1beta1", "referencegrants"),
             Kind::Service => ("/api/v1", "services"),
             Kind::EndpointSlice => ("/apis/discovery.k8s.io/v1", "endpointslices"),
@@ -77,6 +81,7 @@ impl Kind {
             Kind::GrpcRoute => "GRPCRoute",
             Kind::TcpRoute => "TCPRoute",
             Kind::UdpRoute => "UDPRoute",
+            Kind::TlsRoute => "TLSRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",

@@ -1,6 +1,7 @@
 //! `routes[].proxy`'s backends: exactly one of `upstream` and `split` (weights that send the
-//! requests somewhere), a `mirror` that is neither the route's own upstream nor an idle copy,
-//! and route-level `timeout`/`retries`, which take the upstream's rules.
+//! requests somewhere; each entry an upstream or a status), a `mirror` that is neither the
+//! route's own upstream nor an idle copy, and route-level `timeout`/`retries`, which take the
+//! upstream's rules.
 
 use indexmap::IndexMap;
 
@@ -20,17 +21,30 @@ pub(super) fn validate_backends(
         (None, false) => {
             for (i, s) in p.split.iter().enumerate() {
                 let skey = format!("{key}.split[{i}]");
-                c.reference(
-                    &format!("{skey}.upstream"),
-                    "upstream",
-                    &s.upstream,
-                    upstreams,
-                )?;
-                if p.split[..i].iter().any(|o| o.upstream == s.upstream) {
-                    return c.err(
-                        format!("{skey}.upstream"),
-                        format!("`{}` is already in the split", s.upstream),
-                    );
+                match (&s.upstream, s.status) {
+                    (Some(u), None) => {
+                        c.reference(&format!("{skey}.upstream"), "upstream", u, upstreams)?;
+                        if p.split[..i].iter().any(|o| o.upstream.as_ref() == Some(u)) {
+                            return c.err(
+                                format!("{skey}.upstream"),
+                                format!("`{u}` is already in the split"),
+                            );
+                        }
+                    }
+                    (None, Some(status)) => {
+                        if !(400..=599).contains(&status) {
+                            return c.err(
+                                format!("{skey}.status"),
+                                "must be an error status, 400 to 599",
+                            );
+                        }
+                    }
+                    (Some(_), Some(_)) => {
+                        return c.err(skey, "`upstream` and `status` exclude each other: set one");
+                    }
+                    (None, None) => {
+                        return c.err(skey, "a split entry needs `upstream` or `status`");
+                    }
                 }
             }
             if p.split.iter().all(|s| s.weight == 0) {

@@ -1,6 +1,8 @@
 //! A proxy route's terminal as configured: one upstream ([`Terminal::Proxy`]), or a `split`
 //! across several by weight ([`Terminal::Split`]), each with the route's `mirror`, `timeout`
-//! and `retries`.
+//! and `retries`. A split entry may answer a `status` instead of naming an upstream: that
+//! share of the requests gets the error answer at once (fault injection, and the Gateway
+//! API's 500 for the share of backends that do not resolve).
 //!
 //! A split picks per request from an order computed at load: the smooth weighted round robin's
 //! sequence over the weights divided by their greatest common divisor (`90/10` is a cycle of
@@ -16,13 +18,13 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use gateway_config::Config;
 use gateway_config::model::ProxyConfig;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 
 use super::mirror::Mirror;
 use super::{ProxyRoute, Upstreams};
 use crate::body::Body;
 use crate::context::RequestCx;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, error_response};
 use crate::telemetry::{Counter, Registry};
 use crate::terminal::Terminal;
 
@@ -71,14 +73,29 @@ pub fn terminal(
         if s.weight == 0 {
             continue;
         }
-        let up = upstream(format!("{key}.split[{i}].upstream"), &s.upstream)?;
-        let route = ProxyRoute::new(p, up).mirrored(mirror.clone());
+        let (to, label) = match (&s.upstream, s.status) {
+            (Some(name), _) => {
+                let up = upstream(format!("{key}.split[{i}].upstream"), name)?;
+                let route = ProxyRoute::new(p, up).mirrored(mirror.clone());
+                (Destination::Upstream(Arc::new(route)), name.clone())
+            }
+            (None, status) => {
+                let status = status
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .ok_or_else(|| config.error(format!("{key}.split[{i}]"), "no status"))?;
+                // The counter's `upstream` label names the answer instead.
+                (
+                    Destination::Status(status),
+                    format!("status {}", status.as_u16()),
+                )
+            }
+        };
         choices.push(Choice {
-            route: Arc::new(route),
+            to,
             picked: registry.counter(
                 "gateway_split_requests_total",
                 "Requests a split route sent to each of its upstreams.",
-                &[("route", route_name), ("upstream", &s.upstream)],
+                &[("route", route_name), ("upstream", &label)],
             ),
         });
         weights.push(s.weight);
@@ -106,42 +123,69 @@ pub struct Split {
 }
 
 struct Choice {
-    route: Arc<ProxyRoute>,
+    to: Destination,
     picked: Counter,
 }
 
+/// Where a pick sends the request.
+enum Destination {
+    /// Forwarded to this upstream.
+    Upstream(Arc<ProxyRoute>),
+    /// Answered with this status here.
+    Status(StatusCode),
+}
+
 impl Split {
-    /// The route to the upstream picked for the next request (counted).
-    pub fn pick(&self) -> &Arc<ProxyRoute> {
+    /// The entry picked for the next request (counted).
+    fn pick(&self) -> &Destination {
         let choice = &self.choices[self.picker.pick()];
         choice.picked.inc();
-        &choice.route
+        &choice.to
     }
 
-    /// Whether the fast path can forward every request of the route as text (no mirror, and
-    /// only upstreams [`ProxyRoute::rewrite_text`] takes).
+    /// The upstream picked for the next request, for the fast path, which takes a split only
+    /// when [`Split::forwards_as_text`]: every entry is then an upstream.
+    pub fn pick_upstream(&self) -> Option<&Arc<ProxyRoute>> {
+        match self.pick() {
+            Destination::Upstream(route) => Some(route),
+            Destination::Status(_) => None,
+        }
+    }
+
+    /// Whether the fast path can forward every request of the route as text (no mirror, no
+    /// `status` entry, and only upstreams [`ProxyRoute::rewrite_text`] takes).
     pub fn forwards_as_text(&self) -> bool {
         !self.mirrors
-            && self
-                .choices
-                .iter()
-                .all(|c| c.route.upstream.forwards_as_text())
+            && self.choices.iter().all(|c| match &c.to {
+                Destination::Upstream(route) => route.upstream.forwards_as_text(),
+                Destination::Status(_) => false,
+            })
     }
 
-    /// Forwards one request to the upstream picked for it; the answer names that upstream.
+    /// Forwards one request to the upstream picked for it, the answer naming that upstream;
+    /// or answers the status picked.
     pub fn forward(
         &self,
         req: Request<Body>,
         cx: &RequestCx,
-    ) -> impl Future<Output = Response<Body>> + Send + 'static {
-        let route = self.pick();
+    ) -> futures_util::future::Either<
+        std::future::Ready<Response<Body>>,
+        impl Future<Output = Response<Body>> + Send + 'static,
+    > {
+        use futures_util::future::Either;
+        let route = match self.pick() {
+            Destination::Upstream(route) => route,
+            Destination::Status(status) => {
+                return Either::Left(std::future::ready(error_response(*status)));
+            }
+        };
         let served = ServedBy(route.upstream_name().clone());
         let fut = route.forward(req, cx);
-        async move {
+        Either::Right(async move {
             let mut res = fut.await;
             res.extensions_mut().insert(served);
             res
-        }
+        })
     }
 }
 

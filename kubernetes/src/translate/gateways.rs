@@ -52,7 +52,7 @@ pub(super) struct ServedGateway {
 
 pub(super) struct ServedListener {
     pub(super) name: String,
-    /// `HTTP`, `HTTPS`, `TCP` or `UDP`.
+    /// `HTTP`, `HTTPS`, `TLS`, `TCP` or `UDP`.
     pub(super) protocol: String,
     pub(super) config_name: String,
     pub(super) port: u16,
@@ -101,6 +101,7 @@ pub(super) fn translate(
                     "HTTPS" => "HTTPS",
                     "TCP" => "TCP",
                     "UDP" => "UDP",
+                    "TLS" => "TLS",
                     _ => "HTTP",
                 },
                 accepted: Ok(()),
@@ -110,6 +111,14 @@ pub(super) fn translate(
             let mut certs = Vec::new();
             match protocol.as_str() {
                 "HTTP" | "TCP" | "UDP" => {}
+                // TLS is passed through to the backends by server name, never terminated here.
+                "TLS" if l["tls"]["mode"].as_str() == Some("Passthrough") => {}
+                "TLS" => {
+                    lr.accepted = Err((
+                        "UnsupportedProtocol",
+                        "TLS listeners are served in Passthrough mode only".to_owned(),
+                    ))
+                }
                 "HTTPS" => match certificates(snapshot, ns, l, cert_dir, fragment) {
                     Ok(c) => certs = c,
                     Err(e) => lr.resolved = Err(e),
@@ -117,7 +126,9 @@ pub(super) fn translate(
                 other => {
                     lr.accepted = Err((
                         "UnsupportedProtocol",
-                        format!("protocol {other} is not served (HTTP, HTTPS, TCP and UDP are)"),
+                        format!(
+                            "protocol {other} is not served (HTTP, HTTPS, TLS, TCP and UDP are)"
+                        ),
                     ))
                 }
             }
@@ -152,7 +163,8 @@ pub(super) fn translate(
         served.push(ServedGateway { report, listeners });
     }
     for ((port, _), (protocol, mut certs)) in ports {
-        // TCP and UDP listeners become streams, and only once a route gives them a backend.
+        // TLS, TCP and UDP listeners become streams, and only once a route gives them a
+        // backend.
         if protocol != "HTTP" && protocol != "HTTPS" {
             continue;
         }

@@ -5,6 +5,7 @@
 //! routes: the rest of the cluster, and the file, keep serving.
 
 mod gateways;
+mod passthrough;
 mod routes;
 mod streams;
 
@@ -65,6 +66,8 @@ pub fn translate(snapshot: &Snapshot, config: &KubernetesConfig, cert_dir: &Path
     out.report.routes = routes::translate(snapshot, &mut gateways, &mut out.fragment);
     let streams = streams::translate(snapshot, config, &mut gateways, &mut out.fragment);
     out.report.routes.extend(streams);
+    let passthrough = passthrough::translate(snapshot, config, &mut gateways, &mut out.fragment);
+    out.report.routes.extend(passthrough);
     out.report.gateways = gateways.into_iter().map(|g| g.report).collect();
     out
 }

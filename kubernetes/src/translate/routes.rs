@@ -1,6 +1,8 @@
 //! HTTPRoutes attached to our Gateways' listeners become config routes: one per listener,
 //! hostname and match, ordered by the Gateway API's precedence (the config matches first to
-//! last). Backends are Services' ready endpoints; a rule whose backends all fail answers 500.
+//! last). Backends are Services' ready endpoints; a rule whose backends all fail answers 500,
+//! and the share of a rule's traffic that its unresolved backendRefs would have had answers 500
+//! too.
 
 use std::cmp::Reverse;
 
@@ -388,6 +390,7 @@ fn compile_rule(
         });
     }
     let mut split = Vec::new();
+    let mut unresolved = 0;
     for b in rule["backendRefs"].as_array().into_iter().flatten() {
         let weight = b["weight"].as_u64().unwrap_or(1);
         if b["filters"].as_array().is_some_and(|f| !f.is_empty()) {
@@ -397,6 +400,9 @@ fn compile_rule(
             Ok(Some(upstream)) => split.push(json!({ "upstream": upstream, "weight": weight })),
             Ok(None) => {}
             Err(e) => {
+                // The spec's answer for the share of requests an unusable backendRef would
+                // have had: 500, while the usable ones take theirs.
+                unresolved += weight;
                 if resolved.is_ok() {
                     *resolved = Err(e);
                 }
@@ -404,6 +410,9 @@ fn compile_rule(
         }
     }
     let weights: u64 = split.iter().filter_map(|s| s["weight"].as_u64()).sum();
+    if weights > 0 && unresolved > 0 {
+        split.push(json!({ "status": 500, "weight": unresolved }));
+    }
     let terminal = if weights == 0 {
         // The Gateway API's answer for a rule with no usable backend.
         (

@@ -116,7 +116,7 @@ pub(super) fn translate(
 
 /// Every ready endpoint of the route's backends with its backendRef's weight, and the route's
 /// ResolvedRefs verdict.
-fn targets(
+pub(super) fn targets(
     snapshot: &Snapshot,
     kind: Kind,
     ns: &str,

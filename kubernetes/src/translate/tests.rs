@@ -113,6 +113,9 @@ fn gateway_listeners_and_routes() {
     assert_eq!(r.matcher.headers["x-env"], "canary");
     let proxy = r.proxy.as_ref().unwrap();
     assert_eq!(proxy.backends(), vec![("kubernetes/default/web/80", 3)]);
+    // The missing Service's share (weight 1 of 4) is answered 500, as the spec asks.
+    let shares: Vec<_> = proxy.split.iter().map(|s| (s.status, s.weight)).collect();
+    assert_eq!(shares, vec![(None, 3), (Some(500), 1)]);
     let parent = &t.report.routes[0].parents[0];
     assert!(parent.accepted.is_ok());
     assert_eq!(parent.resolved.as_ref().unwrap_err().0, "BackendNotFound");
@@ -342,4 +345,76 @@ fn udp_routes_become_weighted_streams() {
     ));
     assert_eq!(t.report.routes[0].kind, Kind::UdpRoute);
     assert_eq!(t.report.gateways[0].listeners[0].attached, 1);
+}
+
+#[test]
+fn tls_routes_become_streams_routed_by_server_name() {
+    let mut s = cluster();
+    s.insert(
+        Kind::Gateway,
+        json!({
+        "metadata": {"namespace": "default", "name": "gw"},
+        "spec": {"gatewayClassName": "ours", "listeners": [
+            {"name": "pass", "port": 8443, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
+            {"name": "term", "port": 9443, "protocol": "TLS", "tls": {"mode": "Terminate"}}]}}),
+    );
+    let tls_route = |name: &str, created: &str, hostnames: serde_json::Value| {
+        json!({
+        "metadata": {"namespace": "default", "name": name, "creationTimestamp": created},
+        "spec": {"parentRefs": [{"name": "gw", "sectionName": "pass"}], "hostnames": hostnames,
+                 "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}})
+    };
+    s.insert(
+        Kind::TlsRoute,
+        tls_route(
+            "a",
+            "2026-12-07T00:00:00Z",
+            json!(["a.example.com", "*.b.example.com"]),
+        ),
+    );
+    s.insert(
+        Kind::TlsRoute,
+        tls_route("any", "2026-12-07T00:00:01Z", json!([])),
+    );
+    // Claims a name the older route `a` serves on the port (and sorts before `any` by name).
+    s.insert(
+        Kind::TlsRoute,
+        tls_route("b-late", "2026-12-07T00:00:02Z", json!(["a.example.com"])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let listeners = &t.report.gateways[0].listeners;
+    assert!(listeners[0].accepted.is_ok());
+    assert_eq!(listeners[0].attached, 2);
+    assert_eq!(
+        listeners[1].accepted.as_ref().unwrap_err().0,
+        "UnsupportedProtocol",
+        "TLS is not terminated"
+    );
+    assert_eq!(t.fragment.streams.len(), 1);
+    let stream = &t.fragment.streams[0];
+    assert_eq!(stream.bind, "198.18.0.10:8443");
+    assert_eq!(stream.protocol, gateway_config::model::StreamProtocol::Tcp);
+    assert_eq!(
+        stream.sni_routes["a.example.com"],
+        "kubernetes/tls/8443/a.example.com"
+    );
+    assert_eq!(
+        stream.sni_routes["*.b.example.com"],
+        "kubernetes/tls/8443/*.b.example.com"
+    );
+    assert_eq!(stream.upstream.as_deref(), Some("kubernetes/tls/8443"));
+    for up in stream.sni_routes.values().chain(stream.upstream.iter()) {
+        assert_eq!(
+            t.fragment.upstreams[up].targets.len(),
+            1,
+            "{up}: the ready endpoint"
+        );
+    }
+    let verdict = |name: &str| {
+        let r = t.report.routes.iter().find(|r| r.key.1 == name).unwrap();
+        assert_eq!(r.kind, Kind::TlsRoute);
+        r.parents[0].accepted.clone()
+    };
+    assert!(verdict("a").is_ok() && verdict("any").is_ok());
+    assert_eq!(verdict("b-late").unwrap_err().0, "UnsupportedValue");
 }

@@ -187,6 +187,11 @@ pub struct TlsTag {
 impl TlsTag {
     /// Starts it with a certificate for `names` issued by `ca`.
     pub async fn start(ca: &crate::TestCa, names: &[&str], tag: &str) -> Self {
+        Self::start_on(ca, names, tag, "127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// [`TlsTag::start`] bound to `addr`.
+    pub async fn start_on(ca: &crate::TestCa, names: &[&str], tag: &str, addr: SocketAddr) -> Self {
         use rustls_pki_types::pem::PemObject;
         let (cert, key) = ca.issue(names, crate::KeyKind::Ecdsa);
         let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
@@ -201,7 +206,7 @@ impl TlsTag {
             .with_single_cert(chain, key)
             .expect("server config");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let tag = format!("{tag}\n");
         let task = tokio::spawn(async move {
@@ -241,7 +246,12 @@ pub struct UdpEcho {
 impl UdpEcho {
     /// Starts it.
     pub async fn start() -> Self {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        Self::start_on("127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// [`UdpEcho::start`] bound to `addr`.
+    pub async fn start_on(addr: SocketAddr) -> Self {
+        let socket = UdpSocket::bind(addr).await.expect("bind");
         // Many clients' 64 KiB datagrams at once overflow the default 208 KiB buffer.
         let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20);
         let addr = socket.local_addr().expect("addr");

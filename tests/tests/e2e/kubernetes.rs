@@ -1,6 +1,7 @@
 //! The Gateway API controller against a real kube-apiserver (see `gateway_tests::kube`):
-//! objects created through the API become routes, status is read back, and weights and
-//! endpoints change under a request loop without one request failing.
+//! objects created through the API become routes and streams (TCPRoute, UDPRoute, TLSRoute
+//! passed through by server name), status is read back, and weights and endpoints change under
+//! a request loop without one request failing.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -189,6 +190,16 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
                      "rules": [{"backendRefs": [{"name": "missing", "port": 80}]}]}}),
         )
         .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/httproutes"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "half"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["half.example"],
+                     "rules": [{"backendRefs": [{"name": "svc-b", "port": 80, "weight": 1},
+                                                {"name": "missing", "port": 80, "weight": 1}]}]}}),
+        )
+        .await;
 
         let addr = SocketAddr::new(NODE_IP, port);
         eventually("the route serves", || {
@@ -206,6 +217,19 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
             (r.status() == 500)
                 .then_some(())
                 .ok_or(format!("{}", r.status()))
+        })
+        .await;
+        // The unresolved half of a rule's weight answers 500; the resolved half is served.
+        eventually("half of a half-resolved rule answers 500", || async {
+            let mut seen = (0, 0);
+            for _ in 0..20 {
+                match get(addr, "half.example", "/").await?.status() {
+                    200 => seen.0 += 1,
+                    500 => seen.1 += 1,
+                    other => return Err(format!("{other}")),
+                }
+            }
+            (seen == (10, 10)).then_some(()).ok_or(format!("{seen:?}"))
         })
         .await;
         // The file's own listener and route serve beside the cluster's.
@@ -228,7 +252,7 @@ fn routes_status_and_live_changes_from_a_real_api_server() {
                 condition(&class["status"]["conditions"], "Accepted")["status"] == "True",
                 condition(&gateway["status"]["conditions"], "Programmed")["status"] == "True",
                 gateway["status"]["addresses"][0]["value"] == NODE_IP.to_string(),
-                gateway["status"]["listeners"][0]["attachedRoutes"] == 3,
+                gateway["status"]["listeners"][0]["attachedRoutes"] == 4,
                 condition(&gateway["status"]["listeners"][0]["conditions"], "Accepted")["status"]
                     == "True",
                 app["status"]["parents"][0]["controllerName"] == "gateway.dev/controller",
@@ -842,6 +866,145 @@ fn tcp_routes_become_streams() {
                 && g["status"]["listeners"][0]["supportedKinds"][0]["kind"] == "TCPRoute"
                 && g["status"]["listeners"][0]["attachedRoutes"] == 1;
             ok.then_some(()).ok_or(format!("{r} {g}"))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
+
+#[test]
+fn tls_routes_pass_through_by_server_name_and_udp_routes_carry_datagrams() {
+    use gateway_tests::TestCa;
+    use gateway_tests::backend::l4::{TlsTag, UdpEcho};
+    use tokio::io::AsyncReadExt;
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        let ca = TestCa::new();
+        let on_node = SocketAddr::new(NODE_IP, 0);
+        let a = TlsTag::start_on(&ca, &["a.example.com"], "a", on_node).await;
+        let b = TlsTag::start_on(&ca, &["x.b.example.com"], "b", on_node).await;
+        let any = TlsTag::start_on(&ca, &["other.example.com"], "any", on_node).await;
+        let echo = UdpEcho::start_on(on_node).await;
+        let gw = start_gateway(&k).await;
+        let (tls_port, udp_port) = (free_port(), free_port());
+        k.create(
+            &format!("{GW_API}/gatewayclasses"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/gateways"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "tls", "port": tls_port, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
+                {"name": "dns", "port": udp_port, "protocol": "UDP"}]}}),
+        )
+        .await;
+        for (name, port) in [
+            ("svc-a", a.addr().port()),
+            ("svc-b", b.addr().port()),
+            ("svc-any", any.addr().port()),
+            ("dns", echo.addr().port()),
+        ] {
+            k.create(&format!("{NS}/services"), service(name)).await;
+            k.create(SLICES, slice(name, &[(port, true)])).await;
+        }
+        let tls_routes = "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/tlsroutes";
+        for (name, hostnames, service) in [
+            ("a", json!(["a.example.com"]), "svc-a"),
+            ("b", json!(["*.b.example.com"]), "svc-b"),
+            ("any", json!([]), "svc-any"),
+        ] {
+            k.create(
+                tls_routes,
+                json!({
+                "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+                "metadata": {"name": name},
+                "spec": {"parentRefs": [{"name": "gw", "sectionName": "tls"}],
+                         "hostnames": hostnames,
+                         "rules": [{"backendRefs": [{"name": service, "port": 80}]}]}}),
+            )
+            .await;
+        }
+        k.create(
+            "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/udproutes",
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "UDPRoute",
+            "metadata": {"name": "dns"},
+            "spec": {"parentRefs": [{"name": "gw", "sectionName": "dns"}],
+                     "rules": [{"backendRefs": [{"name": "dns", "port": 80}]}]}}),
+        )
+        .await;
+        // End-to-end TLS with each backend's own certificate: the gateway only read the name.
+        let tls_addr = SocketAddr::new(NODE_IP, tls_port);
+        for (name, want) in [
+            ("a.example.com", "a\n"),
+            ("x.b.example.com", "b\n"),
+            ("other.example.com", "any\n"),
+        ] {
+            let config = ca.client_config(&[]);
+            eventually(&format!("TLSRoute for {name}"), || {
+                let config = config.clone();
+                async move {
+                    let mut tls = gateway_tests::tls_connect(tls_addr, name, config)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let mut got = String::new();
+                    tls.read_to_string(&mut got)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    (got == want).then_some(()).ok_or(format!("{got:?}"))
+                }
+            })
+            .await;
+        }
+        let udp_addr = SocketAddr::new(NODE_IP, udp_port);
+        eventually("the UDPRoute carries datagrams", || async {
+            let socket = tokio::net::UdpSocket::bind(SocketAddr::new(NODE_IP, 0))
+                .await
+                .map_err(|e| e.to_string())?;
+            socket
+                .send_to(b"query", udp_addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut buf = [0u8; 16];
+            let n = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buf))
+                .await
+                .map_err(|_| "no answer".to_owned())?
+                .map_err(|e| e.to_string())?;
+            (&buf[..n] == b"query")
+                .then_some(())
+                .ok_or(format!("{:?}", &buf[..n]))
+        })
+        .await;
+        eventually("TLSRoute and UDPRoute status", || async {
+            let g = k
+                .get(&format!("{GW_API}/namespaces/default/gateways/gw"))
+                .await;
+            let mut ok = g["status"]["listeners"][0]["supportedKinds"][0]["kind"] == "TLSRoute"
+                && g["status"]["listeners"][0]["attachedRoutes"] == 3
+                && g["status"]["listeners"][1]["attachedRoutes"] == 1;
+            for route in [
+                "tlsroutes/a",
+                "tlsroutes/b",
+                "tlsroutes/any",
+                "udproutes/dns",
+            ] {
+                let r = k
+                    .get(&format!(
+                        "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/{route}"
+                    ))
+                    .await;
+                ok &= condition(&r["status"]["parents"][0]["conditions"], "Accepted")["status"]
+                    == "True";
+            }
+            ok.then_some(()).ok_or(format!("{g}"))
         })
         .await;
         gw.shutdown().await;

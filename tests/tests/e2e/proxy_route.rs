@@ -1,5 +1,5 @@
 //! A proxy route's own settings end to end, over HTTP/1.1 and h2c: `split` across real backends
-//! by weight (counts, metrics, the access log's `upstream`), `mirror` (the shadow gets copies
+//! by weight (counts, metrics, the access log's `upstream`) and a split's `status` share, `mirror` (the shadow gets copies
 //! with their bodies; a slow or dead shadow changes nothing for the client; the in-flight bound
 //! holds and its drops are counted), and route-level `timeout` and `retries` over the
 //! upstream's.
@@ -93,6 +93,38 @@ async fn a_split_sends_each_upstream_its_weight_and_says_which_one_answered() {
             .or_default() += 1;
     }
     assert_eq!((by_upstream["a"], by_upstream["b"]), (1053, 351));
+}
+
+#[tokio::test]
+async fn a_split_entry_with_a_status_answers_its_share_itself() {
+    let a = Backend::start("a").await;
+    let gw = TestGateway::start(&gateway(
+        &format!("  a: {{ targets: [{}] }}\n", a.addr()),
+        "  - name: faulty\n    match: { path_prefix: / }\n    proxy:\n      split: [ { upstream: a, weight: 3 }, \
+         { status: 503, weight: 1 } ]\n",
+    ))
+    .await;
+    // HTTP/1.1 GETs (a split with a status share leaves the text forward) and HTTP/2 alike.
+    for mut c in [http1(gw.addr("main")).await, http2c(gw.addr("main")).await] {
+        let mut by_status: HashMap<u16, usize> = HashMap::new();
+        for _ in 0..400 {
+            let r = c.get("/x").await;
+            if r.status() == 200 {
+                assert_eq!(r.header("x-backend"), "a");
+            } else {
+                assert_eq!(r.text(), "503 Service Unavailable\n");
+            }
+            *by_status.entry(r.status()).or_default() += 1;
+        }
+        assert_eq!(
+            (by_status[&200], by_status[&503]),
+            (300, 100),
+            "{by_status:?}"
+        );
+    }
+    assert_eq!(a.requests(), 600);
+    let picked = "gateway_split_requests_total{route=\"faulty\",upstream=\"status 503\"}";
+    assert_eq!(counter_value(&gw, picked).await, 200);
 }
 
 async fn access_lines(gw: &TestGateway, n: usize) -> Vec<serde_json::Value> {

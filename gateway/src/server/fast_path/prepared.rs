@@ -195,7 +195,9 @@ impl Lane<'_> {
             // Only when every upstream of the split takes text requests, and no trace needs
             // the general path: a pick made here is then the request's only one.
             Terminal::Split(split) if split.forwards_as_text() && !svc.telemetry.tracer.is_on() => {
-                let proxy = split.pick();
+                let Some(proxy) = split.pick_upstream() else {
+                    return routed();
+                };
                 return match self.rewrite(req, proxy, &generation, index, start) {
                     Some(job) => Outcome::Forwards(job),
                     None => routed(),
