@@ -963,6 +963,14 @@ pub struct RouteMatchConfig {
     /// percent-decoded).
     #[serde(default)]
     pub query: IndexMap<String, String>,
+    /// Required headers whose value matches a regular expression (a search: anchor it with
+    /// `^...$` to match a whole value); any one of a repeated header's values may match.
+    #[serde(default)]
+    pub header_regex: IndexMap<String, String>,
+    /// Required query parameters whose value, as sent, matches a regular expression (a search,
+    /// as for `header_regex`).
+    #[serde(default)]
+    pub query_regex: IndexMap<String, String>,
 }
 
 /// An entry of `routes[].filters`: a single-key map naming the filter.

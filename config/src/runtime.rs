@@ -311,6 +311,10 @@ pub struct Route {
     pub headers: Vec<(String, String)>,
     /// Required query parameters (name and value exact, as sent).
     pub query: Vec<(String, String)>,
+    /// Required headers (lowercase name) with a value the expression finds a match in.
+    pub header_regex: Vec<(String, regex::Regex)>,
+    /// Required query parameters with a value (as sent) the expression finds a match in.
+    pub query_regex: Vec<(String, regex::Regex)>,
     /// Filters in order.
     pub filters: Vec<Filter>,
     /// Terminal action.

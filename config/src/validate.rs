@@ -960,6 +960,16 @@ pub(crate) fn valid_header_value(value: &str) -> bool {
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
 }
 
+/// The regular expression `re` of entry `name` under `key`, compiled.
+fn compile_regex(c: &Checker<'_>, key: &str, name: &str, re: &str) -> Result<regex::Regex> {
+    regex::Regex::new(re).or_else(|e| {
+        c.err(
+            format!("{key}.{name}"),
+            format!("invalid regular expression: {e}"),
+        )
+    })
+}
+
 fn check_headers<'m>(
     c: &Checker<'_>,
     key: &str,
@@ -1103,6 +1113,19 @@ fn validate_routes(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            let hkey = format!("{key}.match.header_regex");
+            check_headers(c, &hkey, m.header_regex.keys().map(|k| (k, None)))?;
+            let header_regex = m
+                .header_regex
+                .iter()
+                .map(|(k, re)| Ok((k.to_ascii_lowercase(), compile_regex(c, &hkey, k, re)?)))
+                .collect::<Result<_>>()?;
+            let qkey = format!("{key}.match.query_regex");
+            let query_regex = m
+                .query_regex
+                .iter()
+                .map(|(k, re)| Ok((k.clone(), compile_regex(c, &qkey, k, re)?)))
+                .collect::<Result<_>>()?;
 
             let mut filters = Vec::new();
             for (j, f) in r.filters.iter().enumerate() {
@@ -1304,6 +1327,8 @@ fn validate_routes(
                 methods,
                 headers,
                 query,
+                header_regex,
+                query_regex,
                 filters,
                 action,
             });

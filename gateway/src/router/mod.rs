@@ -1,6 +1,7 @@
 //! Routes compiled into a matcher once per config generation. Matching is first-match-wins in
-//! file order, per listener; each route's conditions are checked cheapest first (method, host,
-//! path, headers) and nothing is allocated per lookup.
+//! file order, per listener; each route's conditions are checked cheapest first (query, method,
+//! host, path, headers; exact values before regular expressions) and nothing is allocated per
+//! lookup.
 //!
 //! A listener's routes are indexed by the first path segment each one requires (`/static` and
 //! `/static/` both require `static`), so a lookup checks only the routes that could match the
@@ -30,6 +31,8 @@ pub struct Matcher {
     methods: Vec<Method>,
     headers: Vec<(HeaderName, HeaderValue)>,
     query: Vec<(String, String)>,
+    header_regex: Vec<(HeaderName, regex::Regex)>,
+    query_regex: Vec<(String, regex::Regex)>,
 }
 
 impl Matcher {
@@ -51,12 +54,23 @@ impl Matcher {
                 ))
             })
             .collect::<Result<_, String>>()?;
+        let header_regex = route
+            .header_regex
+            .iter()
+            .map(|(k, re)| {
+                let name = HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| format!("header `{k}`: {e}"))?;
+                Ok((name, re.clone()))
+            })
+            .collect::<Result<_, String>>()?;
         Ok(Self {
             host: route.host.clone(),
             path: route.path.clone(),
             methods,
             headers,
             query: route.query.clone(),
+            header_regex,
+            query_regex: route.query_regex.clone(),
         })
     }
 
@@ -96,6 +110,11 @@ impl Matcher {
         if !self.query.is_empty() && !query_has_all(&self.query, query.unwrap_or("")) {
             return false;
         }
+        if !self.query_regex.is_empty()
+            && !query_matches_all(&self.query_regex, query.unwrap_or(""))
+        {
+            return false;
+        }
         if !self.methods.is_empty() && !self.methods.contains(method) {
             return false;
         }
@@ -121,7 +140,32 @@ impl Matcher {
                 .headers
                 .iter()
                 .all(|(name, value)| headers.get_all(name).iter().any(|v| v == value))
+            && self.header_regex.iter().all(|(name, re)| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .any(|v| v.to_str().is_ok_and(|v| re.is_match(v)))
+            })
     }
+
+    /// Whether the route needs the request's header fields or query to decide.
+    fn reads_headers_or_query(&self) -> bool {
+        !(self.headers.is_empty()
+            && self.query.is_empty()
+            && self.header_regex.is_empty()
+            && self.query_regex.is_empty())
+    }
+}
+
+/// Whether each `(name, expression)` finds a match in the value of one of the query's
+/// `name=value` pairs.
+fn query_matches_all(wanted: &[(String, regex::Regex)], query: &str) -> bool {
+    wanted.iter().all(|(name, re)| {
+        query.split('&').any(|pair| {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            n == name && re.is_match(v)
+        })
+    })
 }
 
 /// Whether every `(name, value)` is among the query's `name=value` pairs.
@@ -278,9 +322,7 @@ impl<T> Router<T> {
             .any(|(m, _)| !matches!(m.host, HostMatch::Any));
         // Query conditions count too: a request routed without its header map (the HTTP/1.1
         // fast path) is routed without its query as well.
-        let matches_headers = compiled
-            .iter()
-            .any(|(m, _)| !m.headers.is_empty() || !m.query.is_empty());
+        let matches_headers = compiled.iter().any(|(m, _)| m.reads_headers_or_query());
         Self {
             routes: compiled,
             by_listener,
@@ -404,6 +446,30 @@ mod tests {
         assert_eq!(r("/", "", "/x").as_deref(), Some("/x"));
         assert_eq!(r("/api", "/v2", "/apix"), None);
         assert_eq!(r("/api", "/v2", "/other"), None);
+    }
+
+    #[test]
+    fn regular_expressions_on_header_values_and_query_parameters() {
+        let m = m("{ header_regex: { X-Env: '^(canary|beta)$' }, query_regex: { v: '^2\\.' } }");
+        let q = |env: &[&str], query| {
+            let mut h = HeaderMap::new();
+            for e in env {
+                h.append("x-env", e.parse().unwrap());
+            }
+            m.matches_query(&Method::GET, "", "/", query, &h)
+        };
+        assert!(q(&["canary"], Some("v=2.1")));
+        assert!(
+            q(&["stable", "beta"], Some("a=1&v=2.0")),
+            "any value of the header"
+        );
+        assert!(
+            !q(&["canary-x"], Some("v=2.1")),
+            "anchored by the expression"
+        );
+        assert!(!q(&["canary"], Some("v=3.0")));
+        assert!(!q(&[], Some("v=2.1")), "no header, no match");
+        assert!(!q(&["beta"], None), "no query, no match");
     }
 
     #[test]

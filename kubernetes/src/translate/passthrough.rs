@@ -109,12 +109,7 @@ pub(super) fn translate(
 
 /// The stream of one port: an upstream per server name with targets, the unnamed route's as
 /// the stream's fallback.
-fn stream(
-    config: &KubernetesConfig,
-    port: u16,
-    names: ByName,
-    fragment: &mut RawConfig,
-) {
+fn stream(config: &KubernetesConfig, port: u16, names: ByName, fragment: &mut RawConfig) {
     let mut sni_routes = Map::new();
     let mut fallback = None;
     for (host, (_, targets)) in names {

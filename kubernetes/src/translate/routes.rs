@@ -470,17 +470,21 @@ fn compile_grpc_match(m: &Value) -> Result<Value, Refusal> {
 fn compile_match(m: &Value) -> Result<(Value, bool), Refusal> {
     let mut out = Map::new();
     let mut query = Map::new();
+    let mut query_regex = Map::new();
     for q in m["queryParams"].as_array().into_iter().flatten() {
-        if q["type"].as_str().unwrap_or("Exact") != "Exact" {
-            return Err(unsupported(
-                "only Exact query parameter matches are supported",
-            ));
-        }
         let name = q["name"].as_str().unwrap_or_default();
-        query.insert(name.to_owned(), q["value"].clone());
+        let value = q["value"].as_str().unwrap_or_default();
+        match q["type"].as_str().unwrap_or("Exact") {
+            "Exact" => query.insert(name.to_owned(), json!(value)),
+            "RegularExpression" => query_regex.insert(name.to_owned(), regex_of("query", value)?),
+            other => return Err(unsupported(format!("query parameter match type {other}"))),
+        };
     }
     if !query.is_empty() {
         out.insert("query".into(), Value::Object(query));
+    }
+    if !query_regex.is_empty() {
+        out.insert("query_regex".into(), Value::Object(query_regex));
     }
     let path = &m["path"];
     let value = path["value"].as_str().unwrap_or("/").to_owned();
@@ -501,26 +505,42 @@ fn compile_match(m: &Value) -> Result<(Value, bool), Refusal> {
         other => return Err(unsupported(format!("path match type {other}"))),
     }
     let mut headers = Map::new();
+    let mut header_regex = Map::new();
     for h in m["headers"].as_array().into_iter().flatten() {
-        if h["type"].as_str().unwrap_or("Exact") != "Exact" {
-            return Err(unsupported("only Exact header matches are supported"));
-        }
         let name = h["name"].as_str().unwrap_or_default().to_ascii_lowercase();
         let value = h["value"].as_str().unwrap_or_default();
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-            || http::HeaderValue::from_str(value).is_err()
-        {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(unsupported(format!("header match `{name}`")));
         }
-        headers.insert(name, json!(value));
+        match h["type"].as_str().unwrap_or("Exact") {
+            "Exact" if http::HeaderValue::from_str(value).is_ok() => {
+                headers.insert(name, json!(value));
+            }
+            "Exact" => return Err(unsupported(format!("header match `{name}`"))),
+            "RegularExpression" => {
+                header_regex.insert(name, regex_of("header", value)?);
+            }
+            other => return Err(unsupported(format!("header match type {other}"))),
+        }
     }
     if !headers.is_empty() {
         out.insert("headers".into(), Value::Object(headers));
+    }
+    if !header_regex.is_empty() {
+        out.insert("header_regex".into(), Value::Object(header_regex));
     }
     if let Some(method) = m["method"].as_str() {
         out.insert("methods".into(), json!([method]));
     }
     Ok((Value::Object(out), is_prefix))
+}
+
+/// A header or query parameter `RegularExpression` match's value, checked to compile. It is
+/// kept as a search, as path expressions are: the Gateway API leaves anchoring to the
+/// implementation, and `^...$` asks for a whole value.
+fn regex_of(what: &str, re: &str) -> Result<Value, Refusal> {
+    regex::Regex::new(re).map_err(|e| unsupported(format!("{what} regex `{re}`: {e}")))?;
+    Ok(json!(re))
 }
 
 /// RequestHeaderModifier / ResponseHeaderModifier as `headers:` filter keys.

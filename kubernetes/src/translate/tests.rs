@@ -257,27 +257,32 @@ fn grpc_methods_become_paths_and_backends_speak_h2c() {
 }
 
 #[test]
-fn query_matches_become_query_conditions() {
+fn query_and_header_matches_become_conditions_exact_or_by_regex() {
     let mut s = cluster();
     s.insert(
         Kind::HttpRoute,
         route(json!([
-        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
-         "backendRefs": [{"name": "web", "port": 80}]},
-        {"matches": [{"queryParams": [{"type": "RegularExpression", "name": "v", "value": "."}]}],
+        {"matches": [{"queryParams": [{"name": "v", "value": "2"},
+                                      {"type": "RegularExpression", "name": "u", "value": "^[0-9]+$"}],
+                      "headers": [{"type": "RegularExpression", "name": "X-Env", "value": "^can"}]}],
+         "backendRefs": [{"name": "web", "port": 80}]}])),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let m = &t.fragment.routes[0].matcher;
+    assert_eq!(m.query["v"], "2");
+    assert_eq!(m.query_regex["u"], "^[0-9]+$");
+    assert_eq!(m.header_regex["x-env"], "^can");
+    assert!(t.report.routes[0].parents[0].accepted.is_ok());
+    // An expression that does not compile costs the route, with the reason.
+    s.insert(
+        Kind::HttpRoute,
+        route(json!([
+        {"matches": [{"headers": [{"type": "RegularExpression", "name": "x", "value": "("}]}],
          "backendRefs": [{"name": "web", "port": 80}]}])),
     );
     let t = translate(&s, &config(), std::path::Path::new("."));
     let parent = &t.report.routes[0].parents[0];
     assert_eq!(parent.accepted.as_ref().unwrap_err().0, "UnsupportedValue");
-    s.insert(
-        Kind::HttpRoute,
-        route(json!([
-        {"matches": [{"queryParams": [{"name": "v", "value": "2"}]}],
-         "backendRefs": [{"name": "web", "port": 80}]}])),
-    );
-    let t = translate(&s, &config(), std::path::Path::new("."));
-    assert_eq!(t.fragment.routes[0].matcher.query["v"], "2");
 }
 
 #[test]

@@ -480,3 +480,47 @@ async fn drain_finishes_in_flight_requests_and_stops_accepting() {
         "no longer accepting"
     );
 }
+
+#[tokio::test]
+async fn routes_match_header_values_and_query_parameters_by_regular_expression() {
+    let gw = TestGateway::start(
+        r#"
+listeners: [{ name: main, bind: 127.0.0.1:0 }]
+routes:
+  - name: beta
+    match: { path_prefix: /app, header_regex: { X-Env: "^(beta|canary)$" }, query_regex: { v: '^2\.' } }
+    respond: { body: "beta" }
+  - name: app
+    match: { path_prefix: /app }
+    respond: { body: "app" }
+"#,
+    )
+    .await;
+    let addr = gw.addr("main");
+    let req = |path: &str, env: &[&str]| {
+        let mut r = Request::get(path).header("host", "localhost");
+        for e in env {
+            r = r.header("x-env", *e);
+        }
+        r.body(Full::new(Bytes::new())).unwrap()
+    };
+    let cases: [(&str, &[&str], &str); 6] = [
+        ("/app?v=2.1", &["beta"], "beta"),
+        ("/app?a=1&v=2.0", &["stable", "canary"], "beta"),
+        ("/app?v=2.1", &["beta-x"], "app"),
+        ("/app?v=3.0", &["beta"], "app"),
+        ("/app?v=2.1", &[], "app"),
+        ("/app", &["beta"], "app"),
+    ];
+    for h2 in [false, true] {
+        let mut c = if h2 {
+            http2c(addr).await
+        } else {
+            http1(addr).await
+        };
+        for (path, env, want) in cases {
+            let res = c.send(req(path, env)).await.unwrap();
+            assert_eq!(res.text(), want, "{path} {env:?} (h2: {h2})");
+        }
+    }
+}
