@@ -38,11 +38,13 @@ pub enum Kind {
     EndpointSlice,
     /// `v1` Secret (TLS secrets only).
     Secret,
+    /// `v1` Namespace (cluster-scoped), for listeners that admit routes by namespace labels.
+    Namespace,
 }
 
 impl Kind {
     /// Every watched kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HttpRoute,
@@ -54,6 +56,7 @@ impl Kind {
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Secret,
+        Kind::Namespace,
     ];
 
     fn api(self) -> (&'static str, &'static str) {
@@ -69,6 +72,7 @@ impl Kind {
             Kind::Service => ("/api/v1", "services"),
             Kind::EndpointSlice => ("/apis/discovery.k8s.io/v1", "endpointslices"),
             Kind::Secret => ("/api/v1", "secrets"),
+            Kind::Namespace => ("/api/v1", "namespaces"),
         }
     }
 
@@ -86,12 +90,13 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Secret => "Secret",
+            Kind::Namespace => "Namespace",
         }
     }
 
     /// Whether objects of this kind live in namespaces.
     pub fn namespaced(self) -> bool {
-        self != Kind::GatewayClass
+        !matches!(self, Kind::GatewayClass | Kind::Namespace)
     }
 
     /// The collection's path, in `namespace` or across all.

@@ -1,7 +1,7 @@
 //! Gateways of our classes: each listener is checked (protocol, certificates, port conflicts)
 //! and the accepted ones become config listeners, one per port on `listen_address`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -57,8 +57,15 @@ pub(super) struct ServedListener {
     pub(super) config_name: String,
     pub(super) port: u16,
     pub(super) hostname: Option<String>,
-    /// `None`: every namespace; otherwise only this one.
-    pub(super) namespace: Option<String>,
+    /// The namespaces whose routes it admits; `None`: every namespace.
+    pub(super) namespaces: Option<BTreeSet<String>>,
+}
+
+impl ServedListener {
+    /// Whether routes of namespace `ns` may attach.
+    pub(super) fn admits(&self, ns: &str) -> bool {
+        self.namespaces.as_ref().is_none_or(|n| n.contains(ns))
+    }
 }
 
 /// The config listener's name for a port.
@@ -146,16 +153,13 @@ pub(super) fn translate(
                 }
             }
             if lr.accepted.is_ok() && lr.resolved.is_ok() {
-                let from = l["allowedRoutes"]["namespaces"]["from"]
-                    .as_str()
-                    .unwrap_or("Same");
                 listeners.push(ServedListener {
                     name: lname,
                     protocol: protocol.clone(),
                     config_name: listener_name(port),
                     port,
                     hostname: l["hostname"].as_str().map(str::to_ascii_lowercase),
-                    namespace: (from != "All").then(|| ns.clone()),
+                    namespaces: admitted(snapshot, ns, &l["allowedRoutes"]["namespaces"]),
                 });
             }
             report.listeners.push(lr);
@@ -182,6 +186,57 @@ pub(super) fn translate(
         }
     }
     served
+}
+
+/// The namespaces a listener's `allowedRoutes.namespaces` admits routes from (`None`: all):
+/// its Gateway's own (`Same`, the default), every one (`All`), or those whose Namespace
+/// object's labels the `selector` matches (`Selector`; a selector that cannot be read admits
+/// none).
+fn admitted(snapshot: &Snapshot, gateway_ns: &str, allowed: &Value) -> Option<BTreeSet<String>> {
+    match allowed["from"].as_str().unwrap_or("Same") {
+        "All" => None,
+        "Selector" => Some(
+            snapshot
+                .all(Kind::Namespace)
+                .filter(|(_, n)| selects(&allowed["selector"], &n["metadata"]["labels"]))
+                .map(|((_, name), _)| name.clone())
+                .collect(),
+        ),
+        _ => Some(BTreeSet::from([gateway_ns.to_owned()])),
+    }
+}
+
+/// Whether a Kubernetes label selector (`matchLabels`, `matchExpressions` with `In`, `NotIn`,
+/// `Exists`, `DoesNotExist`, all of them ANDed) matches `labels`. An empty selector matches
+/// everything; an unknown operator matches nothing.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let label = |k: &str| labels[k].as_str();
+    let by_label = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k).is_some() && label(k) == v.as_str());
+    let by_expression = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str().unwrap_or_default() {
+                "In" => label(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => label(key).is_some(),
+                "DoesNotExist" => label(key).is_none(),
+                _ => false,
+            }
+        });
+    by_label && by_expression
 }
 
 /// The certificates of an HTTPS listener, written to `cert_dir` and named in `fragment`.

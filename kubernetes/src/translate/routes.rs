@@ -181,10 +181,7 @@ pub(super) fn attach(
     if candidates.is_empty() {
         return Err(("NoMatchingParent", "no accepted listener matches".into()));
     }
-    let allowed: Vec<&&ServedListener> = candidates
-        .iter()
-        .filter(|l| l.namespace.as_deref().is_none_or(|n| n == route_ns))
-        .collect();
+    let allowed: Vec<&&ServedListener> = candidates.iter().filter(|l| l.admits(route_ns)).collect();
     if allowed.is_empty() {
         return Err((
             "NotAllowedByListeners",

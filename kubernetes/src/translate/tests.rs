@@ -315,6 +315,71 @@ fn routes_from_other_namespaces_need_the_listener_to_allow_them() {
 }
 
 #[test]
+fn a_listener_selector_admits_routes_from_namespaces_with_matching_labels() {
+    let namespace = |name: &str, labels: serde_json::Value| json!({"metadata": {"name": name, "labels": labels}});
+    let admitted = |selector: serde_json::Value, labels: serde_json::Value| {
+        let mut s = cluster();
+        s.insert(Kind::Namespace, namespace("team", labels));
+        s.insert(
+            Kind::Gateway,
+            json!({
+            "metadata": {"namespace": "default", "name": "gw"},
+            "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "http", "port": 8080, "protocol": "HTTP",
+                 "allowedRoutes": {"namespaces": {"from": "Selector", "selector": selector}}}]}}),
+        );
+        let mut r = route(json!([{"backendRefs": [{"name": "web", "port": 80}]}]));
+        r["metadata"]["namespace"] = json!("team");
+        r["spec"]["parentRefs"] = json!([{"name": "gw", "namespace": "default"}]);
+        s.insert(Kind::HttpRoute, r);
+        let t = translate(&s, &config(), std::path::Path::new("."));
+        match &t.report.routes[0].parents[0].accepted {
+            Ok(()) => true,
+            Err((reason, _)) => {
+                assert_eq!(*reason, "NotAllowedByListeners");
+                false
+            }
+        }
+    };
+    let labels = json!({"env": "prod", "team": "payments"});
+    assert!(admitted(
+        json!({"matchLabels": {"env": "prod"}}),
+        labels.clone()
+    ));
+    assert!(!admitted(
+        json!({"matchLabels": {"env": "dev"}}),
+        labels.clone()
+    ));
+    assert!(!admitted(
+        json!({"matchLabels": {"tier": "prod"}}),
+        labels.clone()
+    ));
+    let expr = |op: &str, values: serde_json::Value| json!({"matchExpressions": [{"key": "team", "operator": op, "values": values}]});
+    assert!(admitted(
+        expr("In", json!(["payments", "search"])),
+        labels.clone()
+    ));
+    assert!(!admitted(
+        expr("NotIn", json!(["payments"])),
+        labels.clone()
+    ));
+    assert!(admitted(expr("Exists", json!([])), labels.clone()));
+    assert!(!admitted(expr("DoesNotExist", json!([])), labels.clone()));
+    assert!(
+        !admitted(expr("Near", json!([])), labels.clone()),
+        "unknown operator"
+    );
+    assert!(
+        admitted(json!({}), json!(null)),
+        "an empty selector matches every namespace"
+    );
+    // Both parts must hold.
+    let both = json!({"matchLabels": {"env": "prod"},
+                      "matchExpressions": [{"key": "team", "operator": "In", "values": ["search"]}]});
+    assert!(!admitted(both, labels));
+}
+
+#[test]
 fn udp_routes_become_weighted_streams() {
     let mut s = cluster();
     s.insert(

@@ -1010,3 +1010,86 @@ fn tls_routes_pass_through_by_server_name_and_udp_routes_carry_datagrams() {
         gw.shutdown().await;
     });
 }
+
+#[test]
+fn a_listener_selector_admits_routes_as_namespace_labels_change() {
+    if !kube::available() {
+        return;
+    }
+    kube::run(|k| async move {
+        let backend = Backend::start_on("team", SocketAddr::new(NODE_IP, 0)).await;
+        let gw = start_gateway(&k).await;
+        let port = free_port();
+        k.create(
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/gatewayclasses"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/namespaces/default/gateways"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "web", "port": port, "protocol": "HTTP",
+                 "allowedRoutes": {"namespaces": {"from": "Selector",
+                     "selector": {"matchLabels": {"gateway-access": "granted"}}}}}]}}),
+        )
+        .await;
+        let team = "/api/v1/namespaces/team";
+        k.create(&format!("{team}/services"), service("app")).await;
+        k.create(
+            "/apis/discovery.k8s.io/v1/namespaces/team/endpointslices",
+            slice("app", &[(backend.addr().port(), true)]),
+        )
+        .await;
+        k.create(
+            &format!("{GW_API}/namespaces/team/httproutes"),
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "app"},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": "default"}],
+                     "hostnames": ["team.example"],
+                     "rules": [{"backendRefs": [{"name": "app", "port": 80}]}]}}),
+        )
+        .await;
+        let route = format!("{GW_API}/namespaces/team/httproutes/app");
+        let accepted_reason = |r: &Value| {
+            condition(&r["status"]["parents"][0]["conditions"], "Accepted")["reason"].clone()
+        };
+        eventually("a namespace without the label is not admitted", || async {
+            let r = k.get(&route).await;
+            (accepted_reason(&r) == "NotAllowedByListeners")
+                .then_some(())
+                .ok_or(format!("{r}"))
+        })
+        .await;
+        let addr = SocketAddr::new(NODE_IP, port);
+        assert_eq!(get(addr, "team.example", "/").await.unwrap().status(), 404);
+        // Labelling the namespace admits its route: the controller watches Namespaces.
+        k.patch(
+            team,
+            json!({"metadata": {"labels": {"gateway-access": "granted"}}}),
+        )
+        .await;
+        eventually("the labelled namespace's route serves", || {
+            body_is(addr, "team.example", "/", "team")
+        })
+        .await;
+        eventually("and is accepted", || async {
+            let r = k.get(&route).await;
+            (accepted_reason(&r) == "Accepted")
+                .then_some(())
+                .ok_or(format!("{r}"))
+        })
+        .await;
+        gw.shutdown().await;
+    });
+}
