@@ -22,7 +22,8 @@ use crate::TestCa;
 /// The address on the namespace's `lo` that backends and the gateway listen on.
 pub const NODE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10));
 
-const API_PORT: u16 = 6443;
+/// The API server's port, on the namespace's loopback address.
+pub const API_PORT: u16 = 6443;
 const ETCD_PORT: u16 = 2379;
 const TOKEN: &str = "gateway-test-admin-token";
 

@@ -745,7 +745,61 @@ fn the_deploy_rbac_is_enough_for_the_controller() {
         )
         .await;
         gw.shutdown().await;
+
+        // The same service account as a pod sees it: no kubeconfig, the token, CA and
+        // namespace files at the service-account path (a tmpfs of the gateway process's own
+        // mount namespace) and `KUBERNETES_SERVICE_HOST`/`_PORT`. The gateway binary takes the
+        // Gateway over and serves its route again.
+        let sa = k.dir().join("pod-service-account");
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::write(sa.join("token"), &token).unwrap();
+        std::fs::copy(k.dir().join("ca.crt"), sa.join("ca.crt")).unwrap();
+        std::fs::write(sa.join("namespace"), "gateway-system").unwrap();
+        let config = k.dir().join("in-cluster.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "server: {{ watch_config: false }}\nkubernetes: {{ listen_address: {NODE_IP} }}\n"
+            ),
+        )
+        .unwrap();
+        let script = "mount -t tmpfs tmpfs /run \
+            && mkdir -p /run/secrets/kubernetes.io/serviceaccount \
+            && cp \"$SA\"/* /run/secrets/kubernetes.io/serviceaccount/ \
+            && exec \"$GATEWAY\" run --config \"$CONFIG\"";
+        let child = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", script])
+            .env("SA", &sa)
+            .env("GATEWAY", gateway_tests::gateway_binary())
+            .env("CONFIG", &config)
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", kube::API_PORT.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(k.dir().join("in-cluster.log")).unwrap())
+            .spawn()
+            .expect("start the gateway binary");
+        let _pod = KillOnDrop(child);
+        let log = k.dir().join("in-cluster.log");
+        eventually("served with in-cluster credentials", || async {
+            body_is(addr, "any", "/", "a").await.map_err(|e| {
+                format!(
+                    "{e}; log: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            })
+        })
+        .await;
     });
+}
+
+/// A child process killed (and reaped) when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
