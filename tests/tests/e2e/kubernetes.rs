@@ -908,6 +908,31 @@ fn tcp_routes_become_streams() {
                 .ok_or(format!("{tag:?} {echo:?}"))
         })
         .await;
+        // A connection open while the route's endpoints change is not cut: new connections go
+        // to the new endpoint, the open one keeps its backend.
+        let mut held = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut tag = [0u8; 6];
+        held.read_exact(&mut tag).await.unwrap();
+        assert_eq!(&tag, b"tcp-a\n");
+        let moved = TcpBackend::tag_on("tcp-b", SocketAddr::new(NODE_IP, 0)).await;
+        k.patch(
+            &format!("{SLICES}/db"),
+            json!({"ports": [{"name": "http", "port": moved.addr().port(), "protocol": "TCP"}]}),
+        )
+        .await;
+        eventually("new connections reach the new endpoint", || async {
+            let mut tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut tag = [0u8; 6];
+            tcp.read_exact(&mut tag).await.map_err(|e| e.to_string())?;
+            (&tag == b"tcp-b\n").then_some(()).ok_or(format!("{tag:?}"))
+        })
+        .await;
+        held.write_all(b"still here").await.unwrap();
+        let mut echo = [0u8; 10];
+        held.read_exact(&mut echo).await.unwrap();
+        assert_eq!(&echo, b"still here");
         eventually("TCPRoute status", || async {
             let r = k
                 .get("/apis/gateway.networking.k8s.io/v1alpha2/namespaces/default/tcproutes/db")
