@@ -27,6 +27,7 @@ use crate::body::BoxError;
 use crate::context::RequestCx;
 use crate::static_files::encoding::{Accept, Encoding};
 use crate::static_files::mime::compressible;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::model::{CompressConfig, CompressLevels};
 
@@ -311,11 +312,11 @@ impl HttpFilter for CompressFilter {
         res: &mut response::Parts,
         _cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
-        Some(
-            self.start(res.status, &mut res.headers)
-                .map(|()| Flow::Continue)
-                .map_err(Into::into),
-        )
+        let started = self.start(res.status, &mut res.headers);
+        if let (Ok(()), Some(_), Some(chosen)) = (&started, &self.encoder, self.chosen) {
+            LogNotes::on(&mut res.extensions).compress = Some(chosen.token());
+        }
+        Some(started.map(|()| Flow::Continue).map_err(Into::into))
     }
 
     fn on_response_body_sync(

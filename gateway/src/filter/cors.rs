@@ -22,6 +22,7 @@ use http::{Method, Response, StatusCode, request, response};
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::cors::{Origin, OriginPattern};
 use gateway_config::model::CorsConfig;
@@ -190,6 +191,7 @@ impl Policy {
     ) -> Response<Body> {
         let mut res = Response::new(Body::empty());
         *res.status_mut() = StatusCode::NO_CONTENT;
+        LogNotes::on(res.extensions_mut()).cors = Some("preflight");
         let h = res.headers_mut();
         if !self.star {
             h.append(VARY, VARY_ORIGIN);
@@ -244,6 +246,7 @@ impl FilterFactory for CorsFilterFactory {
         Box::new(CorsFilter {
             policy: self.policy.clone(),
             origin: None,
+            denied: false,
         })
     }
 
@@ -256,6 +259,8 @@ struct CorsFilter {
     policy: Arc<Policy>,
     /// The request's origin, when allowed.
     origin: Option<HeaderValue>,
+    /// The request's origin is one the policy does not allow.
+    denied: bool,
 }
 
 impl HttpFilter for CorsFilter {
@@ -277,6 +282,7 @@ impl HttpFilter for CorsFilter {
             self.origin = Some(origin.clone());
         } else {
             self.policy.denied.inc();
+            self.denied = true;
         }
         Some(Ok(Flow::Continue))
     }
@@ -286,6 +292,9 @@ impl HttpFilter for CorsFilter {
         res: &mut response::Parts,
         _cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
+        if self.denied {
+            LogNotes::on(&mut res.extensions).cors = Some("denied");
+        }
         let h = &mut res.headers;
         if let Some(origin) = &self.origin {
             self.policy.decorate(h, origin);

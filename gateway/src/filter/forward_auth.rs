@@ -27,6 +27,7 @@ use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::proxy::{ProxyRoute, Upstream, UpstreamFailure};
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::ForwardAuth;
 
@@ -62,6 +63,12 @@ impl Outcome {
             Self::Timeout => "timeout",
         }
     }
+}
+
+/// `res`, noted for the access log as this filter's refusal for `outcome`.
+fn refused(mut res: Response<Body>, outcome: Outcome) -> Response<Body> {
+    LogNotes::on(res.extensions_mut()).auth = Some(("forward_auth", outcome.label()));
+    res
 }
 
 struct Shared {
@@ -232,12 +239,13 @@ impl HttpFilter for ForwardAuthFilter {
                     Outcome::Timeout => StatusCode::GATEWAY_TIMEOUT,
                     _ => StatusCode::SERVICE_UNAVAILABLE,
                 };
-                return Ok(Flow::Respond(error_response(status)));
+                return Ok(Flow::Respond(refused(error_response(status), outcome)));
             }
         };
         if !parts.status.is_success() {
             shared.count(Outcome::Denied);
-            return Ok(Flow::Respond(Shared::denial(parts, body)));
+            let denial = Shared::denial(parts, body);
+            return Ok(Flow::Respond(refused(denial, Outcome::Denied)));
         }
         shared.count(Outcome::Allowed);
         for name in &shared.response_headers {

@@ -98,14 +98,19 @@ impl Mirror {
     }
 
     /// Picks the request or not; when picked, and a slot is free, the client's `body` comes back
-    /// teed with its copy.
-    pub(super) fn select(self: &Arc<Self>, body: Body, empty: bool) -> (Body, Option<Copy>) {
+    /// teed with its copy. The note is what the access log says: `copied`, `dropped` (picked,
+    /// but too many copies in flight), or nothing when the request was not picked.
+    pub(super) fn select(
+        self: &Arc<Self>,
+        body: Body,
+        empty: bool,
+    ) -> (Body, Option<Copy>, Option<&'static str>) {
         if !self.picks(self.seen.fetch_add(1, Relaxed)) {
-            return (body, None);
+            return (body, None, None);
         }
         let Some(slot) = Slot::take(self) else {
             self.dropped.inc();
-            return (body, None);
+            return (body, None, Some("dropped"));
         };
         if empty {
             let cut = Arc::new(AtomicBool::new(false));
@@ -114,7 +119,7 @@ impl Mirror {
                 cut,
                 slot,
             };
-            return (body, Some(copy));
+            return (body, Some(copy), Some("copied"));
         }
         let (tee, copy) = tee(body);
         let copy = Copy {
@@ -122,7 +127,7 @@ impl Mirror {
             body: Body::new(copy),
             slot,
         };
-        (Body::new(tee), Some(copy))
+        (Body::new(tee), Some(copy), Some("copied"))
     }
 
     /// Sends `copy` as the request `line` with `fields` (the rewritten request the route's

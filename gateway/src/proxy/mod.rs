@@ -59,6 +59,7 @@ use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::{GatewayError, error_response};
 use crate::request::OriginalTarget;
+use crate::telemetry::LogNotes;
 use crate::telemetry::trace::http_spans::Target;
 use crate::telemetry::trace::{OpenSpan, TraceCx};
 
@@ -195,18 +196,32 @@ impl ProxyRoute {
         cx: &RequestCx,
     ) -> impl Future<Output = Response<Body>> + Send + 'static {
         match self.rewrite(req, cx) {
-            Ok(rewritten) => {
+            Ok((rewritten, mirrored)) => {
                 // Boxed: inline, a trace would grow every proxied request's future, traced or
                 // not.
                 let trace = cx.trace.clone().map(Box::new);
-                Either::Right(self.clone().try_targets(rewritten, trace))
+                let answer = self.clone().try_targets(rewritten, trace);
+                Either::Right(match mirrored {
+                    None => Either::Left(answer),
+                    // Boxed: inline, it would double every proxied request's future.
+                    Some(note) => Either::Right(Box::pin(async move {
+                        let mut res = answer.await;
+                        LogNotes::on(res.extensions_mut()).mirror = Some(note);
+                        res
+                    })),
+                })
             }
             Err(refused) => Either::Left(std::future::ready(error_response(refused))),
         }
     }
 
     /// The request as every attempt sends it, or the status that refuses it.
-    fn rewrite(&self, mut req: Request<Body>, cx: &RequestCx) -> Result<Rewritten, StatusCode> {
+    /// With it, what the access log says of the route's mirror ([`mirror::Mirror::select`]).
+    fn rewrite(
+        &self,
+        mut req: Request<Body>,
+        cx: &RequestCx,
+    ) -> Result<(Rewritten, Option<&'static str>), StatusCode> {
         let up = &self.upstream;
         let websocket_over_h2 = upgrade::is_websocket_connect(&req);
         if req.method() == Method::CONNECT
@@ -281,9 +296,9 @@ impl ProxyRoute {
         };
         // A copy's body is teed from the client's as it goes up, before the pacing that
         // the copy gets again on its own side.
-        let (body, copy) = match &self.mirror {
+        let (body, copy, mirrored) = match &self.mirror {
             Some(m) if !upgrading => m.select(body, body_empty),
-            _ => (body, None),
+            _ => (body, None, None),
         };
         let (body, pace) = pace::paced(body, body_empty, self.timeout);
         let mut line = line;
@@ -291,7 +306,7 @@ impl ProxyRoute {
         if let (Some(m), Some(copy)) = (&self.mirror, copy) {
             m.send(copy, &line, &parts.headers, body_empty);
         }
-        Ok(Rewritten {
+        let rewritten = Rewritten {
             line,
             headers: parts.headers,
             body: Some(body),
@@ -302,7 +317,8 @@ impl ProxyRoute {
             upgrading,
             websocket_over_h2,
             client_upgrade,
-        })
+        };
+        Ok((rewritten, mirrored))
     }
 
     /// Tries the upstream's targets in the balancer's order until one answers or the retries

@@ -24,7 +24,7 @@ use crate::server::idle::Activity;
 use crate::server::policy::{self, ListenerPolicy};
 use crate::telemetry::trace::{self, ServerSpan, with_current};
 use crate::telemetry::{
-    AccessLog, AccessRecord, RequestText, RouteMetrics, Telemetry, protocol_text,
+    AccessLog, AccessRecord, LogNotes, RequestText, RouteMetrics, Telemetry, protocol_text,
 };
 use crate::terminal::{BoxedResponse, Terminal};
 
@@ -299,6 +299,7 @@ impl ConnService {
             .and_then(|s| (*s).end_head(res.status(), route_name));
         if let (Some(log), Some(mut facts)) = (end.log, end.facts) {
             facts.upstream = terminal.and_then(|t| t.served_by(res));
+            facts.notes = res.extensions_mut().remove::<LogNotes>().map(Box::new);
             let mut record = (*facts).into_record(
                 end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
@@ -412,6 +413,8 @@ pub(crate) struct RequestFacts {
     pub(crate) text: RequestText,
     /// The upstream the request was proxied to, once known.
     pub(crate) upstream: Option<Arc<str>>,
+    /// What the route's filters and terminal said about it, once known.
+    pub(crate) notes: Option<Box<LogNotes>>,
 }
 
 impl RequestFacts {
@@ -429,6 +432,7 @@ impl RequestFacts {
                 header(header::REFERER),
             ),
             upstream: None,
+            notes: None,
         }
     }
 
@@ -456,6 +460,7 @@ impl RequestFacts {
             trace_id: None,
             user: None,
             cache: None,
+            notes: self.notes,
         }
     }
 }

@@ -49,6 +49,34 @@ pub struct AccessRecord {
     /// What a `cache` filter did (`hit`, `stale`, `revalidated`, `miss`, `pass`), on a cached
     /// route.
     pub cache: Option<&'static str>,
+    /// What the route's filters and terminal said about the request, when anything.
+    pub notes: Option<Box<LogNotes>>,
+}
+
+/// What a route's filters and terminal did that its access-log line shows, carried on the
+/// response's extensions to the service, which records them. Boxed in the record: most
+/// requests have none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogNotes {
+    /// An authentication filter's refusal: the filter and its reason (`("jwt", "expired")`),
+    /// the reasons its metric counts.
+    pub auth: Option<(&'static str, &'static str)>,
+    /// `preflight` (a preflight answered here), `denied` (an origin the policy does not allow).
+    pub cors: Option<&'static str>,
+    /// The `Location` of a redirect the route's `redirect` terminal answered.
+    pub redirect: Option<Box<str>>,
+    /// For a request picked for a copy to the route's mirror: `copied`, or `dropped` (too many
+    /// copies in flight). How the copy ended comes later, in its metric.
+    pub mirror: Option<&'static str>,
+    /// The encoding a `compress` filter gave the answer (`gzip`, `br`, `zstd`).
+    pub compress: Option<&'static str>,
+}
+
+impl LogNotes {
+    /// The notes on a response's extensions, added when there were none.
+    pub fn on(extensions: &mut http::Extensions) -> &mut Self {
+        extensions.get_or_insert_default()
+    }
 }
 
 /// A request's texts for its record in one allocation (a record is made per request): the

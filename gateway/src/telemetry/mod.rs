@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwapOption;
 use http::{StatusCode, Version};
 
-pub use access_log::{AccessLog, AccessRecord, RequestText};
+pub use access_log::{AccessLog, AccessRecord, LogNotes, RequestText};
 pub use metrics::{Counter, Gauge, Histogram, Registry};
 pub use metrics_export::MetricsExporter;
 pub use streams::render_streams;

@@ -11,6 +11,7 @@ use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::request::rewrite::PathRule;
 use crate::router::strip_port;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 
 /// A compiled redirect.
@@ -117,6 +118,10 @@ impl Redirect {
         };
         let mut res = Response::new(body);
         *res.status_mut() = self.status;
+        LogNotes::on(res.extensions_mut()).redirect = headers
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(Box::from);
         *res.headers_mut() = headers;
         res
     }

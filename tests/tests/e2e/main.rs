@@ -1,5 +1,6 @@
 //! One end-to-end test binary (one link step) with a module per area.
 
+mod access_notes;
 mod acme;
 mod admin;
 mod basic_auth;

@@ -37,6 +37,7 @@ use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::context::{AuthenticatedUser, RequestCx};
 use crate::error::error_response;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 use gateway_config::model::BasicAuthConfig;
 
@@ -152,6 +153,7 @@ impl Shared {
         let mut res = error_response(StatusCode::UNAUTHORIZED);
         res.headers_mut()
             .insert(WWW_AUTHENTICATE, self.challenge.clone());
+        LogNotes::on(res.extensions_mut()).auth = Some(("basic_auth", outcome.label()));
         Flow::Respond(res)
     }
 
@@ -160,6 +162,7 @@ impl Shared {
         let mut res: Response<Body> = error_response(StatusCode::SERVICE_UNAVAILABLE);
         res.headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        LogNotes::on(res.extensions_mut()).auth = Some(("basic_auth", Outcome::Overloaded.label()));
         Flow::Respond(res)
     }
 

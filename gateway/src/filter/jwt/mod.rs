@@ -32,6 +32,7 @@ use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
 use crate::context::RequestCx;
 use crate::error::error_response;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 
 /// How long a request naming an unknown key waits for the key set to be fetched again.
@@ -329,6 +330,7 @@ impl Shared {
             HeaderValue::from_str(&text).unwrap_or_else(|_| self.challenge.clone())
         };
         res.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+        LogNotes::on(res.extensions_mut()).auth = Some(("jwt", reject.label()));
         res
     }
 }

@@ -176,6 +176,7 @@ pub(super) fn facts(req: &Plain<'_>) -> RequestFacts {
             first("referer"),
         ),
         upstream: None,
+        notes: None,
     }
 }
 

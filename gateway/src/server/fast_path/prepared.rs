@@ -23,6 +23,7 @@ use crate::server::service::RequestFacts;
 use crate::static_files::{
     LargeFile, Looked, Missed, Prepared, PreparedFile, RangeSpec, Ranged, Recheck, StaticFiles,
 };
+use crate::telemetry::LogNotes;
 use crate::telemetry::trace::ServerSpan;
 use crate::terminal::{Origin, Terminal};
 
@@ -182,7 +183,17 @@ impl Lane<'_> {
                 if !req.head {
                     answers.push_body(body, None);
                 }
-                let observe = || self.observe(req);
+                let observe = || {
+                    let mut observed = self.observe(req);
+                    if let Some(facts) = &mut observed.facts {
+                        let redirect = location.to_str().ok().map(Box::from);
+                        facts.notes = Some(Box::new(LogNotes {
+                            redirect,
+                            ..LogNotes::default()
+                        }));
+                    }
+                    observed
+                };
                 self.record(route, r.status(), body.len(), start, observe, answers);
             }
             // A mirror tees request bodies and sends copies: the general path's work.

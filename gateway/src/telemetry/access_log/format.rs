@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{AccessRecord, StreamRecord};
+use super::{AccessRecord, LogNotes, StreamRecord};
 use crate::ip_text::{ip_text, push_decimal, push_padded};
 
 /// Formats records into lines; keeps the text of the last second it saw.
@@ -64,6 +64,9 @@ impl Formatter {
         if let Some(c) = r.cache {
             push(out, ",\"cache\":");
             push_json_str(out, c);
+        }
+        if let Some(n) = &r.notes {
+            push_notes(out, n);
         }
         push(out, "}\n");
     }
@@ -244,6 +247,31 @@ fn push(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// The JSON members of a request's notes, those it has.
+fn push_notes(out: &mut Vec<u8>, n: &LogNotes) {
+    if let Some((filter, reason)) = n.auth {
+        push(out, ",\"auth\":\"");
+        push(out, filter);
+        out.push(b':');
+        push(out, reason);
+        out.push(b'"');
+    }
+    let texts = [
+        ("cors", n.cors),
+        ("redirect", n.redirect.as_deref()),
+        ("mirror", n.mirror),
+        ("compress", n.compress),
+    ];
+    for (name, text) in texts {
+        if let Some(text) = text {
+            push(out, ",\"");
+            push(out, name);
+            push(out, "\":");
+            push_json_str(out, text);
+        }
+    }
+}
+
 /// Milliseconds, rounded to the nearest microsecond, as `M.mmm` (the microseconds are the
 /// fraction). An integer's digits: the same text `{:.3}` of the `f64` gives, without it.
 fn push_ms(out: &mut Vec<u8>, d: Duration) {
@@ -359,6 +387,7 @@ mod tests {
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             user: None,
             cache: None,
+            notes: None,
         }
     }
 
@@ -460,6 +489,35 @@ mod tests {
             "{line}"
         );
         assert!(!text(|out| Formatter::default().http_json(&record(), out)).contains("\"user\""));
+    }
+
+    #[test]
+    fn notes_are_members_of_their_own_only_when_there_are_any() {
+        let mut r = record();
+        r.notes = Some(Box::new(LogNotes {
+            auth: Some(("jwt", "expired")),
+            cors: Some("denied"),
+            redirect: Some(Box::from("https://a.example/\"x\"")),
+            mirror: Some("copied"),
+            compress: Some("gzip"),
+        }));
+        let json = text(|out| Formatter::default().http_json(&r, out));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["auth"], "jwt:expired");
+        assert_eq!(v["cors"], "denied");
+        assert_eq!(v["redirect"], "https://a.example/\"x\"");
+        assert_eq!(v["mirror"], "copied");
+        assert_eq!(v["compress"], "gzip");
+        r.notes = Some(Box::new(LogNotes {
+            cors: Some("preflight"),
+            ..LogNotes::default()
+        }));
+        let json = text(|out| Formatter::default().http_json(&r, out));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["cors"], "preflight");
+        for absent in ["auth", "redirect", "mirror", "compress"] {
+            assert!(v.get(absent).is_none(), "{absent} in {json}");
+        }
     }
 
     #[test]

@@ -96,6 +96,7 @@ mod tests {
             trace_id: None,
             user: None,
             cache: None,
+            notes: None,
         }
     }
 
