@@ -51,6 +51,7 @@ mod wasm;
 mod wasm_auth;
 mod wasm_cache;
 mod wasm_compat;
+mod wasm_go_examples;
 mod wasm_isolation;
 mod wasm_plugins;
 mod wasm_reload;
