@@ -13,10 +13,10 @@ use gateway_config::KubernetesConfig;
 use gateway_config::model::{RawConfig, StreamConfig, UpstreamConfig};
 use serde_json::{Map, Value, json};
 
-use super::gateways::ServedGateway;
-use super::routes::{ParentReport, RouteReport, attach};
-use super::streams::targets;
-use super::{Verdict, generation};
+use super::gateways::{ServedGateway, ServedListener};
+use super::generation;
+use super::routes::{RouteReport, hostnames};
+use super::streams::{attach_parents, targets};
 use crate::watch::{Key, Kind, Snapshot};
 
 /// Per server name (`None`: every name no other route claims), the route serving it and its
@@ -36,69 +36,37 @@ pub(super) fn translate(
     routes.sort_by_key(|(key, r)| (r["metadata"]["creationTimestamp"].as_str(), *key));
     for ((ns, name), route) in routes {
         let key = (ns.clone(), name.clone());
-        let mut report = RouteReport {
-            kind: Kind::TlsRoute,
-            key: key.clone(),
-            generation: generation(route),
-            parents: Vec::new(),
-        };
-        let hostnames: Vec<String> = route["spec"]["hostnames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|h| h.as_str().map(str::to_ascii_lowercase))
-            .collect();
+        let hostnames = hostnames(route);
         let (targets, resolved) = targets(snapshot, Kind::TlsRoute, ns, route);
-        for parent in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
-            let pns = parent["namespace"].as_str().unwrap_or(ns);
-            let pname = parent["name"].as_str().unwrap_or_default();
-            let Some(gw) = gateways
-                .iter_mut()
-                .find(|g| g.report.key.0 == pns && g.report.key.1 == pname)
-            else {
-                continue;
-            };
-            let mut accepted: Verdict = Ok(());
-            match attach(gw, parent, ns, &hostnames, &["TLS"]) {
-                Err(e) => accepted = Err(e),
-                Ok(listeners) => {
-                    for (listener, hosts) in listeners {
-                        let Some(l) = gw.listeners.iter().find(|l| l.name == listener) else {
-                            continue;
-                        };
-                        let names = served.entry(l.port).or_default();
-                        let mut kept = false;
-                        for host in hosts {
-                            let slot = names
-                                .entry(host)
-                                .or_insert_with(|| (key.clone(), targets.clone()));
-                            kept |= slot.0 == key;
-                        }
-                        if !kept {
-                            accepted = Err((
-                                "UnsupportedValue",
-                                format!(
-                                    "another route already serves these hostnames on port {}",
-                                    l.port
-                                ),
-                            ));
-                            continue;
-                        }
-                        if let Some(r) = gw.report.listeners.iter_mut().find(|r| r.name == listener)
-                        {
-                            r.attached += 1;
-                        }
-                    }
-                }
+        let claim = |l: &ServedListener, hosts: Vec<Option<String>>| {
+            let names = served.entry(l.port).or_default();
+            let mut kept = false;
+            for host in hosts {
+                let slot = names
+                    .entry(host)
+                    .or_insert_with(|| (key.clone(), targets.clone()));
+                kept |= slot.0 == key;
             }
-            report.parents.push(ParentReport {
-                parent_ref: parent.clone(),
-                accepted,
-                resolved: resolved.clone(),
+            if kept {
+                Ok(())
+            } else {
+                Err((
+                    "UnsupportedValue",
+                    format!(
+                        "another route already serves these hostnames on port {}",
+                        l.port
+                    ),
+                ))
+            }
+        };
+        let parents = attach_parents(gateways, route, ns, &hostnames, "TLS", &resolved, claim);
+        if !parents.is_empty() {
+            reports.push(RouteReport {
+                kind: Kind::TlsRoute,
+                key,
+                generation: generation(route),
+                parents,
             });
-        }
-        if !report.parents.is_empty() {
-            reports.push(report);
         }
     }
     for (port, names) in served {

@@ -81,12 +81,7 @@ pub(super) fn translate(
             parents: Vec::new(),
         };
         let mut compiled: Option<Compiled> = None;
-        let hostnames: Vec<String> = route["spec"]["hostnames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|h| h.as_str().map(str::to_ascii_lowercase))
-            .collect();
+        let hostnames = hostnames(route);
         for parent in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
             let group = parent["group"]
                 .as_str()
@@ -202,6 +197,16 @@ pub(super) fn attach(
         ));
     }
     Ok(out)
+}
+
+/// A route's `spec.hostnames`, lowercase.
+pub(super) fn hostnames(route: &Value) -> Vec<String> {
+    route["spec"]["hostnames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h.as_str().map(str::to_ascii_lowercase))
+        .collect()
 }
 
 /// The hostnames a route serves on a listener.

@@ -10,7 +10,7 @@ use gateway_config::KubernetesConfig;
 use gateway_config::model::{RawConfig, StreamConfig, UpstreamConfig};
 use serde_json::{Value, json};
 
-use super::gateways::ServedGateway;
+use super::gateways::{ServedGateway, ServedListener};
 use super::routes::{ParentReport, RouteReport, attach, endpoints};
 use super::{Verdict, generation};
 use crate::watch::{Key, Kind, Snapshot};
@@ -31,57 +31,28 @@ pub(super) fn translate(
         (Kind::UdpRoute, "UDP", "udp"),
     ] {
         for ((ns, name), route) in snapshot.all(kind) {
-            let mut report = RouteReport {
-                kind,
-                key: (ns.clone(), name.clone()),
-                generation: generation(route),
-                parents: Vec::new(),
-            };
+            let key = (ns.clone(), name.clone());
             let (targets, resolved) = targets(snapshot, kind, ns, route);
-            for parent in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
-                let pns = parent["namespace"].as_str().unwrap_or(ns);
-                let pname = parent["name"].as_str().unwrap_or_default();
-                let Some(gw) = gateways
-                    .iter_mut()
-                    .find(|g| g.report.key.0 == pns && g.report.key.1 == pname)
-                else {
-                    continue;
-                };
-                let mut accepted: Verdict = Ok(());
-                match attach(gw, parent, ns, &[], &[protocol]) {
-                    Err(e) => accepted = Err(e),
-                    Ok(listeners) => {
-                        for (listener, _) in listeners {
-                            let Some(l) = gw.listeners.iter().find(|l| l.name == listener) else {
-                                continue;
-                            };
-                            let key = (ns.clone(), name.clone());
-                            let slot = served
-                                .entry((l.port, transport))
-                                .or_insert_with(|| (key.clone(), targets.clone()));
-                            if slot.0 != key {
-                                accepted = Err((
-                                    "UnsupportedValue",
-                                    format!("port {} already carries another route", l.port),
-                                ));
-                                continue;
-                            }
-                            if let Some(r) =
-                                gw.report.listeners.iter_mut().find(|r| r.name == listener)
-                            {
-                                r.attached += 1;
-                            }
-                        }
-                    }
+            let parents = attach_parents(gateways, route, ns, &[], protocol, &resolved, |l, _| {
+                let slot = served
+                    .entry((l.port, transport))
+                    .or_insert_with(|| (key.clone(), targets.clone()));
+                if slot.0 == key {
+                    Ok(())
+                } else {
+                    Err((
+                        "UnsupportedValue",
+                        format!("port {} already carries another route", l.port),
+                    ))
                 }
-                report.parents.push(ParentReport {
-                    parent_ref: parent.clone(),
-                    accepted,
-                    resolved: resolved.clone(),
+            });
+            if !parents.is_empty() {
+                reports.push(RouteReport {
+                    kind,
+                    key,
+                    generation: generation(route),
+                    parents,
                 });
-            }
-            if !report.parents.is_empty() {
-                reports.push(report);
             }
         }
     }
@@ -112,6 +83,56 @@ pub(super) fn translate(
         }
     }
     reports
+}
+
+/// The verdicts of an L4 route (namespace `ns`, `hostnames` for TLS) for each of its parentRefs
+/// that names one of `gateways`: attached to the listeners of `protocol` it may use, each
+/// listener (with the hostnames the route serves there) offered to `claim`, whose refusal is
+/// the parent's `Accepted: False`. Listeners that take the route count it as attached.
+pub(super) fn attach_parents(
+    gateways: &mut [ServedGateway],
+    route: &Value,
+    ns: &str,
+    hostnames: &[String],
+    protocol: &str,
+    resolved: &Verdict,
+    mut claim: impl FnMut(&ServedListener, Vec<Option<String>>) -> Verdict,
+) -> Vec<ParentReport> {
+    let mut parents = Vec::new();
+    for parent in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
+        let pns = parent["namespace"].as_str().unwrap_or(ns);
+        let pname = parent["name"].as_str().unwrap_or_default();
+        let Some(gw) = gateways
+            .iter_mut()
+            .find(|g| g.report.key.0 == pns && g.report.key.1 == pname)
+        else {
+            continue;
+        };
+        let mut accepted: Verdict = Ok(());
+        match attach(gw, parent, ns, hostnames, &[protocol]) {
+            Err(e) => accepted = Err(e),
+            Ok(listeners) => {
+                for (listener, hosts) in listeners {
+                    let Some(l) = gw.listeners.iter().find(|l| l.name == listener) else {
+                        continue;
+                    };
+                    if let Err(refused) = claim(l, hosts) {
+                        accepted = Err(refused);
+                        continue;
+                    }
+                    if let Some(r) = gw.report.listeners.iter_mut().find(|r| r.name == listener) {
+                        r.attached += 1;
+                    }
+                }
+            }
+        }
+        parents.push(ParentReport {
+            parent_ref: parent.clone(),
+            accepted,
+            resolved: resolved.clone(),
+        });
+    }
+    parents
 }
 
 /// Every ready endpoint of the route's backends with its backendRef's weight, and the route's

@@ -117,7 +117,17 @@ async fn start_gateway(k: &KubeCluster) -> TestGateway {
     TestGateway::start(&yaml).await
 }
 
+/// Our GatewayClass `ours` and Gateway `gw` in `default` with one HTTP listener `web`.
 async fn create_gateway(k: &KubeCluster, port: u16) {
+    create_gateway_with(
+        k,
+        json!([{"name": "web", "port": port, "protocol": "HTTP"}]),
+    )
+    .await;
+}
+
+/// Our GatewayClass `ours` and Gateway `gw` in `default` with these listeners.
+async fn create_gateway_with(k: &KubeCluster, listeners: Value) {
     k.create(
         &format!("{GW_API}/gatewayclasses"),
         json!({
@@ -130,8 +140,7 @@ async fn create_gateway(k: &KubeCluster, port: u16) {
         json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "gw"},
-        "spec": {"gatewayClassName": "ours",
-                 "listeners": [{"name": "web", "port": port, "protocol": "HTTP"}]}}),
+        "spec": {"gatewayClassName": "ours", "listeners": listeners}}),
     )
     .await;
 }
@@ -865,22 +874,7 @@ fn tcp_routes_become_streams() {
         let backend = TcpBackend::tag_on("tcp-a", SocketAddr::new(NODE_IP, 0)).await;
         let gw = start_gateway(&k).await;
         let port = free_port();
-        k.create(
-            &format!("{GW_API}/gatewayclasses"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
-        )
-        .await;
-        k.create(
-            &format!("{GW_API}/namespaces/default/gateways"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "gw"},
-            "spec": {"gatewayClassName": "ours",
-                     "listeners": [{"name": "db", "port": port, "protocol": "TCP"}]}}),
-        )
-        .await;
+        create_gateway_with(&k, json!([{"name": "db", "port": port, "protocol": "TCP"}])).await;
         k.create(&format!("{NS}/services"), service("db")).await;
         k.create(SLICES, slice("db", &[(backend.addr().port(), true)]))
             .await;
@@ -968,21 +962,11 @@ fn tls_routes_pass_through_by_server_name_and_udp_routes_carry_datagrams() {
         let echo = UdpEcho::start_on(on_node).await;
         let gw = start_gateway(&k).await;
         let (tls_port, udp_port) = (free_port(), free_port());
-        k.create(
-            &format!("{GW_API}/gatewayclasses"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
-        )
-        .await;
-        k.create(
-            &format!("{GW_API}/namespaces/default/gateways"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "gw"},
-            "spec": {"gatewayClassName": "ours", "listeners": [
+        create_gateway_with(
+            &k,
+            json!([
                 {"name": "tls", "port": tls_port, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
-                {"name": "dns", "port": udp_port, "protocol": "UDP"}]}}),
+                {"name": "dns", "port": udp_port, "protocol": "UDP"}]),
         )
         .await;
         for (name, port) in [
@@ -1104,22 +1088,12 @@ fn a_listener_selector_admits_routes_as_namespace_labels_change() {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
         )
         .await;
-        k.create(
-            &format!("{GW_API}/gatewayclasses"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-            "metadata": {"name": "ours"}, "spec": {"controllerName": "gateway.dev/controller"}}),
-        )
-        .await;
-        k.create(
-            &format!("{GW_API}/namespaces/default/gateways"),
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": "gw"},
-            "spec": {"gatewayClassName": "ours", "listeners": [
+        create_gateway_with(
+            &k,
+            json!([
                 {"name": "web", "port": port, "protocol": "HTTP",
                  "allowedRoutes": {"namespaces": {"from": "Selector",
-                     "selector": {"matchLabels": {"gateway-access": "granted"}}}}}]}}),
+                     "selector": {"matchLabels": {"gateway-access": "granted"}}}}}]),
         )
         .await;
         let team = "/api/v1/namespaces/team";
