@@ -219,6 +219,15 @@ struct ForwardAuthFilter {
 
 #[async_trait::async_trait]
 impl HttpFilter for ForwardAuthFilter {
+    /// Nothing to do to the answer; said here, the chain calls no async hook for it.
+    fn on_response_headers_sync(
+        &mut self,
+        _res: &mut http::response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        Some(Ok(Flow::Continue))
+    }
+
     async fn on_request_headers(
         &mut self,
         req: &mut request::Parts,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use http::uri::{Authority, PathAndQuery, Uri};
-use http::{HeaderValue, StatusCode, request};
+use http::{HeaderValue, StatusCode, request, response};
 
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::BoxError;
@@ -84,6 +84,15 @@ impl HttpFilter for RewriteFilter {
                 Flow::Respond(error_response(StatusCode::INTERNAL_SERVER_ERROR))
             }
         }))
+    }
+
+    /// Nothing to do to the answer; said here, the chain calls no async hook for it.
+    fn on_response_headers_sync(
+        &mut self,
+        _res: &mut response::Parts,
+        _cx: &mut RequestCx,
+    ) -> Option<Result<Flow, BoxError>> {
+        Some(Ok(Flow::Continue))
     }
 }
 

@@ -14,9 +14,9 @@ pub enum PathRule {
     Replace(Box<str>),
     /// The route's `path_prefix` replaced by `with` ([`crate::router::replace_prefix`]).
     ReplacePrefix {
-        /// The route's prefix.
+        /// The route's prefix, without a trailing `/`.
         prefix: Box<str>,
-        /// Its replacement.
+        /// Its replacement, without a trailing `/`.
         with: Box<str>,
     },
     /// The expression's template, when it matches.
@@ -47,8 +47,8 @@ impl PathRule {
         match rule {
             PathRewrite::Replace(p) => Self::Replace(p.as_str().into()),
             PathRewrite::ReplacePrefix { prefix, with } => Self::ReplacePrefix {
-                prefix: prefix.as_str().into(),
-                with: with.as_str().into(),
+                prefix: prefix.trim_end_matches('/').into(),
+                with: with.trim_end_matches('/').into(),
             },
             PathRewrite::Regex { regex, to } => Self::Regex {
                 regex: regex.clone(),
@@ -63,7 +63,7 @@ impl PathRule {
         let made = match self {
             Self::Replace(p) => p.to_string(),
             Self::ReplacePrefix { prefix, with } => {
-                match crate::router::replace_prefix(prefix, with, path) {
+                match crate::router::replace_bare_prefix(prefix, with, path) {
                     Some(p) => p,
                     None => return Ok(path.into()),
                 }

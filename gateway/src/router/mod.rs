@@ -194,8 +194,16 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 /// filter and the `redirect` terminal.
 pub fn replace_prefix(prefix: &str, with: &str, path: &str) -> Option<String> {
     // A trailing `/` on either side is the segment boundary, not part of the prefix.
-    let prefix = prefix.trim_end_matches('/');
-    let with = with.trim_end_matches('/');
+    replace_bare_prefix(
+        prefix.trim_end_matches('/'),
+        with.trim_end_matches('/'),
+        path,
+    )
+}
+
+/// [`replace_prefix`] with `prefix` and `with` already without their trailing `/` (a rule
+/// compiled at load trims them once).
+pub fn replace_bare_prefix(prefix: &str, with: &str, path: &str) -> Option<String> {
     let rest = path.strip_prefix(prefix)?;
     if !(rest.is_empty() || rest.starts_with('/')) {
         return None;
