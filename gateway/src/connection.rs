@@ -29,6 +29,9 @@ pub struct ConnInfo {
     pub listener: Arc<str>,
     /// Whether the connection is TLS (or QUIC).
     pub tls: bool,
+    /// Whether the client used HTTPS: the connection's own TLS, or what a trusted proxy's
+    /// `X-Forwarded-Proto` reports (a load balancer that ended the client's TLS).
+    pub https: bool,
     /// TLS server name the client asked for, if any.
     pub sni: Option<Arc<str>>,
     /// [`client_ip_hash`] of `client`, made when first asked for.
@@ -63,6 +66,7 @@ impl ConnInfo {
             local,
             listener,
             tls,
+            https: tls,
             sni,
             client_hash: ClientHash::default(),
             peer_text: OnceLock::new(),
@@ -73,15 +77,28 @@ impl ConnInfo {
     /// The facts of one request whose trusted forwarding fields name `client`: the same
     /// connection, peer and forwarding text, with what is derived from the client made anew.
     pub fn for_client(&self, client: SocketAddr) -> Self {
+        self.via_proxy(client, self.https)
+    }
+
+    /// The facts of one request whose trusted forwarding fields name `client` and say the
+    /// client used HTTPS (`https`) or not: [`ConnInfo::for_client`], the forwarding text made
+    /// anew when the scheme differs from the connection's.
+    pub fn via_proxy(&self, client: SocketAddr, https: bool) -> Self {
+        let peer_text = if https == self.https {
+            OnceLock::from(self.peer_text().clone())
+        } else {
+            OnceLock::new()
+        };
         Self {
             client,
             peer: self.peer,
             local: self.local,
             listener: self.listener.clone(),
             tls: self.tls,
+            https,
             sni: self.sni.clone(),
             client_hash: ClientHash::default(),
-            peer_text: OnceLock::from(self.peer_text().clone()),
+            peer_text,
             plugin_facts: OnceLock::new(),
         }
     }
@@ -99,7 +116,7 @@ impl ConnInfo {
     /// the proxy's own address added.
     pub fn peer_text(&self) -> &ClientText {
         self.peer_text
-            .get_or_init(|| ClientText::new(self.peer.ip(), self.tls))
+            .get_or_init(|| ClientText::with_scheme(self.peer.ip(), self.tls, self.https))
     }
 }
 
@@ -129,10 +146,20 @@ pub struct ClientText {
 }
 
 impl ClientText {
-    /// Made once per connection, so each text is built at its final size: a `String` grown
-    /// and then shrunk into a `Box<str>` reallocated, and a `HeaderValue` made from a `String`
-    /// with room to spare allocated a second block for the `Bytes`' shared header.
+    /// The text of a hop whose client used the hop's own scheme.
+    #[cfg(test)]
     pub(crate) fn new(client: IpAddr, tls: bool) -> Self {
+        Self::with_scheme(client, tls, tls)
+    }
+
+    /// The text of a hop (`tls`: whether the request reached the gateway over TLS) whose
+    /// client used HTTPS (`https`) or not: `Forwarded` describes the hop (`proto=` of the
+    /// request the gateway got), `X-Forwarded-Proto` the client's scheme, which a trusted proxy
+    /// may have reported. Made once per connection, so each text is built at its final size: a
+    /// `String` grown and then shrunk into a `Box<str>` reallocated, and a `HeaderValue` made
+    /// from a `String` with room to spare allocated a second block for the `Bytes`' shared
+    /// header.
+    pub(crate) fn with_scheme(client: IpAddr, tls: bool, https: bool) -> Self {
         let mut buf = [0u8; 48];
         // ASCII digits, dots, colons and hex letters: always UTF-8, and a valid field value.
         let ip = std::str::from_utf8(crate::ip_text::ip_text(client, &mut buf)).unwrap_or_default();
@@ -148,7 +175,7 @@ impl ClientText {
         Self {
             ip: HeaderValue::from_str(ip).unwrap_or(HeaderValue::from_static("unknown")),
             element: element.into_boxed_str(),
-            proto: if tls { HTTPS } else { HTTP },
+            proto: if https { HTTPS } else { HTTP },
         }
     }
 }
@@ -166,6 +193,19 @@ mod tests {
         assert_eq!((req.client, req.peer), (client, peer));
         assert_eq!(req.peer_text().ip, "10.0.0.1");
         assert_eq!(&*req.peer_text().element, "for=10.0.0.1;proto=https");
+        // A load balancer that ended the client's TLS and says so: `X-Forwarded-Proto` carries
+        // the client's scheme, `Forwarded` still the hop's.
+        let plain = ConnInfo::new(
+            peer,
+            "10.0.0.2:80".parse().unwrap(),
+            "l".into(),
+            false,
+            None,
+        );
+        let req = plain.via_proxy(client, true);
+        assert_eq!(req.peer_text().proto, "https");
+        assert_eq!(&*req.peer_text().element, "for=10.0.0.1;proto=http");
+        assert!(req.https && !req.tls);
         assert_eq!(req.client_hash(), client_ip_hash(client.ip()));
         assert_ne!(req.client_hash(), conn.client_hash());
     }

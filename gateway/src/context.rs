@@ -56,7 +56,7 @@ impl RequestCx {
 
     /// `https` or `http`.
     pub fn scheme(&self) -> &'static str {
-        if self.conn.tls { "https" } else { "http" }
+        if self.conn.https { "https" } else { "http" }
     }
 }
 

@@ -115,11 +115,33 @@ impl TrustedProxies {
     }
 }
 
+/// What the last `X-Forwarded-Proto` value says of the scheme the client used (`https` →
+/// `true`, `http` → `false`; anything else says nothing), from a trusted peer. The rightmost
+/// value is the nearest proxy's, the one trusted.
+pub fn forwarded_https(headers: &HeaderMap) -> Option<bool> {
+    let last = headers.get_all("x-forwarded-proto").iter().next_back()?;
+    let scheme = last
+        .to_str()
+        .ok()?
+        .rsplit(',')
+        .next()?
+        .trim_matches([' ', '\t']);
+    if scheme.eq_ignore_ascii_case("https") {
+        Some(true)
+    } else if scheme.eq_ignore_ascii_case("http") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// Whether a request carries a forwarding field (checked on the HTTP/1.1 fast path's parsed
 /// head, for a trusted peer only).
 pub fn names_a_client(headers: &[httparse::Header<'_>]) -> bool {
     headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("x-forwarded-for") || h.name.eq_ignore_ascii_case("forwarded")
+        h.name.eq_ignore_ascii_case("x-forwarded-for")
+            || h.name.eq_ignore_ascii_case("forwarded")
+            || h.name.eq_ignore_ascii_case("x-forwarded-proto")
     })
 }
 

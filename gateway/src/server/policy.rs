@@ -113,8 +113,8 @@ impl ListenerPolicy {
     }
 
     /// A request's own facts, when its peer is a trusted proxy whose forwarding fields name
-    /// another client; `None` (the connection's facts hold) otherwise, and at once when the
-    /// listener trusts no one.
+    /// another client, or whose `X-Forwarded-Proto` another scheme; `None` (the connection's
+    /// facts hold) otherwise, and at once when the listener trusts no one.
     pub fn client_of(&self, conn: &ConnInfo, headers: &http::HeaderMap) -> Option<Arc<ConnInfo>> {
         let (trusted, invalid) = self.trusted.as_ref()?;
         if !trusted.contains(conn.peer.ip()) {
@@ -125,8 +125,14 @@ impl ListenerPolicy {
             invalid.inc();
             tracing::debug!(peer = %conn.peer, "malformed forwarding field from a trusted proxy");
         }
-        let client = resolved.client?;
-        (client.ip() != conn.client.ip()).then(|| Arc::new(conn.for_client(client)))
+        let https = crate::forwarded::forwarded_https(headers).unwrap_or(conn.https);
+        let client = resolved.client.filter(|c| c.ip() != conn.client.ip());
+        if client.is_none() && https == conn.https {
+            return None;
+        }
+        Some(Arc::new(
+            conn.via_proxy(client.unwrap_or(conn.client), https),
+        ))
     }
 
     /// Checks a request before routing: `414` for a long target, `413` for a declared length

@@ -304,3 +304,41 @@ routes:
         assert_eq!(c.send(req).await.unwrap().status(), want, "{client}");
     }
 }
+
+/// A load balancer that ends the client's TLS says so in `X-Forwarded-Proto`: from a trusted
+/// peer the upstream gets the client's scheme (over the fast path's HTTP/1.1 and h2c alike),
+/// while `Forwarded` still describes the hop the gateway received; from any other peer the
+/// field is replaced by the connection's own scheme.
+#[tokio::test]
+async fn a_trusted_peer_reports_the_scheme_its_client_used() {
+    let b = Backend::start("app").await;
+    let inner = TestGateway::start_in(temp_dir(), &inner(&b)).await;
+    let addr = inner.addr("inner");
+    let https = [("x-forwarded-proto", "https")];
+    let mut trusted = h1_from("127.0.0.1", &inner, "inner").await;
+    trusted.send(get("/scheme", &https)).await.unwrap();
+    let seen = b.last().unwrap();
+    assert_eq!(seen.header("x-forwarded-proto"), "https");
+    let forwarded = seen.header("forwarded");
+    assert!(
+        forwarded.starts_with("for=127.0.0.1;proto=http;"),
+        "{forwarded}"
+    );
+    // With a client named too, over h2c.
+    let tcp = connect_from(ip("127.0.0.1"), addr).await;
+    let mut h2 = http2c_over(tcp, addr.to_string()).await;
+    let both = [
+        ("x-forwarded-for", "198.51.100.9"),
+        ("x-forwarded-proto", "https"),
+    ];
+    h2.send(get("/scheme-h2", &both)).await.unwrap();
+    assert_eq!(b.last().unwrap().header("x-forwarded-proto"), "https");
+    assert_eq!(
+        logged_clients(&inner, "/scheme-h2", 1).await,
+        ["198.51.100.9"]
+    );
+    // Not believed from an untrusted peer.
+    let mut other = h1_from("127.0.0.9", &inner, "inner").await;
+    other.send(get("/scheme", &https)).await.unwrap();
+    assert_eq!(b.last().unwrap().header("x-forwarded-proto"), "http");
+}

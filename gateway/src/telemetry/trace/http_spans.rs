@@ -118,7 +118,7 @@ impl ServerSpan {
         a.push(("url.path", Value::Path(noted.path)));
         a.push((
             "url.scheme",
-            Value::Static(if conn.tls { "https" } else { "http" }),
+            Value::Static(if conn.https { "https" } else { "http" }),
         ));
         if let Some(address) = noted.address {
             a.push(("server.address", address));
