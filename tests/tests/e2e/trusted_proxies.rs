@@ -46,6 +46,9 @@ routes:
   - name: hello
     match: {{ path: /hello }}
     respond: {{ body: hi }}
+  - name: moved
+    match: {{ path_prefix: /moved }}
+    redirect: {{ path: /new }}
   - name: app
     match: {{ path_prefix: / }}
     proxy: {{ upstream: app }}
@@ -337,8 +340,16 @@ async fn a_trusted_peer_reports_the_scheme_its_client_used() {
         logged_clients(&inner, "/scheme-h2", 1).await,
         ["198.51.100.9"]
     );
+    // A redirect that names no scheme keeps the client's.
+    let moved = trusted.send(get("/moved", &https)).await.unwrap();
+    assert!(
+        moved.header("location").starts_with("https://"),
+        "{moved:?}"
+    );
     // Not believed from an untrusted peer.
     let mut other = h1_from("127.0.0.9", &inner, "inner").await;
     other.send(get("/scheme", &https)).await.unwrap();
     assert_eq!(b.last().unwrap().header("x-forwarded-proto"), "http");
+    let moved = other.send(get("/moved", &https)).await.unwrap();
+    assert!(moved.header("location").starts_with("http://"), "{moved:?}");
 }
