@@ -59,8 +59,3 @@ impl RequestCx {
         if self.conn.https { "https" } else { "http" }
     }
 }
-
-/// The user an authentication filter (`jwt`, `basic_auth`) let in, carried on the response's
-/// extensions to the access log (which sees the response, not the filters' context).
-#[derive(Debug, Clone)]
-pub struct AuthenticatedUser(pub Arc<str>);

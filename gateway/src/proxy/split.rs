@@ -12,10 +12,11 @@
 //! blue-green standby). Each pick is counted (`gateway_split_requests_total`), and the
 //! answer carries the upstream's name ([`ServedBy`]) for the access log.
 
-use std::future::Future;
+use std::future::{Future, Ready, ready};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use futures_util::future::Either;
 use gateway_config::Config;
 use gateway_config::model::ProxyConfig;
 use http::{Request, Response, StatusCode};
@@ -108,10 +109,17 @@ pub fn terminal(
             )
             .into());
     }
+    // Decided here, not per request: no mirror, no `status` entry, and only upstreams
+    // [`ProxyRoute::rewrite_text`] takes.
+    let as_text = mirror.is_none()
+        && choices.iter().all(|c| match &c.to {
+            Destination::Upstream(route) => route.upstream.forwards_as_text(),
+            Destination::Status(_) => false,
+        });
     Ok(Terminal::Split(Arc::new(Split {
         picker: Picker::new(&weights),
         choices: choices.into(),
-        mirrors: mirror.is_some(),
+        as_text,
     })))
 }
 
@@ -119,7 +127,8 @@ pub fn terminal(
 pub struct Split {
     choices: Box<[Choice]>,
     picker: Picker,
-    mirrors: bool,
+    /// Every request can be forwarded as text ([`Split::forwards_as_text`]).
+    as_text: bool,
 }
 
 struct Choice {
@@ -155,11 +164,7 @@ impl Split {
     /// Whether the fast path can forward every request of the route as text (no mirror, no
     /// `status` entry, and only upstreams [`ProxyRoute::rewrite_text`] takes).
     pub fn forwards_as_text(&self) -> bool {
-        !self.mirrors
-            && self.choices.iter().all(|c| match &c.to {
-                Destination::Upstream(route) => route.upstream.forwards_as_text(),
-                Destination::Status(_) => false,
-            })
+        self.as_text
     }
 
     /// Forwards one request to the upstream picked for it, the answer naming that upstream;
@@ -168,15 +173,11 @@ impl Split {
         &self,
         req: Request<Body>,
         cx: &RequestCx,
-    ) -> futures_util::future::Either<
-        std::future::Ready<Response<Body>>,
-        impl Future<Output = Response<Body>> + Send + 'static,
-    > {
-        use futures_util::future::Either;
+    ) -> Either<Ready<Response<Body>>, impl Future<Output = Response<Body>> + Send + 'static> {
         let route = match self.pick() {
             Destination::Upstream(route) => route,
             Destination::Status(status) => {
-                return Either::Left(std::future::ready(error_response(*status)));
+                return Either::Left(ready(error_response(*status)));
             }
         };
         let served = ServedBy(route.upstream_name().clone());

@@ -107,12 +107,8 @@ impl Matcher {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> bool {
-        if !self.query.is_empty() && !query_has_all(&self.query, query.unwrap_or("")) {
-            return false;
-        }
-        if !self.query_regex.is_empty()
-            && !query_matches_all(&self.query_regex, query.unwrap_or(""))
-        {
+        let query = query.unwrap_or("");
+        if !query_has_all(&self.query, query) || !query_matches_all(&self.query_regex, query) {
             return false;
         }
         if !self.methods.is_empty() && !self.methods.contains(method) {
@@ -160,21 +156,24 @@ impl Matcher {
 /// Whether each `(name, expression)` finds a match in the value of one of the query's
 /// `name=value` pairs.
 fn query_matches_all(wanted: &[(String, regex::Regex)], query: &str) -> bool {
-    wanted.iter().all(|(name, re)| {
-        query.split('&').any(|pair| {
-            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
-            n == name && re.is_match(v)
-        })
-    })
+    wanted
+        .iter()
+        .all(|(name, re)| query_has(query, name, |v| re.is_match(v)))
 }
 
 /// Whether every `(name, value)` is among the query's `name=value` pairs.
 fn query_has_all(wanted: &[(String, String)], query: &str) -> bool {
-    wanted.iter().all(|(name, value)| {
-        query.split('&').any(|pair| {
-            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
-            n == name && v == value
-        })
+    wanted
+        .iter()
+        .all(|(name, value)| query_has(query, name, |v| v == value))
+}
+
+/// Whether one of the query's `name=value` pairs (as sent; a bare name has the value ``) is
+/// for `name` with a value `accepts` takes.
+fn query_has(query: &str, name: &str, accepts: impl Fn(&str) -> bool) -> bool {
+    query.split('&').any(|pair| {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        n == name && accepts(v)
     })
 }
 

@@ -300,7 +300,7 @@ impl ConnService {
         if let (Some(log), Some(mut facts)) = (end.log, end.facts) {
             facts.upstream = terminal.and_then(|t| t.served_by(res));
             facts.notes = res.extensions_mut().remove::<LogNotes>().map(Box::new);
-            let mut record = (*facts).into_record(
+            let record = (*facts).into_record(
                 end.client.as_ref().unwrap_or(&self.conn),
                 end.version,
                 res.status(),
@@ -308,14 +308,6 @@ impl ConnService {
                 end.start.elapsed(),
                 route_name.clone(),
             );
-            record.user = res
-                .extensions()
-                .get::<crate::context::AuthenticatedUser>()
-                .map(|u| u.0.clone());
-            record.cache = res
-                .extensions()
-                .get::<crate::filter::cache::CacheOutcome>()
-                .map(|c| c.0);
             log.log_traced(record, open.as_ref());
         }
         if let Some(open) = open {
@@ -458,8 +450,6 @@ impl RequestFacts {
             route,
             upstream: self.upstream,
             trace_id: None,
-            user: None,
-            cache: None,
             notes: self.notes,
         }
     }

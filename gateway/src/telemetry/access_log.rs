@@ -43,14 +43,15 @@ pub struct AccessRecord {
     pub upstream: Option<Arc<str>>,
     /// Trace id, when the request is traced.
     pub trace_id: Option<String>,
-    /// The authenticated user (a verified token's `sub`, or the user `basic_auth` let in),
-    /// if any.
-    pub user: Option<Arc<str>>,
-    /// What a `cache` filter did (`hit`, `stale`, `revalidated`, `miss`, `pass`), on a cached
-    /// route.
-    pub cache: Option<&'static str>,
     /// What the route's filters and terminal said about the request, when anything.
     pub notes: Option<Box<LogNotes>>,
+}
+
+impl AccessRecord {
+    /// The authenticated user, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.notes.as_ref()?.user.as_deref()
+    }
 }
 
 /// What a route's filters and terminal did that its access-log line shows, carried on the
@@ -58,6 +59,13 @@ pub struct AccessRecord {
 /// requests have none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogNotes {
+    /// The user an authentication filter let in: a verified token's `sub`, or the user
+    /// `basic_auth` let in.
+    pub user: Option<Arc<str>>,
+    /// What a `cache` filter did: `hit`, `stale` (served stale), `revalidated` (a 304
+    /// refreshed it), `miss` (fetched) or `pass` (neither read nor written: the method, or the
+    /// request's own `no-store`).
+    pub cache: Option<&'static str>,
     /// An authentication filter's refusal: the filter and its reason (`("jwt", "expired")`),
     /// the reasons its metric counts.
     pub auth: Option<(&'static str, &'static str)>,

@@ -456,14 +456,15 @@ fn compile_grpc_match(m: &Value) -> Result<Value, Refusal> {
                 service.unwrap_or("[^/]+"),
                 name.unwrap_or("[^/]+")
             );
-            regex::Regex::new(&re).map_err(|e| unsupported(format!("method regex: {e}")))?;
-            json!({ "path_regex": re })
+            json!({ "path_regex": regex_of("method", &re)? })
         }
         other => return Err(unsupported(format!("method match type {other}"))),
     };
     let headers = compile_match(&json!({ "headers": m["headers"] }))?.0;
-    if let Some(h) = headers.get("headers") {
-        out["headers"] = h.clone();
+    for key in ["headers", "header_regex"] {
+        if let Some(h) = headers.get(key) {
+            out[key] = h.clone();
+        }
     }
     Ok(out)
 }
@@ -500,9 +501,7 @@ fn compile_match(m: &Value) -> Result<(Value, bool), Refusal> {
             out.insert("path_prefix".into(), json!(value));
         }
         "RegularExpression" => {
-            regex::Regex::new(&value)
-                .map_err(|e| unsupported(format!("path regex `{value}`: {e}")))?;
-            out.insert("path_regex".into(), json!(value));
+            out.insert("path_regex".into(), regex_of("path", &value)?);
         }
         other => return Err(unsupported(format!("path match type {other}"))),
     }
@@ -537,9 +536,9 @@ fn compile_match(m: &Value) -> Result<(Value, bool), Refusal> {
     Ok((Value::Object(out), is_prefix))
 }
 
-/// A header or query parameter `RegularExpression` match's value, checked to compile. It is
-/// kept as a search, as path expressions are: the Gateway API leaves anchoring to the
-/// implementation, and `^...$` asks for a whole value.
+/// A `RegularExpression` match's value (path, header or query parameter), checked to
+/// compile. It is kept as a search: the Gateway API leaves anchoring to the implementation,
+/// and `^...$` asks for a whole value.
 fn regex_of(what: &str, re: &str) -> Result<Value, Refusal> {
     regex::Regex::new(re).map_err(|e| unsupported(format!("{what} regex `{re}`: {e}")))?;
     Ok(json!(re))

@@ -254,6 +254,22 @@ fn grpc_methods_become_paths_and_backends_speak_h2c() {
     let up = &t.fragment.upstreams["kubernetes/default/web/80/h2c"];
     assert_eq!(up.protocol, gateway_config::model::UpstreamProtocol::H2c);
     assert_eq!(t.report.routes[0].kind, Kind::GrpcRoute);
+    // Header conditions come along, exact and by expression.
+    s.insert(
+        Kind::GrpcRoute,
+        json!({
+        "metadata": {"namespace": "default", "name": "g"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"method": {"service": "pkg.Svc"},
+                                         "headers": [{"name": "X-Tenant", "value": "a"},
+                                                     {"type": "RegularExpression",
+                                                      "name": "X-Env", "value": "^can"}]}],
+                            "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    );
+    let t = translate(&s, &config(), std::path::Path::new("."));
+    let m = &t.fragment.routes[0].matcher;
+    assert_eq!(m.headers["x-tenant"], "a");
+    assert_eq!(m.header_regex["x-env"], "^can");
 }
 
 #[test]

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use self::htpasswd::Htpasswd;
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::{Body, BoxError};
-use crate::context::{AuthenticatedUser, RequestCx};
+use crate::context::RequestCx;
 use crate::error::error_response;
 use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
@@ -366,7 +366,7 @@ impl HttpFilter for BasicAuthFilter {
         cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
         if let Some(user) = &cx.user {
-            res.extensions.insert(AuthenticatedUser(user.clone()));
+            LogNotes::on(&mut res.extensions).user = Some(user.clone());
         }
         Some(Ok(Flow::Continue))
     }

@@ -13,17 +13,16 @@ use super::disk::Guard;
 use super::fresh::{self, NotStored};
 use super::serve::{self, Conditions};
 use super::store::Payload;
-use super::{
-    CacheFilter, CacheOutcome, Fetching, Fill, Step, object, set_status, stored_head, with_outcome,
-};
+use super::{CacheFilter, Fetching, Fill, Step, object, set_status, stored_head, with_outcome};
 use crate::filter::Flow;
+use crate::telemetry::LogNotes;
 
 impl CacheFilter {
     pub(super) fn response(&mut self, res: &mut response::Parts) -> Flow {
         let shared = self.shared.clone();
         match std::mem::replace(&mut self.step, Step::Pass("method")) {
             Step::Pass(fwd) => {
-                res.extensions.insert(CacheOutcome("pass"));
+                LogNotes::on(&mut res.extensions).cache = Some("pass");
                 set_status(&mut res.headers, &format!("gateway; fwd={fwd}"));
             }
             Step::Invalidate(primary) => {
@@ -31,7 +30,7 @@ impl CacheFilter {
                     let n = shared.store.remove(&primary);
                     shared.metrics.invalidations.add(n as u64);
                 }
-                res.extensions.insert(CacheOutcome("pass"));
+                LogNotes::on(&mut res.extensions).cache = Some("pass");
                 set_status(&mut res.headers, "gateway; fwd=method");
             }
             Step::Fetch(f) => return self.fetched(f, res),
@@ -63,7 +62,7 @@ impl CacheFilter {
             let answer = serve::answer(&obj, Instant::now(), f.head, &cond, status);
             return with_outcome(answer, "revalidated");
         }
-        res.extensions.insert(CacheOutcome("miss"));
+        LogNotes::on(&mut res.extensions).cache = Some("miss");
         let fwd = f.fwd;
         let with_status = |extra: &str| {
             if fwd == "stale" {

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use super::{FilterFactory, Flow, HttpFilter};
 use crate::body::BoxError;
 use crate::context::RequestCx;
+use crate::telemetry::LogNotes;
 use crate::telemetry::{Counter, Registry};
 use crate::terminal::Terminal;
 use control::CacheControl;
@@ -44,15 +45,9 @@ use gateway_config::{CacheFilter as Settings, CacheKeyPart};
 use serve::CACHE_STATUS;
 use store::{Leader, Object, Payload, Store, Tier};
 
-/// What the cache did for a request, on the answer's extensions for the access log (`cache`):
-/// `hit`, `stale` (served stale), `revalidated` (a 304 refreshed it), `miss` (fetched) or
-/// `pass` (neither read nor written: the method, or the request's own `no-store`).
-#[derive(Debug, Clone, Copy)]
-pub struct CacheOutcome(pub &'static str);
-
-/// An answer with its outcome.
+/// An answer with its outcome for the access log ([`LogNotes::cache`]).
 fn with_outcome(mut res: http::Response<crate::body::Body>, outcome: &'static str) -> Flow {
-    res.extensions_mut().insert(CacheOutcome(outcome));
+    LogNotes::on(res.extensions_mut()).cache = Some(outcome);
     Flow::Respond(res)
 }
 

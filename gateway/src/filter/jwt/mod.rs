@@ -80,8 +80,6 @@ impl JwtClaims {
     }
 }
 
-pub use crate::context::AuthenticatedUser;
-
 /// A verified token, remembered.
 struct Verified {
     claims: Arc<JwtClaims>,
@@ -435,7 +433,7 @@ impl HttpFilter for JwtFilter {
         cx: &mut RequestCx,
     ) -> Option<Result<Flow, BoxError>> {
         if let Some(sub) = cx.jwt.as_ref().and_then(|c| c.subject()) {
-            res.extensions.insert(AuthenticatedUser(sub.clone()));
+            LogNotes::on(&mut res.extensions).user = Some(sub.clone());
         }
         Some(Ok(Flow::Continue))
     }

@@ -57,14 +57,6 @@ impl Formatter {
             push(out, ",\"trace_id\":");
             push_json_str(out, t);
         }
-        if let Some(u) = &r.user {
-            push(out, ",\"user\":");
-            push_json_str(out, u);
-        }
-        if let Some(c) = r.cache {
-            push(out, ",\"cache\":");
-            push_json_str(out, c);
-        }
         if let Some(n) = &r.notes {
             push_notes(out, n);
         }
@@ -75,7 +67,7 @@ impl Formatter {
     pub(super) fn http_combined(&mut self, r: &AccessRecord, out: &mut Vec<u8>) {
         push_ip(out, r.client);
         push(out, " - ");
-        match &r.user {
+        match r.user() {
             Some(u) => push_clf_str_or_dash(out, u),
             None => push(out, "-"),
         }
@@ -249,6 +241,15 @@ fn push(out: &mut Vec<u8>, s: &str) {
 
 /// The JSON members of a request's notes, those it has.
 fn push_notes(out: &mut Vec<u8>, n: &LogNotes) {
+    let texts = [("user", n.user.as_deref()), ("cache", n.cache)];
+    for (name, text) in texts {
+        if let Some(text) = text {
+            push(out, ",\"");
+            push(out, name);
+            push(out, "\":");
+            push_json_str(out, text);
+        }
+    }
     if let Some((filter, reason)) = n.auth {
         push(out, ",\"auth\":\"");
         push(out, filter);
@@ -385,8 +386,6 @@ mod tests {
             route: Arc::from("files"),
             upstream: None,
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
-            user: None,
-            cache: None,
             notes: None,
         }
     }
@@ -477,8 +476,11 @@ mod tests {
     #[test]
     fn the_authenticated_user_in_both_formats() {
         let mut r = record();
-        r.user = Some(Arc::from("alice"));
-        r.cache = Some("hit");
+        r.notes = Some(Box::new(LogNotes {
+            user: Some(Arc::from("alice")),
+            cache: Some("hit"),
+            ..LogNotes::default()
+        }));
         let json = text(|out| Formatter::default().http_json(&r, out));
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
         assert_eq!(v["user"], "alice");
@@ -500,6 +502,7 @@ mod tests {
             redirect: Some(Box::from("https://a.example/\"x\"")),
             mirror: Some("copied"),
             compress: Some("gzip"),
+            ..LogNotes::default()
         }));
         let json = text(|out| Formatter::default().http_json(&r, out));
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
@@ -515,7 +518,7 @@ mod tests {
         let json = text(|out| Formatter::default().http_json(&r, out));
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
         assert_eq!(v["cors"], "preflight");
-        for absent in ["auth", "redirect", "mirror", "compress"] {
+        for absent in ["user", "cache", "auth", "redirect", "mirror", "compress"] {
             assert!(v.get(absent).is_none(), "{absent} in {json}");
         }
     }

@@ -94,8 +94,6 @@ mod tests {
             route: "r".into(),
             upstream: None,
             trace_id: None,
-            user: None,
-            cache: None,
             notes: None,
         }
     }
