@@ -19,6 +19,14 @@ cargo build --quiet --release --target wasm32-wasip1 --manifest-path plugins/Car
 out=plugins/target/wasm32-wasip1/release
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
+# Builds the Go module in directory $1 to $out/$2.wasm (a wasip1 reactor); says so when it fails.
+go_wasm() {
+  local dir=$1 name=$2 wasm
+  wasm="$(pwd)/$out/$name.wasm"
+  (cd "$dir" && GOOS=wasip1 GOARCH=wasm GOFLAGS=-mod=mod "$GO" build -buildmode=c-shared -o "$wasm" .) \
+    || log "Go module $name did not build; its test will say so and skip"
+}
+
 # The Go SDK's own examples, unchanged but for two mechanical edits, for the compatibility
 # tests (tests/tests/e2e/wasm_go_examples.rs). They come from the module registry, never from
 # this repository: v0.16.0 of the SDK's original module is its last release whose module holds
@@ -47,8 +55,7 @@ build_go_sdk_examples() {
     sed "s#^module .*#module gateway-test/go-sdk-examples/$name#" plugins/go-headers/go.mod >"$work/go.mod"
     cp plugins/go-headers/go.sum "$work/go.sum"
     log "building the Go SDK example $name"
-    (cd "$work" && GOOS=wasip1 GOARCH=wasm GOFLAGS=-mod=mod "$GO" build -buildmode=c-shared -o "../../wasm32-wasip1/release/go_example_$name.wasm" .) \
-      || log "Go SDK example $name did not build; its test will say so and skip"
+    go_wasm "$work" "go_example_$name"
   done
 }
 if [ -x "$GO" ] || command -v "$GO" >/dev/null 2>&1; then
@@ -56,8 +63,7 @@ if [ -x "$GO" ] || command -v "$GO" >/dev/null 2>&1; then
     [ -f "$dir/go.mod" ] || continue
     name=$(basename "$dir" | tr '-' '_')
     log "building the Go plugin $name"
-    (cd "$dir" && GOOS=wasip1 GOARCH=wasm GOFLAGS=-mod=mod "$GO" build -buildmode=c-shared -o "../../$out/$name.wasm" .) \
-      || log "Go plugin $name did not build; its test will say so and skip"
+    go_wasm "$dir" "$name"
   done
   build_go_sdk_examples
 else

@@ -10,14 +10,14 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use gateway_kubernetes::Client;
 use serde_json::{Value, json};
 
-use crate::TestCa;
+use crate::{Running, TestCa};
 
 /// The address on the namespace's `lo` that backends and the gateway listen on.
 pub const NODE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10));
@@ -127,16 +127,6 @@ impl Drop for NetNs {
     }
 }
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// etcd and kube-apiserver running in their namespace.
 pub struct KubeCluster {
     /// An admin client (group `system:masters`).
@@ -144,8 +134,8 @@ pub struct KubeCluster {
     /// A kubeconfig for the gateway, in [`KubeCluster::dir`].
     pub kubeconfig: PathBuf,
     // Drop order: servers first, then the namespace, then the files.
-    apiserver: Option<Proc>,
-    _etcd: Proc,
+    apiserver: Option<Running>,
+    _etcd: Running,
     ns: NetNs,
     dir: tempfile::TempDir,
 }
@@ -169,7 +159,7 @@ impl KubeCluster {
     }
 }
 
-fn spawn_apiserver(ns: &NetNs, d: &std::path::Path) -> Proc {
+fn spawn_apiserver(ns: &NetNs, d: &std::path::Path) -> Running {
     let bin = kube_dir().join("bin");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -210,7 +200,7 @@ fn spawn_apiserver(ns: &NetNs, d: &std::path::Path) -> Proc {
         .stderr(log)
         .spawn()
         .expect("start kube-apiserver");
-    Proc(child)
+    Running(child)
 }
 
 /// Runs `test` on a thread inside a fresh namespace holding a started cluster, on a runtime
@@ -272,7 +262,7 @@ async fn start(ns: NetNs) -> KubeCluster {
         .stderr(log("etcd.log"))
         .spawn()
         .expect("start etcd");
-    let etcd = Proc(etcd);
+    let etcd = Running(etcd);
     let apiserver = spawn_apiserver(&ns, d);
     let kubeconfig = d.join("kubeconfig.yaml");
     std::fs::write(

@@ -509,6 +509,17 @@ pub fn rss_kib() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// A child process (a gateway binary the test runs, say) killed and reaped when the test ends,
+/// passed or not.
+pub struct Running(pub std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The `gateway` binary built next to the test executable (`cargo build -p gateway` first).
 pub fn gateway_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_tests::{
-    TestGateway, TestResponse, admin_request, binary_config, counter_value, gateway_binary, http1,
-    http2c, temp_dir, write_file,
+    Running, TestGateway, TestResponse, admin_request, binary_config, counter_value,
+    gateway_binary, http1, http2c, temp_dir, write_file,
 };
 use http::{Request, Response};
 use http_body_util::Full;
@@ -411,16 +411,6 @@ async fn a_reload_keeps_the_tier_on_its_directory_and_applies_a_new_size_or_path
     .await;
     assert_eq!(files(&root).len(), left);
     gw.shutdown().await;
-}
-
-/// A gateway binary, killed (SIGKILL) when dropped.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 async fn run(cfg: &Path, port: u16) -> Running {

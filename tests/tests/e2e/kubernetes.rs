@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
 use gateway_tests::kube::{self, KubeCluster, NODE_IP};
-use gateway_tests::{TestGateway, TestResponse};
+use gateway_tests::{Running, TestGateway, TestResponse};
 use http::Request;
 use http_body_util::Full;
 use serde_json::{Value, json};
@@ -787,7 +787,7 @@ fn the_deploy_rbac_is_enough_for_the_controller() {
             .stderr(std::fs::File::create(k.dir().join("in-cluster.log")).unwrap())
             .spawn()
             .expect("start the gateway binary");
-        let _pod = KillOnDrop(child);
+        let _pod = Running(child);
         let log = k.dir().join("in-cluster.log");
         eventually("served with in-cluster credentials", || async {
             body_is(addr, "any", "/", "a").await.map_err(|e| {
@@ -799,16 +799,6 @@ fn the_deploy_rbac_is_enough_for_the_controller() {
         })
         .await;
     });
-}
-
-/// A child process killed (and reaped) when the test ends, passed or not.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

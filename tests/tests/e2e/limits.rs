@@ -10,21 +10,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gateway_tests::ports::reserved_port;
-use gateway_tests::{TestGateway, gateway_binary, rss_kib, temp_dir, write_file};
+use gateway_tests::{Running, TestGateway, gateway_binary, rss_kib, temp_dir, write_file};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::faults::{End, active, open_sockets, settles};
-
-/// Kills the child gateway when the test ends, however it ends.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// User plus system CPU time of process `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -93,7 +83,7 @@ fn out_of_file_descriptors_backs_off_then_serves_again() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let child = Child(child);
+    let child = Running(child);
     let pid = child.0.id();
     let mut up = false;
     for _ in 0..200 {
@@ -238,14 +228,14 @@ fn metric(admin: u16, name: &str) -> Option<u64> {
 /// The gateway binary in a process of its own (so that its memory is its own and no other
 /// test's connections count toward its burst) on `rest` of a config, with a burst of 500
 /// connections and the admin API on port `admin`. The directory holds the config.
-fn gateway_with_burst_of_500(admin: u16, rest: &str) -> (Child, tempfile::TempDir) {
+fn gateway_with_burst_of_500(admin: u16, rest: &str) -> (Running, tempfile::TempDir) {
     gateway_process(&format!(
         "server: {{ watch_config: false, release_memory_after_burst: 500 }}\nadmin: {{ bind: 127.0.0.1:{admin} }}\n{rest}"
     ))
 }
 
 /// The gateway binary in a process of its own on `config`; the directory holds the config.
-fn gateway_process(config: &str) -> (Child, tempfile::TempDir) {
+fn gateway_process(config: &str) -> (Running, tempfile::TempDir) {
     let dir = temp_dir();
     let cfg = write_file(dir.path(), "g.yaml", config);
     let child = Command::new(gateway_binary())
@@ -255,7 +245,7 @@ fn gateway_process(config: &str) -> (Child, tempfile::TempDir) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (Child(child), dir)
+    (Running(child), dir)
 }
 
 #[test]

@@ -780,14 +780,7 @@ async fn otel_environment_variables_configure_the_export() {
         .env("OTEL_TRACES_SAMPLER", "always_on")
         .spawn()
         .expect("run gateway");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(child);
+    let _child = gateway_tests::Running(child);
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     assert!(
         gateway_tests::ports::wait_listening(addr, Duration::from_secs(10)).await,

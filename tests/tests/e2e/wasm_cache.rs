@@ -8,19 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gateway_tests::{binary_config, gateway_binary, temp_dir};
+use gateway_tests::{Running, binary_config, gateway_binary, temp_dir};
 
 use crate::wasm::{install, plugin};
-
-/// A running gateway binary, killed when dropped; its stderr is kept in a file.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts the binary on `cfg` and waits until `/hello` answers through the plugin; the time
 /// from spawn to that answer.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_tests::backend::Backend;
-use gateway_tests::{TestGateway, binary_config, gateway_binary, http1, raw, temp_dir};
+use gateway_tests::{Running, TestGateway, binary_config, gateway_binary, http1, raw, temp_dir};
 use http::Request;
 use http_body_util::Full;
 
@@ -215,14 +215,4 @@ async fn shared_data_counts_requests_in_the_shared_store() {
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// A gateway binary, killed when the test ends.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
