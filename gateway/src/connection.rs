@@ -37,8 +37,9 @@ pub struct ConnInfo {
     /// [`client_ip_hash`] of `client`, made when first asked for.
     client_hash: ClientHash,
     /// `peer` as the proxy's forwarding headers write it (the hop the gateway appends), made
-    /// when first asked for.
-    peer_text: OnceLock<ClientText>,
+    /// when first asked for. Behind a pointer: only proxied requests ask for it, and the
+    /// connection's facts live as long as the connection.
+    peer_text: OnceLock<Arc<ClientText>>,
     /// What a Wasm plugin reads about the connection and the route (its properties), made for
     /// the connection's first request that runs a plugin and shared by the later ones on the
     /// same route.
@@ -85,7 +86,7 @@ impl ConnInfo {
     /// anew when the scheme differs from the connection's.
     pub fn via_proxy(&self, client: SocketAddr, https: bool) -> Self {
         let peer_text = if https == self.https {
-            OnceLock::from(self.peer_text().clone())
+            OnceLock::from(Arc::clone(self.shared_peer_text()))
         } else {
             OnceLock::new()
         };
@@ -115,8 +116,17 @@ impl ConnInfo {
     /// it received the request from, so behind a trusted proxy the chain it sent is kept and
     /// the proxy's own address added.
     pub fn peer_text(&self) -> &ClientText {
-        self.peer_text
-            .get_or_init(|| ClientText::with_scheme(self.peer.ip(), self.tls, self.https))
+        self.shared_peer_text()
+    }
+
+    fn shared_peer_text(&self) -> &Arc<ClientText> {
+        self.peer_text.get_or_init(|| {
+            Arc::new(ClientText::with_scheme(
+                self.peer.ip(),
+                self.tls,
+                self.https,
+            ))
+        })
     }
 }
 

@@ -13,6 +13,11 @@
 //! replays them to that protocol's server, instead of letting hyper-util's reader consume and
 //! replay them: that replay splits hyper's first read, which makes it double its 8 KiB read
 //! buffer.
+//!
+//! The steps a connection's task awaits for its whole life are functions returning an
+//! `async move` block, not `async fn`s: an `async fn` moves its arguments into locals and keeps
+//! the originals too, so its state holds every argument twice (the stream, the addresses, the
+//! watch) for as long as the connection lives. The block uses the captured values in place.
 
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
@@ -203,56 +208,65 @@ impl ListenerRuntime {
 
 /// Serves one TCP connection until it ends, idles out or the gateway drains (the listener's
 /// watchdog tells it through `watch`).
-pub async fn serve(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+pub fn serve(
     rt: Arc<ListenerRuntime>,
     mut stream: TcpStream,
     mut client: SocketAddr,
     mut local: SocketAddr,
     watch: ConnWatch,
-) {
-    stream_proxy::accepted_nodelay(&stream);
-    let mut rest = bytes::BytesMut::new();
-    if rt.accept_proxy_protocol {
-        // Boxed: only listeners behind a load balancer read this header, and its state would
-        // otherwise enlarge every connection's task.
-        let header =
-            stream_proxy::proxy_protocol::read_header(&mut stream, &mut rest, rt.header_timeout);
-        match Box::pin(header).await {
-            Ok(h) => (client, local) = h.addresses(client, local),
-            Err(e) => {
-                tracing::debug!(peer = %client, error = %e, "bad PROXY protocol header; closing");
-                return;
+) -> impl Future<Output = ()> {
+    async move {
+        stream_proxy::accepted_nodelay(&stream);
+        let mut rest = bytes::BytesMut::new();
+        if rt.accept_proxy_protocol {
+            // Boxed: only listeners behind a load balancer read this header, and its state would
+            // otherwise enlarge every connection's task.
+            let header = stream_proxy::proxy_protocol::read_header(
+                &mut stream,
+                &mut rest,
+                rt.header_timeout,
+            );
+            match Box::pin(header).await {
+                Ok(h) => (client, local) = h.addresses(client, local),
+                Err(e) => {
+                    tracing::debug!(peer = %client, error = %e, "bad PROXY protocol header; closing");
+                    return;
+                }
             }
         }
-    }
-    match &rt.tls {
-        None => {
-            let (h1, h2) = match (rt.http1, rt.http2) {
-                // Bytes read past a PROXY header already tell.
-                (true, true) => {
-                    if rest.is_empty() && !read_first(&mut stream, &mut rest, &watch).await {
-                        return;
+        match &rt.tls {
+            None => {
+                let (h1, h2) = match (rt.http1, rt.http2) {
+                    // Bytes read past a PROXY header already tell.
+                    (true, true) => {
+                        if rest.is_empty() && !read_first(&mut stream, &mut rest, &watch).await {
+                            return;
+                        }
+                        match version_of(&rest) {
+                            Peeked::Http1 => (true, false),
+                            Peeked::Http2 => (false, true),
+                            Peeked::Either => (true, true),
+                        }
                     }
-                    match version_of(&rest) {
-                        Peeked::Http1 => (true, false),
-                        Peeked::Http2 => (false, true),
-                        Peeked::Either => (true, true),
-                    }
-                }
-                both => both,
-            };
-            // The bytes read so far (past a PROXY header, or the first read) belong to HTTP:
-            // replay them first.
-            let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
-            let info = ConnInfo::new(client, local, rt.name.clone(), false, None);
-            serve_http(rt, stream, info, h1, h2, watch).await;
-        }
-        Some(acceptor) => {
-            // Bytes read past the PROXY header belong to TLS: replay them first.
-            let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
-            // Boxed: the handshake's state would otherwise enlarge every plain connection's task.
-            let acceptor = acceptor.clone();
-            Box::pin(serve_tls(rt, acceptor, stream, client, local, watch)).await;
+                    both => both,
+                };
+                // The bytes read so far (past a PROXY header, or the first read) belong to HTTP:
+                // replay them first.
+                let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
+                let info = ConnInfo::new(client, local, rt.name.clone(), false, None);
+                serve_http(rt, stream, info, h1, h2, watch).await;
+            }
+            Some(acceptor) => {
+                // Bytes read past the PROXY header belong to TLS: replay them first.
+                let stream = stream_proxy::Rewind::new(rest.freeze(), Lingering(stream));
+                // Boxed: the handshake's state would otherwise enlarge every plain connection's task.
+                let acceptor = acceptor.clone();
+                Box::pin(serve_tls(rt, acceptor, stream, client, local, watch)).await;
+            }
         }
     }
 }
@@ -311,33 +325,61 @@ fn version_of(first: &[u8]) -> Peeked {
 }
 
 /// The TLS handshake, then HTTP over it as ALPN decided.
-async fn serve_tls(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+fn serve_tls(
     rt: Arc<ListenerRuntime>,
     acceptor: tokio_rustls::TlsAcceptor,
     stream: stream_proxy::Rewind<Lingering>,
     client: SocketAddr,
     local: SocketAddr,
     watch: ConnWatch,
-) {
-    let handshake = tokio::time::timeout(rt.header_timeout, acceptor.accept(stream));
-    let tls = match handshake.await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            rt.metrics.handshake_errors.inc();
-            tracing::debug!(%client, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            rt.metrics.handshake_timeouts.inc();
-            tracing::debug!(%client, "TLS handshake timed out");
-            return;
-        }
-    };
+) -> impl Future<Output = ()> {
+    async move {
+        // Boxed for its time: the handshake's state holds the TLS session, and inline it would
+        // stay in this future for the connection's life after the session has moved on. For
+        // the same reason the session is a local of the inner block only: a local's room stays
+        // in the future across every later await, even once it has been moved out.
+        let handshake = Box::pin(tokio::time::timeout(
+            rt.header_timeout,
+            acceptor.accept(stream),
+        ));
+        let served = {
+            let tls = match handshake.await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    rt.metrics.handshake_errors.inc();
+                    tracing::debug!(%client, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    rt.metrics.handshake_timeouts.inc();
+                    tracing::debug!(%client, "TLS handshake timed out");
+                    return;
+                }
+            };
+            after_handshake(rt, tls, client, local, watch)
+        };
+        served.await;
+    }
+}
+
+/// What follows a TLS handshake: HTTP over it as ALPN decided, or the end of an ACME
+/// validation.
+fn after_handshake(
+    rt: Arc<ListenerRuntime>,
+    mut tls: tokio_rustls::server::TlsStream<stream_proxy::Rewind<Lingering>>,
+    client: SocketAddr,
+    local: SocketAddr,
+    watch: ConnWatch,
+) -> impl Future<Output = ()> {
     // A TLS-ALPN-01 validation ends with the handshake (RFC 8737 section 3).
     if tls.get_ref().1.alpn_protocol() == Some(crate::certs::challenge::ACME_TLS_ALPN) {
-        let mut tls = tls;
-        let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
-        return;
+        return Either::Left(Box::pin(async move {
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut tls).await;
+        }));
     }
     let (alpn_h2, sni) = {
         let (_, session) = tls.get_ref();
@@ -353,7 +395,7 @@ async fn serve_tls(
     } else {
         (rt.http1, !rt.http1 && rt.http2)
     };
-    serve_http(rt, tls, info, h1, h2, watch).await;
+    Either::Right(serve_http(rt, tls, info, h1, h2, watch))
 }
 
 /// Serves cleartext HTTP on any byte stream with the listener's protocols: what [`serve`] does
@@ -487,79 +529,92 @@ struct HandedOff<IO> {
 
 /// The HTTP/1.1 fast path ([`fast_path`]) on a connection's first requests, when the listener
 /// has it on; then the connection for hyper, or `None` when it ended.
-async fn first_requests<IO>(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+fn first_requests<IO>(
     rt: Arc<ListenerRuntime>,
     mut io: IO,
     service: HyperService,
     watch: ConnWatch,
     client: SocketAddr,
-) -> Option<HandedOff<IO>>
+) -> impl Future<Output = Option<HandedOff<IO>>>
 where
     IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
-    let mut rest = bytes::BytesMut::new();
-    if rt.http1_fast_path {
-        let conn = fast_path::Conn::new(&service.0, &rt.fast_path, io.sends_files());
-        match fast_path::serve(&conn, &rt, &mut io, &mut rest, &watch).await {
-            fast_path::Ended::Closed => return None,
-            fast_path::Ended::HandOff => {}
+    async move {
+        let mut rest = bytes::BytesMut::new();
+        if rt.http1_fast_path {
+            let conn = fast_path::Conn::new(&service.0, &rt.fast_path, io.sends_files());
+            match fast_path::serve(&conn, &rt, &mut io, &mut rest, &watch).await {
+                fast_path::Ended::Closed => return None,
+                fast_path::Ended::HandOff => {}
+            }
         }
+        Some(HandedOff {
+            io: stream_proxy::Rewind::new(rest.freeze(), io),
+            service,
+            rt,
+            client,
+            watch,
+        })
     }
-    Some(HandedOff {
-        io: stream_proxy::Rewind::new(rest.freeze(), io),
-        service,
-        rt,
-        client,
-        watch,
-    })
 }
 
 /// Drives one hyper connection until it ends or the watchdog ends it: a draining gateway or an
 /// idle connection shuts it down gracefully (in-flight requests finish); a slow request head or
 /// a client that reads nothing closes it at once.
-async fn drive<C, E>(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+fn drive<C, E>(
     mut conn: C,
     graceful_shutdown: impl Fn(&mut C),
     rt: Arc<ListenerRuntime>,
     client: SocketAddr,
     watch: ConnWatch,
-) where
+) -> impl Future<Output = ()>
+where
     C: Future<Output = Result<(), E>> + Unpin,
     E: std::fmt::Display,
 {
-    let mut draining = false;
-    loop {
-        let verdict = match std::future::poll_fn(|cx| watch.poll_until(Pin::new(&mut conn), cx))
-            .await
-        {
-            Ok(res) => {
-                if let Err(e) = res {
-                    tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+    async move {
+        let mut draining = false;
+        loop {
+            let verdict = match std::future::poll_fn(|cx| watch.poll_until(Pin::new(&mut conn), cx))
+                .await
+            {
+                Ok(res) => {
+                    if let Err(e) = res {
+                        tracing::debug!(listener = %rt.name, error = %e, "connection ended with an error");
+                    }
+                    return;
                 }
-                return;
-            }
-            // Draining: in-flight requests finish, then the connection closes.
-            Err(Signal::Stop) => Verdict::Idle,
-            Err(Signal::Expired(code)) => Verdict::from_code(code),
-        };
-        match verdict {
-            Verdict::SlowHead => {
-                rt.metrics.header_timeouts.inc();
-                tracing::debug!(listener = %rt.name, "request head not received in time; closing");
-                return;
-            }
-            Verdict::WriteStalled => {
-                // Dropping the connection drops what it buffered: a client that stopped
-                // reading holds no memory past this point.
-                rt.metrics.write_timeouts.inc();
-                tracing::debug!(listener = %rt.name, %client, "client read nothing for write_timeout; closing");
-                return;
-            }
-            // Told again on later ticks while it closes; once is enough.
-            Verdict::Idle | Verdict::Wait(_) => {
-                if !draining {
-                    draining = true;
-                    graceful_shutdown(&mut conn);
+                // Draining: in-flight requests finish, then the connection closes.
+                Err(Signal::Stop) => Verdict::Idle,
+                Err(Signal::Expired(code)) => Verdict::from_code(code),
+            };
+            match verdict {
+                Verdict::SlowHead => {
+                    rt.metrics.header_timeouts.inc();
+                    tracing::debug!(listener = %rt.name, "request head not received in time; closing");
+                    return;
+                }
+                Verdict::WriteStalled => {
+                    // Dropping the connection drops what it buffered: a client that stopped
+                    // reading holds no memory past this point.
+                    rt.metrics.write_timeouts.inc();
+                    tracing::debug!(listener = %rt.name, %client, "client read nothing for write_timeout; closing");
+                    return;
+                }
+                // Told again on later ticks while it closes; once is enough.
+                Verdict::Idle | Verdict::Wait(_) => {
+                    if !draining {
+                        draining = true;
+                        graceful_shutdown(&mut conn);
+                    }
                 }
             }
         }
@@ -576,11 +631,50 @@ mod tests {
     /// life, so state only some requests need (a file's lookup, the exchange with an upstream,
     /// the service) is boxed for the request's time rather than held inline
     /// (docs/performance-log.md, "Connection footprint: nothing kept between requests").
-    const FAST_PATH_FUTURE_LIMIT: usize = 768;
+    const FAST_PATH_FUTURE_LIMIT: usize = 512;
 
     /// Largest part of that future answering a connection's ready requests takes, in a debug
     /// build.
-    const ANSWER_FUTURE_LIMIT: usize = 512;
+    const ANSWER_FUTURE_LIMIT: usize = 320;
+
+    /// Largest future a TLS connection keeps boxed beside its task, in a debug build. The
+    /// handshake holds the TLS session while it runs; boxed for its time, it leaves nothing
+    /// here once the session has moved on to HTTP.
+    const TLS_FUTURE_LIMIT: usize = 384;
+
+    #[test]
+    fn a_tls_connection_keeps_no_handshake_state() {
+        #[derive(Debug)]
+        struct NoCertificate;
+        impl rustls::server::ResolvesServerCert for NoCertificate {
+            fn resolve(
+                &self,
+                _: rustls::server::ClientHello<'_>,
+            ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+                None
+            }
+        }
+        let (runtime, rt) = crate::fuzzing::test_listener();
+        runtime.block_on(async {
+            let accept = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = accept.local_addr().expect("address");
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            let config = rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(NoCertificate));
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+            let watch = watch(&ConnWatchdog::start(CancellationToken::new()), &rt);
+            let stream = stream_proxy::Rewind::new(bytes::Bytes::new(), Lingering(stream));
+            let tls = serve_tls(rt.clone(), acceptor, stream, addr, addr, watch);
+            let size = std::mem::size_of_val(&tls);
+            assert!(
+                size <= TLS_FUTURE_LIMIT,
+                "a TLS connection's future is {size} bytes, over {TLS_FUTURE_LIMIT}"
+            );
+        });
+    }
 
     #[test]
     fn the_fast_path_future_of_a_connection_stays_small() {

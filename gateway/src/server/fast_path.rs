@@ -24,6 +24,9 @@
 //! same; route metrics, the access log and traces record each answer as the general path does
 //! (a sampled request's server span ends once its answer has been written). The listener
 //! setting `http1_fast_path: false` turns this off.
+//!
+//! [`serve`] and [`answer_ready`] return `async move` blocks rather than being `async fn`s, for
+//! the reason [`super::conn`]'s header gives: their state is part of every connection's.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -195,34 +198,40 @@ fn answer_front(lane: &Lane<'_>, buf: &mut BytesMut, out: &mut Answers) -> Front
 /// they are written ([`Answers::take`]), and the state only some requests need (a file's
 /// lookup, the exchange with an upstream, the service) is boxed for their time, so that 10,000
 /// waiting keep-alive connections do not each hold it.
-pub async fn serve<IO>(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+pub fn serve<IO>(
     conn: &Conn<'_>,
     rt: &ListenerRuntime,
     io: &mut IO,
     buf: &mut BytesMut,
     watch: &ConnWatch,
-) -> Ended
+) -> impl Future<Output = Ended>
 where
     IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
-    loop {
-        if buf.len() >= rt.max_head {
-            // A head larger than the limit: hyper answers 431.
-            return Ended::HandOff;
-        }
-        let mut read = ReadMore {
-            io: &mut *io,
-            buf: &mut *buf,
-        };
-        match until_done(&mut read, watch, rt, false).await {
-            Ok(0) if buf.is_empty() => return Ended::Closed,
-            // The client ended mid-head: hyper reports it as it would have.
-            Ok(0) => return Ended::HandOff,
-            Ok(_) => {}
-            Err(end) => return end,
-        }
-        if let Some(end) = answer_ready(conn.lane(), rt, io, buf, watch).await {
-            return end;
+    async move {
+        loop {
+            if buf.len() >= rt.max_head {
+                // A head larger than the limit: hyper answers 431.
+                return Ended::HandOff;
+            }
+            let mut read = ReadMore {
+                io: &mut *io,
+                buf: &mut *buf,
+            };
+            match until_done(&mut read, watch, rt, false).await {
+                Ok(0) if buf.is_empty() => return Ended::Closed,
+                // The client ended mid-head: hyper reports it as it would have.
+                Ok(0) => return Ended::HandOff,
+                Ok(_) => {}
+                Err(end) => return end,
+            }
+            if let Some(end) = answer_ready(conn.lane(), rt, io, buf, watch).await {
+                return end;
+            }
         }
     }
 }
@@ -245,89 +254,95 @@ where
 
 /// Answers the requests in `buf` and writes the answers, until the buffer holds no complete
 /// request (`None`: read more) or the connection ends or goes to hyper.
-async fn answer_ready<IO>(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice in its state (module header)"
+)]
+fn answer_ready<IO>(
     lane: Lane<'_>,
     rt: &ListenerRuntime,
     io: &mut IO,
     buf: &mut BytesMut,
     watch: &ConnWatch,
-) -> Option<Ended>
+) -> impl Future<Output = Option<Ended>>
 where
     IO: AsyncRead + AsyncWrite + SendFile + Unpin,
 {
-    let lane = &lane;
-    let mut out = Answers::take();
-    loop {
-        let front = match answer_front(lane, buf, &mut out) {
-            // The re-check or lookup goes to the blocking pool; the answer joins the others
-            // after it, in order.
-            Front::Waits(pending, len) => {
-                let close = pending.close;
-                // Boxed: a file's re-check or lookup is rare beside the requests answered
-                // at once, and its state would make every answer's future larger, which each
-                // request pays for when the future is made.
-                if !Box::pin(lane.finish_waiting(*pending, &mut out)).await {
-                    // The service answers it after all (a revalidation of a file just looked
-                    // up, say): the request is still at the front of the buffer.
-                    match General::at_front(buf, len, close, None) {
-                        Some(job) => Front::General(job),
-                        None => Front::HandOff,
+    async move {
+        let lane = &lane;
+        let mut out = Answers::take();
+        loop {
+            let front = match answer_front(lane, buf, &mut out) {
+                // The re-check or lookup goes to the blocking pool; the answer joins the others
+                // after it, in order.
+                Front::Waits(pending, len) => {
+                    let close = pending.close;
+                    // Boxed: a file's re-check or lookup is rare beside the requests answered
+                    // at once, and its state would make every answer's future larger, which each
+                    // request pays for when the future is made.
+                    if !Box::pin(lane.finish_waiting(*pending, &mut out)).await {
+                        // The service answers it after all (a revalidation of a file just looked
+                        // up, say): the request is still at the front of the buffer.
+                        match General::at_front(buf, len, close, None) {
+                            Some(job) => Front::General(job),
+                            None => Front::HandOff,
+                        }
+                    } else if close {
+                        Front::Close
+                    } else {
+                        buf.advance(len);
+                        Front::Full
                     }
-                } else if close {
-                    Front::Close
-                } else {
-                    buf.advance(len);
-                    Front::Full
                 }
-            }
-            front => front,
-        };
-        // Answers already made go out before hyper takes over: they come first on the wire.
-        if !out.is_empty() {
-            let mut write = WriteAll {
-                io: &mut *io,
-                answers: &out,
-                written: 0,
-                done: false,
+                front => front,
             };
-            let wrote = until_done(&mut write, watch, rt, true).await;
-            // Written whole, even when a drain then closes the connection: the answers'
-            // spans end now. Otherwise they are dropped, and record that the client left.
-            if write.done {
-                out.clear();
-            }
-            if let Err(end) = wrote {
-                return Some(end);
-            }
-        }
-        match front {
-            Front::HandOff => return Some(Ended::HandOff),
-            Front::Close => return Some(close(lane, io, watch, rt).await),
-            Front::Forwards(job) => {
-                let closes = job.closes();
-                // Boxed for the request's time: the exchange with the upstream is kilobytes of
-                // state that requests answered from prepared text never need.
-                let forwarded = Box::pin(lane.forward(*job, io, buf, &mut out, watch, rt));
-                if let Err(end) = forwarded.await {
+            // Answers already made go out before hyper takes over: they come first on the wire.
+            if !out.is_empty() {
+                let mut write = WriteAll {
+                    io: &mut *io,
+                    answers: &out,
+                    written: 0,
+                    done: false,
+                };
+                let wrote = until_done(&mut write, watch, rt, true).await;
+                // Written whole, even when a drain then closes the connection: the answers'
+                // spans end now. Otherwise they are dropped, and record that the client left.
+                if write.done {
+                    out.clear();
+                }
+                if let Err(end) = wrote {
                     return Some(end);
                 }
-                if closes {
-                    return Some(close(lane, io, watch, rt).await);
-                }
             }
-            Front::General(job) => {
-                // Boxed for the request's time, as the forwarded exchange above.
-                let served = Box::pin(lane.serve_general(job, io, buf, &mut out, watch, rt));
-                match served.await {
-                    Ok(true) => return Some(close(lane, io, watch, rt).await),
-                    Ok(false) => {}
-                    Err(end) => return Some(end),
+            match front {
+                Front::HandOff => return Some(Ended::HandOff),
+                Front::Close => return Some(close(lane, io, watch, rt).await),
+                Front::Forwards(job) => {
+                    let closes = job.closes();
+                    // Boxed for the request's time: the exchange with the upstream is kilobytes of
+                    // state that requests answered from prepared text never need.
+                    let forwarded = Box::pin(lane.forward(*job, io, buf, &mut out, watch, rt));
+                    if let Err(end) = forwarded.await {
+                        return Some(end);
+                    }
+                    if closes {
+                        return Some(close(lane, io, watch, rt).await);
+                    }
                 }
-            }
-            Front::Full | Front::Waits(..) => {}
-            Front::NeedMore => {
-                out.put_back();
-                return None;
+                Front::General(job) => {
+                    // Boxed for the request's time, as the forwarded exchange above.
+                    let served = Box::pin(lane.serve_general(job, io, buf, &mut out, watch, rt));
+                    match served.await {
+                        Ok(true) => return Some(close(lane, io, watch, rt).await),
+                        Ok(false) => {}
+                        Err(end) => return Some(end),
+                    }
+                }
+                Front::Full | Front::Waits(..) => {}
+                Front::NeedMore => {
+                    out.put_back();
+                    return None;
+                }
             }
         }
     }

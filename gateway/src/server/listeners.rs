@@ -436,7 +436,7 @@ mod tests {
     /// Largest future a connection's task may carry, in a debug build. tokio adds a header of
     /// its own and rounds the task up, and the allocator rounds again to a size class, so a
     /// little growth past this moves every connection's task into the next class.
-    const TASK_FUTURE_LIMIT: usize = 560;
+    const TASK_FUTURE_LIMIT: usize = 352;
 
     #[test]
     fn a_connection_task_fits_its_size_class() {

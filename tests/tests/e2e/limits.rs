@@ -474,10 +474,12 @@ fn idle_and_slow_connections_each_cost_the_gateway_a_few_kilobytes() {
     eprintln!(
         "per connection: {idle} bytes kept alive between requests, {slow} bytes slow, {opened} bytes opened at once"
     );
-    assert!(idle < 3584, "{idle} bytes per kept-alive connection");
-    assert!(slow < 3584, "{slow} bytes per slow client");
+    // A debug build's figures with about a third of headroom.
+    const BOUND: u64 = 2816;
+    assert!(idle < BOUND, "{idle} bytes per kept-alive connection");
+    assert!(slow < BOUND, "{slow} bytes per slow client");
     assert!(
-        opened < 3584,
+        opened < BOUND,
         "{opened} bytes per connection opened at once"
     );
     let mut buf = [0u8; 512];
