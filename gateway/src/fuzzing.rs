@@ -37,6 +37,7 @@ use crate::generation::Generation;
 use crate::router::{Matcher, Router, request_host};
 use crate::server::conn::{ConnWatchdog, ListenerRuntime, serve_io, watch};
 use crate::server::policy::ListenerPolicy;
+use crate::server::service::ServiceSettings;
 use crate::telemetry::{ListenerMetrics, Telemetry};
 
 mod entry;
@@ -243,15 +244,17 @@ fn server() -> &'static Server {
             max_head: ListenerRuntime::max_head(&l.settings),
             idle_timeout: l.settings.idle_timeout.get(),
             header_timeout: l.settings.header_read_timeout.get(),
-            body_read_timeout: Some(l.settings.body_read_timeout.get()),
             write_timeout: l.settings.write_timeout.get(),
-            policy: Arc::new(ListenerPolicy::new(l, &telemetry.registry)),
             accept_proxy_protocol: false,
-            alt_svc: None,
-            http01: None,
-            generation: Arc::new(ArcSwap::from_pointee(generation)),
             metrics: ListenerMetrics::new(&telemetry.registry, &l.name),
-            telemetry,
+            service: Arc::new(ServiceSettings {
+                generation: Arc::new(ArcSwap::from_pointee(generation)),
+                policy: Arc::new(ListenerPolicy::new(l, &telemetry.registry)),
+                body_read_timeout: Some(l.settings.body_read_timeout.get()),
+                telemetry,
+                alt_svc: None,
+                http01: None,
+            }),
         });
         Server { rt, listener }
     })

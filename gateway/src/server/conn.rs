@@ -24,7 +24,6 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use futures_util::future::Either;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -33,16 +32,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::connection::ConnInfo;
-use crate::generation::Generation;
 use crate::server::checked::CheckedIo;
 use crate::server::fast_path;
 use crate::server::idle::{Activity, ConnDeadlines, TrackedIo, Verdict};
 use crate::server::linger::Lingering;
-use crate::server::policy::ListenerPolicy;
 use crate::server::sendfile::SendFile;
-use crate::server::service::{ConnService, HyperService};
+use crate::server::service::{ConnService, HyperService, ServiceSettings};
 use crate::server::streams::{BatchedStreams, StreamBatch};
-use crate::telemetry::{ListenerMetrics, Telemetry};
+use crate::telemetry::ListenerMetrics;
 use gateway_http1::framing::Framing;
 
 /// The watchdog table of one listener's HTTP connections.
@@ -81,24 +78,15 @@ pub struct ListenerRuntime {
     pub idle_timeout: Duration,
     /// Header read timeout (also bounds the TLS handshake).
     pub header_timeout: Duration,
-    /// Longest wait for request body bytes being read; `None`: no limit.
-    pub body_read_timeout: Option<Duration>,
     /// Longest the client may accept no byte of what is being written; zero: no limit.
     pub write_timeout: Duration,
-    /// Limits and response headers applied to every request.
-    pub policy: Arc<ListenerPolicy>,
+    /// What every connection's service shares: the generation, limits, response headers,
+    /// telemetry, body timeout and ACME answers.
+    pub service: Arc<ServiceSettings>,
     /// Expect a PROXY protocol header (from a front load balancer) before anything else.
     pub accept_proxy_protocol: bool,
-    /// `Alt-Svc` advertising the listener's HTTP/3 side, added to every response.
-    pub alt_svc: Option<http::HeaderValue>,
-    /// Live generation.
-    pub generation: Arc<ArcSwap<Generation>>,
-    /// Metrics and access log.
-    pub telemetry: Arc<Telemetry>,
     /// Connection counters.
     pub metrics: ListenerMetrics,
-    /// ACME HTTP-01 answers, on plain listeners.
-    pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
     /// HTTP/1.1 requests without a body are served without hyper ([`fast_path`]).
     pub http1_fast_path: bool,
     /// What the fast path shares across the listener's connections.
@@ -430,7 +418,7 @@ where
     let service = conn_service(&rt, info, activity.clone());
     // HTTP/1 requests are checked for ambiguous framing before hyper parses them; a
     // connection that chose HTTP/2 by ALPN is not (HTTP/2 frames every message itself).
-    let strict = rt.policy.entry.strict_uri;
+    let strict = rt.service.policy.entry.strict_uri;
     let framing = match (h1, h2) {
         (false, true) => Framing::off(),
         (true, false) => Framing::http1(rt.max_head, false).strict_targets(strict),
@@ -441,7 +429,7 @@ where
     let io = TokioIo::new(CheckedIo::new(
         tracked,
         framing,
-        rt.policy.rejected.clone(),
+        rt.service.policy.rejected.clone(),
         activity,
     ));
     // hyper-util's `serve_connection_with_upgrades` sniffs the preface whatever the builder's
@@ -506,14 +494,9 @@ where
 /// The service every request of the connection `info` describes goes through.
 fn conn_service(rt: &ListenerRuntime, info: ConnInfo, activity: Arc<Activity>) -> HyperService {
     HyperService(Arc::new(ConnService {
-        generation: rt.generation.clone(),
+        settings: rt.service.clone(),
         conn: Arc::new(info),
         activity,
-        policy: rt.policy.clone(),
-        body_read_timeout: rt.body_read_timeout,
-        telemetry: rt.telemetry.clone(),
-        alt_svc: rt.alt_svc.clone(),
-        http01: rt.http01.clone(),
     }))
 }
 

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use super::conn::{self, ListenerRuntime};
 use super::h3::{self, QuicListener};
 use super::policy::ListenerPolicy;
+use super::service::ServiceSettings;
 use super::tls::{self, CertSet};
 use crate::error::GatewayError;
 use crate::generation::Generation;
@@ -306,14 +307,16 @@ fn runtime_for(
         max_head: ListenerRuntime::max_head(&l.settings),
         idle_timeout: l.settings.idle_timeout.get(),
         header_timeout: l.settings.header_read_timeout.get(),
-        body_read_timeout: Some(l.settings.body_read_timeout.get()).filter(|d| !d.is_zero()),
         write_timeout: l.settings.write_timeout.get(),
-        policy,
+        service: Arc::new(ServiceSettings {
+            generation: cx.generation.clone(),
+            policy,
+            body_read_timeout: Some(l.settings.body_read_timeout.get()).filter(|d| !d.is_zero()),
+            telemetry: cx.telemetry.clone(),
+            alt_svc,
+            http01: l.tls.is_none().then(|| cx.certs.challenges.clone()),
+        }),
         accept_proxy_protocol: l.settings.accept_proxy_protocol,
-        alt_svc,
-        http01: l.tls.is_none().then(|| cx.certs.challenges.clone()),
-        generation: cx.generation.clone(),
-        telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::new(&cx.telemetry.registry, &l.name),
     }))
 }

@@ -36,14 +36,12 @@ use crate::terminal::{BoxedResponse, Terminal};
 /// whole life, so it is kept to the size of a response.
 pub type Handled = Either<Ready<Response<Body>>, Either<Finishing, BoxedResponse>>;
 
-/// State shared by the requests of one connection.
-pub struct ConnService {
+/// What the connections of one listener share, made once per listener and (re)load: a
+/// connection's service points to it rather than holding a copy of each setting, which every
+/// open connection would carry for its life.
+pub struct ServiceSettings {
     /// The live generation (swapped on reload).
     pub generation: Arc<ArcSwap<Generation>>,
-    /// Connection facts.
-    pub conn: Arc<ConnInfo>,
-    /// Idle/header-timeout bookkeeping.
-    pub activity: Arc<Activity>,
     /// The listener's limits and response headers.
     pub policy: Arc<ListenerPolicy>,
     /// Longest wait for the next bytes of a request body; `None`: no limit.
@@ -54,6 +52,25 @@ pub struct ConnService {
     pub alt_svc: Option<HeaderValue>,
     /// ACME HTTP-01 answers, on plain listeners.
     pub http01: Option<Arc<crate::certs::challenge::Challenges>>,
+}
+
+/// State shared by the requests of one connection; the listener's settings are read through
+/// it (`Deref`).
+pub struct ConnService {
+    /// The listener's settings.
+    pub settings: Arc<ServiceSettings>,
+    /// Connection facts.
+    pub conn: Arc<ConnInfo>,
+    /// Idle/header-timeout bookkeeping.
+    pub activity: Arc<Activity>,
+}
+
+impl std::ops::Deref for ConnService {
+    type Target = ServiceSettings;
+
+    fn deref(&self) -> &ServiceSettings {
+        &self.settings
+    }
 }
 
 /// [`ConnService`] as hyper's service. Its future is the request's own ([`Served`]), not a

@@ -50,18 +50,10 @@ pub(super) async fn serve(
         sni,
     );
     let svc = Arc::new(ConnService {
-        generation: rt.generation.clone(),
+        settings: rt.service.clone(),
         conn: Arc::new(info),
         // QUIC has its own idle timeout and no head deadline; the bookkeeping goes unused.
         activity: Activity::new(false),
-        policy: rt.policy.clone(),
-        // Flow control and QUIC's idle timeout bound a stalled stream here.
-        body_read_timeout: None,
-        telemetry: rt.telemetry.clone(),
-        // HTTP/3 responses need no pointer to HTTP/3.
-        alt_svc: None,
-        // ACME validates HTTP-01 over plain HTTP/1.1 only.
-        http01: None,
     });
     let early = Arc::new(EarlyStreams::default());
     let built = h3::server::builder()

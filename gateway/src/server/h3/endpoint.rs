@@ -2,12 +2,12 @@
 //! GSO/GRO and batched I/O), its transport settings, the accept loop with the connection cap,
 //! and what a reload changes (settings for new connections) or stops (a drain).
 
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use gateway_config::model::{CongestionControl, Http3Settings};
 use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn::{IdleTimeout, TransportConfig, VarInt};
@@ -15,21 +15,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::GatewayError;
-use crate::generation::Generation;
-use crate::telemetry::{ListenerMetrics, Telemetry};
+use crate::telemetry::ListenerMetrics;
 
 /// Per-listener settings QUIC connections use, built on every (re)load.
 pub struct H3Runtime {
     /// Listener name.
     pub name: Arc<str>,
-    /// Live generation.
-    pub generation: Arc<ArcSwap<Generation>>,
-    /// Metrics and access log.
-    pub telemetry: Arc<Telemetry>,
     /// QUIC connection counters (`transport="quic"`).
     pub metrics: ListenerMetrics,
-    /// Limits and response headers applied to every request.
-    pub policy: Arc<crate::server::policy::ListenerPolicy>,
+    /// What every connection's service shares: the generation, limits, response headers and
+    /// telemetry.
+    pub service: Arc<crate::server::service::ServiceSettings>,
     /// Largest request head (QPACK-decoded field section) accepted.
     pub max_field_section: u64,
     /// Time allowed for the handshake.

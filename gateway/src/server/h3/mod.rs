@@ -41,13 +41,21 @@ pub fn prepare(
         .map_err(|m| config.error(format!("{key}.http3"), m))?;
     let runtime = H3Runtime {
         name: Arc::from(l.name.as_str()),
-        generation: cx.generation.clone(),
-        telemetry: cx.telemetry.clone(),
         metrics: ListenerMetrics::quic(&cx.telemetry.registry, &l.name),
-        policy: Arc::new(crate::server::policy::ListenerPolicy::new(
-            l,
-            &cx.telemetry.registry,
-        )),
+        service: Arc::new(crate::server::service::ServiceSettings {
+            generation: cx.generation.clone(),
+            policy: Arc::new(crate::server::policy::ListenerPolicy::new(
+                l,
+                &cx.telemetry.registry,
+            )),
+            // Flow control and QUIC's idle timeout bound a stalled stream here.
+            body_read_timeout: None,
+            telemetry: cx.telemetry.clone(),
+            // HTTP/3 responses need no pointer to HTTP/3.
+            alt_svc: None,
+            // ACME validates HTTP-01 over plain HTTP/1.1 only.
+            http01: None,
+        }),
         max_field_section: settings.max_header_size.bytes(),
         handshake_timeout: settings.header_read_timeout.get(),
         early_data: settings.http3.enable_0rtt,
