@@ -2,12 +2,12 @@
 //! GSO/GRO and batched I/O), its transport settings, the accept loop with the connection cap,
 //! and what a reload changes (settings for new connections) or stops (a drain).
 
-use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use gateway_config::model::{CongestionControl, Http3Settings};
 use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn::{IdleTimeout, TransportConfig, VarInt};

@@ -241,15 +241,7 @@ fn push(out: &mut Vec<u8>, s: &str) {
 
 /// The JSON members of a request's notes, those it has.
 fn push_notes(out: &mut Vec<u8>, n: &LogNotes) {
-    let texts = [("user", n.user.as_deref()), ("cache", n.cache)];
-    for (name, text) in texts {
-        if let Some(text) = text {
-            push(out, ",\"");
-            push(out, name);
-            push(out, "\":");
-            push_json_str(out, text);
-        }
-    }
+    push_text_members(out, &[("user", n.user.as_deref()), ("cache", n.cache)]);
     if let Some((filter, reason)) = n.auth {
         push(out, ",\"auth\":\"");
         push(out, filter);
@@ -257,13 +249,20 @@ fn push_notes(out: &mut Vec<u8>, n: &LogNotes) {
         push(out, reason);
         out.push(b'"');
     }
-    let texts = [
-        ("cors", n.cors),
-        ("redirect", n.redirect.as_deref()),
-        ("mirror", n.mirror),
-        ("compress", n.compress),
-    ];
-    for (name, text) in texts {
+    push_text_members(
+        out,
+        &[
+            ("cors", n.cors),
+            ("redirect", n.redirect.as_deref()),
+            ("mirror", n.mirror),
+            ("compress", n.compress),
+        ],
+    );
+}
+
+/// `,"NAME":"TEXT"` for each member that has a text, in order.
+fn push_text_members(out: &mut Vec<u8>, members: &[(&str, Option<&str>)]) {
+    for (name, text) in members {
         if let Some(text) = text {
             push(out, ",\"");
             push(out, name);
