@@ -65,6 +65,7 @@ fn request_cx() -> RequestCx {
         request_head: None,
         jwt: None,
         user: None,
+        private_head: false,
     }
 }
 

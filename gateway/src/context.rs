@@ -31,6 +31,11 @@ pub struct RequestCx {
     /// The user an authentication filter (`basic_auth`) let in, for later filters and the
     /// access log.
     pub user: Option<Arc<str>>,
+    /// The request's path and field values are slices of a copy of its head made for the
+    /// request alone (the HTTP/1.1 fast path's), not of a connection's read buffer: keeping them
+    /// holds no more than the head, so the proxy need not copy them out
+    /// ([`crate::proxy::headers::detach`]).
+    pub private_head: bool,
 }
 
 impl RequestCx {
@@ -46,6 +51,7 @@ impl RequestCx {
             request_head: None,
             jwt: None,
             user: None,
+            private_head: false,
         }
     }
 

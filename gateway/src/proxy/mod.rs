@@ -302,7 +302,9 @@ impl ProxyRoute {
         };
         let (body, pace) = pace::paced(body, body_empty, self.timeout);
         let mut line = line;
-        headers::detach(&mut line.path, &mut line.host, &mut parts.headers);
+        if !cx.private_head {
+            headers::detach(&mut line.path, &mut line.host, &mut parts.headers);
+        }
         if let (Some(m), Some(copy)) = (&self.mirror, copy) {
             m.send(copy, &line, &parts.headers, body_empty);
         }

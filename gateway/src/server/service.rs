@@ -104,6 +104,8 @@ struct RequestEnd {
     start: Instant,
     version: Version,
     head_only: bool,
+    /// [`RequestCx::private_head`].
+    private_head: bool,
     log: Option<Arc<AccessLog>>,
     // Boxed, as the span: only an access log or a tracer makes them, and inline they would
     // add 260 bytes to every waiting request's boxed future, which is copied whole into its
@@ -146,24 +148,25 @@ impl ConnService {
             Some(limit) => policy::incoming_with_timeout(b, limit),
             None => Body::incoming(b),
         });
-        self.serve(req, Some(in_flight), None)
+        self.serve(req, Some(in_flight), None, false)
     }
 
     /// Serves one request of any protocol.
     pub fn handle(self: &Arc<Self>, req: Request<Body>) -> Handled {
-        self.serve(req, None, None)
+        self.serve(req, None, None, false)
     }
 
-    /// Serves one request whose route the caller found already (`routed`: the generation it
-    /// looked in and the route's index), after checking the URI's length and that the entry
-    /// rules leave it as it is ([`crate::request::passes_unchanged`]): the HTTP/1.1 fast path's
-    /// requests, which it routed from the raw head. Without `routed`, as [`Self::handle`].
+    /// Serves one of the HTTP/1.1 fast path's requests, whose head is a copy of its own
+    /// ([`RequestCx::private_head`]). `routed`: the route the fast path found from the raw head
+    /// (the generation it looked in and the route's index), after checking the URI's length and
+    /// that the entry rules leave it as it is ([`crate::request::passes_unchanged`]); without
+    /// it, the request is routed here as [`Self::handle`] does.
     pub fn handle_routed(
         self: &Arc<Self>,
         req: Request<Body>,
         routed: Option<(Arc<Generation>, usize)>,
     ) -> Handled {
-        self.serve(req, None, routed)
+        self.serve(req, None, routed, true)
     }
 
     fn serve(
@@ -171,6 +174,7 @@ impl ConnService {
         mut req: Request<Body>,
         in_flight: Option<InFlight>,
         routed: Option<(Arc<Generation>, usize)>,
+        private_head: bool,
     ) -> Handled {
         // Only copy request facts out when an access log will use them.
         let log = self.telemetry.access_log.load_full();
@@ -181,6 +185,7 @@ impl ConnService {
             start: Instant::now(),
             version: req.version(),
             head_only: req.method() == http::Method::HEAD,
+            private_head,
             facts: log.as_ref().map(|_| Box::new(RequestFacts::of(&req))),
             log,
             // Without `telemetry.traces` this load is all the tracing a request costs.
@@ -258,6 +263,7 @@ impl ConnService {
             request_head: None,
             jwt: None,
             user: None,
+            private_head: end.private_head,
         }
     }
 

@@ -56,6 +56,7 @@ impl Dispatch {
             request_head: None,
             jwt: None,
             user: None,
+            private_head: false,
         };
         Self { routes, cx }
     }

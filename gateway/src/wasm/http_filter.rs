@@ -694,6 +694,7 @@ mod tests {
             request_head: None,
             jwt: None,
             user: None,
+            private_head: false,
         };
         assert_eq!(stream_info(&cx).source, Some(client));
     }
