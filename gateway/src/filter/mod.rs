@@ -18,6 +18,8 @@ pub mod rate_limit;
 mod rewrite;
 pub mod waf;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{Response, request, response};
 
@@ -44,6 +46,26 @@ pub enum Flow {
     /// End the request with this response. From a response phase, the response replaces the
     /// upstream's when headers have not been sent yet.
     Respond(Response<Body>),
+}
+
+/// Put in a response's extensions by a response-header hook: the response's body is to be
+/// read to its end, through the filters' body hooks, even when the client goes away first,
+/// for as long as the check says so (checked after each piece once the client has gone). The
+/// `cache` filter asks it for an answer that requests coalesced on its fetch are streaming.
+/// The body is then read by a task of its own and handed to the client through a channel.
+#[derive(Clone)]
+pub struct ReadToEnd(Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl ReadToEnd {
+    /// Read on while `check` answers `true`.
+    pub fn while_(check: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(check))
+    }
+
+    /// Whether the body is still to be read with no client to send it to.
+    pub(crate) fn still(&self) -> bool {
+        (self.0)()
+    }
 }
 
 /// How much of the request body a filter needs to see before the terminal starts. A request

@@ -6,6 +6,7 @@ mod admin;
 mod basic_auth;
 mod cache;
 mod cache_disk;
+mod cache_flight;
 mod cli;
 mod cluster;
 mod compress;

@@ -1,6 +1,7 @@
 //! The `cache` filter's response side: a 304 refreshing the revalidated object, a failure
 //! answered with the stale one (`stale-if-error`), an unsafe method's success invalidating the
-//! URL, and a storable answer streamed into the store as its body goes to the client.
+//! URL, and a storable answer streamed into the store as its body goes to the client (and to
+//! the requests coalesced on its fetch, [`Flight`]).
 
 use std::time::SystemTime;
 
@@ -10,11 +11,12 @@ use http::{HeaderValue, StatusCode, response};
 use tokio::time::Instant;
 
 use super::disk::Guard;
+use super::flight::Flight;
 use super::fresh::{self, NotStored};
 use super::serve::{self, Conditions};
-use super::store::Payload;
+use super::store::{Payload, variant};
 use super::{CacheFilter, Fetching, Fill, Step, object, set_status, stored_head, with_outcome};
-use crate::filter::Flow;
+use crate::filter::{Flow, ReadToEnd};
 use crate::telemetry::LogNotes;
 
 impl CacheFilter {
@@ -104,9 +106,26 @@ impl CacheFilter {
                 res.headers
                     .insert(AGE, HeaderValue::from(freshness.initial_age.as_secs()));
                 let memory_bound = shared.store.memory_bound();
+                let headers = stored_head(&res.headers);
+                if let Some(leader) = &self.leader {
+                    let (flight, writer) = Flight::start(
+                        res.status,
+                        headers.clone(),
+                        (freshness.initial_age, freshness.lifetime),
+                        expected,
+                        freshness.vary.clone(),
+                        variant(&freshness.vary, &f.request),
+                    );
+                    leader.publish(flight.clone());
+                    self.flight = Some(writer);
+                    // Requests coalesced on this one stream its body: it is read to its end
+                    // while they do, even when this request's client goes away.
+                    res.extensions
+                        .insert(ReadToEnd::while_(move || flight.has_readers()));
+                }
                 self.fill = Some(Fill {
                     status: res.status,
-                    headers: stored_head(&res.headers),
+                    headers,
                     fetching: f,
                     freshness,
                     body: BytesMut::with_capacity(
@@ -133,6 +152,7 @@ impl CacheFilter {
     }
 
     pub(super) fn body(&mut self, chunk: Option<&Bytes>, eos: bool) {
+        self.relay(chunk, eos);
         if self.fill.is_none() {
             return;
         }
@@ -176,6 +196,25 @@ impl CacheFilter {
         }
     }
 
+    /// Hands a piece of the body to the requests coalesced on this fetch, whether or not it
+    /// is stored: they are cut off only when the upstream fails or the answer grows past what
+    /// a stored object may be (they would hold that much while they send it).
+    fn relay(&mut self, chunk: Option<&Bytes>, eos: bool) {
+        let Some(writer) = &mut self.flight else {
+            return;
+        };
+        if let Some(c) = chunk {
+            if writer.received() + c.len() as u64 > self.shared.max_object_size as u64 {
+                self.flight = None;
+                return;
+            }
+            writer.push(c.clone());
+        }
+        if eos && let Some(writer) = self.flight.take() {
+            writer.complete();
+        }
+    }
+
     /// Takes a piece of the body being stored: into memory, or, once the object is too large
     /// for the memory tier, to the disk tier as it comes (what arrived before included). The
     /// reason to count when the object is not to be stored after all (none when the disk
@@ -199,6 +238,10 @@ impl CacheFilter {
             let Some(mut disk) = shared.store.begin_fill(&f.primary, &f.request, head) else {
                 return Err((!shared.store.has_disk()).then_some(NotStored::TooLarge));
             };
+            // Requests arriving from now on wait for the stored file.
+            if let Some(writer) = &self.flight {
+                writer.close_to_joiners();
+            }
             let so_far = std::mem::take(&mut fill.body).freeze();
             if !so_far.is_empty() && !disk.push(so_far) {
                 return Err(None);

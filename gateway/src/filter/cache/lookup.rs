@@ -1,15 +1,18 @@
 //! The `cache` filter's request side: the lookup (a fresh hit answered here, a stale one
 //! served under `stale-while-revalidate` or revalidated), the read of an object from the disk
-//! tier and the wait for another request's fetch of the same object (both in the async phase:
-//! the memory tier answers without one), and the request set up to fetch.
+//! tier and the wait for another request's fetch of the same object, streaming its answer as it
+//! arrives (both in the async phase: the memory tier answers without one), and the request set
+//! up to fetch.
 
 use std::sync::Arc;
 
 use http::header::{CACHE_CONTROL, IF_RANGE, RANGE};
 use http::{Method, request};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::control::CacheControl;
+use super::flight::Flight;
 use super::serve::{self, Conditions};
 use super::store::{Fetch, Object, Tier};
 use super::{CacheFilter, Lookup, Pending, Step, hit_status, revalidate, validator, with_outcome};
@@ -101,8 +104,9 @@ impl CacheFilter {
             }
         };
         shared.metrics.coalesced.inc();
-        // Ends when the leader's fetch does (its sender goes), or at the bound.
-        let _ = tokio::time::timeout(shared.coalesce_timeout, done.changed()).await;
+        if let Some(answer) = self.wait_for_fetch(&mut done, req, &lookup).await {
+            return answer;
+        }
         let found = shared.store.find(&lookup.primary, &req.headers).await;
         let cached = found.map(|(obj, tier)| {
             lookup.tier = tier;
@@ -113,6 +117,36 @@ impl CacheFilter {
         }
         lookup.coalesced = true;
         self.decide(req, cx, lookup, cached)
+    }
+
+    /// Waits for another request's fetch of this one's object (at most `coalesce_timeout`):
+    /// the answer streaming from it once that request found it storable, when this request
+    /// may have it (a plain GET of the same variant, early enough to read the body from its
+    /// start); `None` when the fetch ended (stored or not) or the wait ran out without one.
+    async fn wait_for_fetch(
+        &mut self,
+        done: &mut watch::Receiver<Option<Arc<Flight>>>,
+        req: &request::Parts,
+        lookup: &Lookup,
+    ) -> Option<Flow> {
+        let streams = !lookup.bypass && !req.headers.contains_key(RANGE);
+        let until = Instant::now() + self.shared.coalesce_timeout;
+        loop {
+            // Without an answer for this request (another variant, or too late to join),
+            // what the fetch stores is looked up once it has ended.
+            let flight = done.borrow_and_update().clone();
+            if let Some(flight) = flight.filter(|_| streams)
+                && let Some(res) = flight.answer(&req.headers)
+            {
+                self.shared.metrics.hits[0].inc();
+                return Some(with_outcome(res, "hit"));
+            }
+            match tokio::time::timeout_at(until, done.changed()).await {
+                Ok(Ok(())) => {}
+                // The fetch ended, or the wait ran out.
+                Ok(Err(_)) | Err(_) => return None,
+            }
+        }
     }
 
     /// Serves `cached` when it may be, or sets the request up to fetch (and revalidate).

@@ -12,6 +12,7 @@
 mod answer;
 mod control;
 pub mod disk;
+mod flight;
 mod fresh;
 mod lookup;
 mod metrics;
@@ -166,6 +167,7 @@ impl FilterFactory for CacheFilterFactory {
             leader: None,
             waiting: None,
             fill: None,
+            flight: None,
         })
     }
 
@@ -232,7 +234,7 @@ impl Lookup {
 /// What a request waits for before it is decided.
 enum Pending {
     /// Another request's fetch of its object.
-    Fetch(watch::Receiver<()>, Lookup),
+    Fetch(watch::Receiver<Option<Arc<flight::Flight>>>, Lookup),
     /// Its object, read from the disk tier.
     Disk(Lookup),
 }
@@ -263,6 +265,8 @@ struct CacheFilter {
     /// object to be read from disk.
     waiting: Option<Box<Pending>>,
     fill: Option<Fill>,
+    /// The body as the requests coalesced on this one's fetch read it, while they may.
+    flight: Option<flight::FlightWriter>,
 }
 
 impl Shared {
@@ -511,6 +515,7 @@ impl HttpFilter for CacheFilter {
         if self.fill.take().is_some() {
             self.shared.not_stored(NotStored::Truncated);
         }
+        self.flight = None;
         self.leader = None;
         true
     }

@@ -3,7 +3,8 @@
 //! first out) and its disk tier when configured ([`Disk`]), which every stored object is also
 //! written to and a memory miss is read from. A store lives in a process-wide registry by
 //! gateway and name, so a reload that keeps a cache keeps its objects ([`PerGateway`]). It
-//! also keeps the fetches in flight, for coalescing.
+//! also keeps the fetches in flight, for coalescing, with their answers as they arrive
+//! ([`Flight`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +17,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::disk::{Disk, DiskFill, Guard, Stored, body::FileBody};
+use super::flight::Flight;
 use super::metrics::TierMetrics;
 use crate::body::Body;
 use crate::per_gateway::PerGateway;
@@ -161,9 +163,10 @@ struct Metrics {
 pub struct Store {
     capacity: Mutex<usize>,
     inner: Mutex<Inner>,
-    /// Fetches in flight by primary key: a receiver that sees its sender go when the fetch
-    /// has ended (stored or not).
-    inflight: Mutex<HashMap<String, watch::Receiver<()>>>,
+    /// Fetches in flight by primary key: a receiver that sees the answer's flight once the
+    /// leading request found it storable, and its sender go when the fetch has ended (stored
+    /// or not).
+    inflight: Mutex<HashMap<String, watch::Receiver<Option<Arc<Flight>>>>>,
     disk: ArcSwapOption<Disk>,
     metrics: Metrics,
 }
@@ -172,7 +175,14 @@ pub struct Store {
 pub struct Leader {
     store: Arc<Store>,
     key: String,
-    _done: watch::Sender<()>,
+    flight: watch::Sender<Option<Arc<Flight>>>,
+}
+
+impl Leader {
+    /// Shows the waiters the answer being stored, for them to stream.
+    pub(super) fn publish(&self, flight: Arc<Flight>) {
+        self.flight.send_replace(Some(flight));
+    }
 }
 
 impl Drop for Leader {
@@ -182,9 +192,9 @@ impl Drop for Leader {
 }
 
 /// Whether a request leads the fetch of a key or waits for another's.
-pub enum Fetch {
+pub(super) enum Fetch {
     Lead(Leader),
-    Wait(watch::Receiver<()>),
+    Wait(watch::Receiver<Option<Arc<Flight>>>),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -492,17 +502,17 @@ impl Store {
     }
 
     /// Leads the fetch of `primary`, or joins the one in flight.
-    pub fn fetch(self: &Arc<Self>, primary: &str) -> Fetch {
+    pub(super) fn fetch(self: &Arc<Self>, primary: &str) -> Fetch {
         let mut inflight = lock(&self.inflight);
         if let Some(rx) = inflight.get(primary) {
             return Fetch::Wait(rx.clone());
         }
-        let (tx, rx) = watch::channel(());
+        let (tx, rx) = watch::channel(None);
         inflight.insert(primary.to_owned(), rx);
         Fetch::Lead(Leader {
             store: self.clone(),
             key: primary.to_owned(),
-            _done: tx,
+            flight: tx,
         })
     }
 }

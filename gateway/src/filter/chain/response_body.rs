@@ -18,6 +18,7 @@ use super::hook_stream::{FramePoll, HookFuture, TrailerSlot, drain_pending, run_
 use super::log::{log_soon, run_log};
 use super::{Chain, Shared, State};
 use crate::body::{Body, BoxError};
+use crate::filter::ReadToEnd;
 use crate::telemetry::trace::{self, TraceCx, with_current};
 
 impl State {
@@ -74,7 +75,8 @@ impl Chain {
                 }
             }
         }
-        let body = Body::new(ResponseBodyHooks {
+        let streams = hooks || pending.is_some();
+        let mut body = Body::new(ResponseBodyHooks {
             inner: body,
             state,
             trace,
@@ -84,6 +86,11 @@ impl Chain {
             trailers,
             finished,
         });
+        if let Some(read_on) = parts.extensions.remove::<ReadToEnd>()
+            && streams
+        {
+            body = read_to_end(body, read_on);
+        }
         Response::from_parts(parts, body)
     }
 
@@ -137,6 +144,54 @@ impl Chain {
                 WholeBody::Rest(chunk, i + 1)
             }
         }
+    }
+}
+
+/// `body` read by a task of its own, to its end or, once the client's side is dropped, while
+/// `read_on` says so; the client's side is fed through a channel of a few frames, so the body
+/// is read no faster than the client takes it while the client is there.
+fn read_to_end(body: Body, read_on: ReadToEnd) -> Body {
+    let length = body.size_hint();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(READ_AHEAD);
+    tokio::spawn(async move {
+        let mut body = std::pin::pin!(body);
+        let mut client = Some(tx);
+        while let Some(frame) = body.frame().await {
+            if let Some(tx) = &client
+                && tx.send(frame).await.is_err()
+            {
+                client = None;
+            }
+            if client.is_none() && !read_on.still() {
+                break;
+            }
+        }
+    });
+    Body::new(Relayed { rx, length })
+}
+
+/// Frames [`read_to_end`]'s task may read ahead of the client.
+const READ_AHEAD: usize = 4;
+
+/// The client's side of [`read_to_end`].
+struct Relayed {
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    length: http_body::SizeHint,
+}
+
+impl HttpBody for Relayed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.rx.poll_recv(cx)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.length
     }
 }
 
