@@ -2,8 +2,8 @@
 //! terminal. A fresh hit is a local reply (the terminal never runs); a stale object with a
 //! validator is revalidated with `If-None-Match` / `If-Modified-Since`, and a 304 refreshes
 //! it; a miss is stored as its body streams through the response-body hook. Concurrent misses
-//! for one key send one request upstream: the others wait (bounded) for it and are answered
-//! from what it stored. Within `stale-while-revalidate` a stale object is served at once and
+//! for one key send one request upstream: the others wait (bounded) for its head and stream
+//! its body as it arrives ([`flight`]), or are answered from what it stored. Within `stale-while-revalidate` a stale object is served at once and
 //! revalidated in the background (`revalidate.rs`); within `stale-if-error` it stands in for an
 //! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
 //! store ([`store`]) that outlives config generations, in memory and, when configured, on disk
