@@ -1,15 +1,20 @@
 //! Requests coalesced on another one's fetch stream its answer as it arrives: a backend sends
 //! an answer's head and the first part of its body, then holds the rest; requests arriving
 //! meanwhile get that first part at once (framed by `Content-Length` or chunked), and the rest
-//! when the backend sends it, from the one request the backend got. A leading client that
-//! leaves midway cuts no one off: the answer is read to its end and stored.
+//! when the backend sends it, from the one request the backend got, over HTTP/1.1 and HTTP/2.
+//! A leading client that leaves midway cuts no one off: the answer is read to its end and
+//! stored.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use gateway_tests::{TestGateway, counter_value};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -125,6 +130,35 @@ impl Reader {
     }
 }
 
+/// An HTTP/2 (prior knowledge) `GET path`, its response's body still to read.
+async fn h2_get(addr: SocketAddr, path: &str) -> http::Response<Incoming> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(format!("http://cached.test{path}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    sender.send_request(req).await.unwrap()
+}
+
+/// Reads `body` until `text` has come (at most 10 s); what came.
+async fn h2_until(body: &mut Incoming, got: &mut Vec<u8>, text: &str) {
+    let wait = async {
+        while !String::from_utf8_lossy(got).contains(text) {
+            let frame = body.frame().await.expect("more body").unwrap();
+            if let Ok(data) = frame.into_data() {
+                got.extend_from_slice(&data);
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no {text:?} in 10 s over HTTP/2"));
+}
+
 #[tokio::test]
 async fn waiters_stream_the_answer_as_it_arrives() {
     for path in ["/length", "/chunked"] {
@@ -137,6 +171,11 @@ async fn waiters_stream_the_answer_as_it_arrives() {
         for _ in 0..20 {
             waiters.push(Reader::get(addr, path).await);
         }
+        let mut h2 = h2_get(addr, path).await;
+        let status = h2.headers()["cache-status"].to_str().unwrap().to_owned();
+        assert!(status.ends_with("; detail=coalesced"), "{path}: {status}");
+        let mut h2_got = Vec::new();
+        h2_until(h2.body_mut(), &mut h2_got, FIRST).await;
         for w in &mut waiters {
             w.until(FIRST).await;
             assert!(!w.text().contains(SECOND), "{path}: the rest is held");
@@ -154,6 +193,9 @@ async fn waiters_stream_the_answer_as_it_arrives() {
             }
         }
         release.send_replace(true);
+        h2_until(h2.body_mut(), &mut h2_got, SECOND).await;
+        assert_eq!(String::from_utf8_lossy(&h2_got), format!("{FIRST}{SECOND}"));
+        assert!(h2.body_mut().frame().await.is_none_or(|f| f.is_ok()));
         leader.until(SECOND).await;
         for w in &mut waiters {
             w.until(SECOND).await;
@@ -163,7 +205,7 @@ async fn waiters_stream_the_answer_as_it_arrives() {
         }
         assert_eq!(requests.load(Ordering::SeqCst), 1, "{path}");
         let hits = "gateway_cache_hits_total{cache=\"main\",tier=\"memory\"}";
-        assert_eq!(counter_value(&gw, hits).await, 20, "{path}");
+        assert_eq!(counter_value(&gw, hits).await, 21, "{path}");
         // Stored whole: a later request is an ordinary hit.
         let mut later = Reader::get(addr, path).await;
         later.until(SECOND).await;
