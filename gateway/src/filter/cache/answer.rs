@@ -55,12 +55,14 @@ impl CacheFilter {
                 "gateway; fwd=stale; fwd-status={}; detail=stale-if-error",
                 res.status.as_u16()
             );
-            let answer = serve::answer(fallback, Instant::now(), f.head, &cond, &status);
+            let status = HeaderValue::from_str(&status)
+                .unwrap_or_else(|_| HeaderValue::from_static("gateway; fwd=stale"));
+            let answer = serve::answer(fallback, Instant::now(), f.head, &cond, status);
             return with_outcome(answer, "stale");
         }
         if let (Some(stale), StatusCode::NOT_MODIFIED) = (&f.stale, res.status) {
             let obj = shared.refresh(stale, &res.headers, &f, now_sys);
-            let status = "gateway; fwd=stale; fwd-status=304";
+            let status = HeaderValue::from_static("gateway; fwd=stale; fwd-status=304");
             let answer = serve::answer(&obj, Instant::now(), f.head, &cond, status);
             return with_outcome(answer, "revalidated");
         }

@@ -165,7 +165,7 @@ impl CacheFilter {
             if obj.fresh(now) {
                 shared.metrics.hits[(lookup.tier == Tier::Disk) as usize].inc();
                 let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
-                return with_outcome(serve::answer(obj, now, head, &cond, &status), "hit");
+                return with_outcome(serve::answer(obj, now, head, &cond, status), "hit");
             }
             if !obj.always_revalidate && obj.staleness(now) < obj.stale_while_revalidate {
                 shared.metrics.stale_while_revalidate.inc();
@@ -174,7 +174,7 @@ impl CacheFilter {
                     revalidate::spawn(&shared, leader, obj, &fetching, req, cx);
                 }
                 let status = hit_status(obj, now, Some("stale-while-revalidate"));
-                return with_outcome(serve::answer(obj, now, head, &cond, &status), "stale");
+                return with_outcome(serve::answer(obj, now, head, &cond, status), "stale");
             }
         }
         let fwd = if lookup.bypass { "request" } else { "miss" };

@@ -20,7 +20,6 @@ mod revalidate;
 mod serve;
 pub mod store;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -286,9 +285,9 @@ impl Shared {
                         .authority()
                         .map(|a| a.as_str())
                         .or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
-                    for c in host.unwrap_or("").chars() {
-                        k.push(c.to_ascii_lowercase());
-                    }
+                    let from = k.len();
+                    k.push_str(host.unwrap_or(""));
+                    k[from..].make_ascii_lowercase();
                 }
                 CacheKeyPart::Path => k.push_str(req.uri.path()),
                 CacheKeyPart::Query => k.push_str(req.uri.query().unwrap_or("")),
@@ -393,19 +392,40 @@ fn validator(obj: &Object) -> Option<(http::HeaderName, HeaderValue)> {
 
 /// The stored form of an answer's head: without what is set when it is served, what belongs
 /// to one connection, and `Set-Cookie` (one client's cookie must never reach another, not even
-/// through a 304 that refreshes a stored object). Values are copied: a parsed value may be a slice of the
-/// connection's read buffer, which a stored object would otherwise keep alive whole.
+/// through a 304 that refreshes a stored object). The values are copied into one block they
+/// are slices of: a parsed value may be a slice of the connection's read buffer, which a stored
+/// object would otherwise keep alive whole, and a block per value would cost an allocation
+/// (and its shared count) each.
 fn stored_head(h: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(h.len());
-    for (name, value) in h {
-        if matches!(
+    let kept = |name: &http::HeaderName| {
+        !(matches!(
             *name,
             AGE | CONTENT_LENGTH | TRANSFER_ENCODING | CONNECTION | SET_COOKIE
-        ) || name == CACHE_STATUS
-        {
+        ) || name == CACHE_STATUS)
+    };
+    let (mut fields, mut len) = (0, 0);
+    for (name, value) in h {
+        if kept(name) {
+            fields += 1;
+            len += value.len();
+        }
+    }
+    let mut block = Vec::with_capacity(len);
+    for (name, value) in h {
+        if kept(name) {
+            block.extend_from_slice(value.as_bytes());
+        }
+    }
+    let block = Bytes::from(block);
+    let mut out = HeaderMap::with_capacity(fields);
+    let mut at = 0;
+    for (name, value) in h {
+        if !kept(name) {
             continue;
         }
-        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        let piece = block.slice(at..at + value.len());
+        at += value.len();
+        let mut copy = HeaderValue::from_maybe_shared(piece).unwrap_or_else(|_| value.clone());
         copy.set_sensitive(value.is_sensitive());
         out.append(name.clone(), copy);
     }
@@ -419,13 +439,21 @@ fn set_status(h: &mut HeaderMap, status: &str) {
 }
 
 /// The Cache-Status of a hit: `ttl` is what is left of its freshness (negative when stale).
-fn hit_status(obj: &Object, now: Instant, detail: Option<&str>) -> String {
+/// Written by hand into the value's own buffer: a hit is the cache's hot path.
+fn hit_status(obj: &Object, now: Instant, detail: Option<&str>) -> HeaderValue {
     let left = obj.lifetime.as_secs() as i64 - obj.age(now).as_secs() as i64;
-    let mut s = format!("gateway; hit; ttl={left}");
-    if let Some(d) = detail {
-        let _ = write!(s, "; detail={d}");
+    let mut text = Vec::with_capacity(64);
+    text.extend_from_slice(b"gateway; hit; ttl=");
+    if left < 0 {
+        text.push(b'-');
     }
-    s
+    crate::ip_text::push_decimal(&mut text, left.unsigned_abs());
+    if let Some(d) = detail {
+        text.extend_from_slice(b"; detail=");
+        text.extend_from_slice(d.as_bytes());
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(text))
+        .unwrap_or_else(|_| HeaderValue::from_static("gateway; hit"))
 }
 
 /// Untrusted bytes through every parser of the filter, as `Cache-Control`, `Expires`, `Age`,
@@ -468,7 +496,7 @@ pub fn check_untrusted(data: &[u8]) {
             Instant::now(),
             false,
             &serve::Conditions::of(&h),
-            "gateway; hit",
+            HeaderValue::from_static("gateway; hit"),
         );
         let _ = store::variant(&obj.vary, &h);
     }

@@ -169,13 +169,11 @@ pub(super) fn answer(
     now: Instant,
     head: bool,
     cond: &Conditions,
-    status: &str,
+    status: HeaderValue,
 ) -> Response<Body> {
     let mut headers = obj.headers.clone();
     headers.insert(AGE, HeaderValue::from(obj.age(now).as_secs()));
-    if let Ok(v) = HeaderValue::from_str(status) {
-        headers.insert(CACHE_STATUS.clone(), v);
-    }
+    headers.insert(CACHE_STATUS.clone(), status);
     let len = obj.body.len();
     let mut code = obj.status;
     // The bytes sent: `first..end` of the body.

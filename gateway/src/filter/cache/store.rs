@@ -143,11 +143,16 @@ struct Primary {
     variants: Vec<(String, Slot)>,
 }
 
+/// Primary keys are hashed with foldhash, seeded at random per map: a lookup on every hit hashes
+/// the key, and the keys come from requests.
+type Hasher = foldhash::fast::RandomState;
+
 #[derive(Default)]
 struct Inner {
-    primaries: HashMap<String, Primary>,
+    /// By primary key; the key is shared with the LRU order's entries.
+    primaries: HashMap<Arc<str>, Primary, Hasher>,
     /// Use order: tick → (primary, variant).
-    lru: BTreeMap<u64, (String, String)>,
+    lru: BTreeMap<u64, (Arc<str>, String)>,
     tick: u64,
     bytes: usize,
     objects: usize,
@@ -301,7 +306,15 @@ impl Store {
             self.publish(inner);
             return false;
         }
-        let p = inner.primaries.entry(primary.to_owned()).or_default();
+        let key = match inner.primaries.get_key_value(primary) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Arc<str> = Arc::from(primary);
+                inner.primaries.insert(k.clone(), Primary::default());
+                k
+            }
+        };
+        let p = inner.primaries.get_mut(primary).expect("just inserted");
         if p.vary != object.vary {
             // The answer now varies on other headers: the old variants are unreachable.
             let old = std::mem::take(&mut p.variants);
@@ -333,9 +346,7 @@ impl Store {
             inner.bytes -= old.size;
             inner.objects -= 1;
         }
-        inner
-            .lru
-            .insert(inner.tick, (primary.to_owned(), v.to_owned()));
+        inner.lru.insert(inner.tick, (key, v.to_owned()));
         inner.bytes += size;
         inner.objects += 1;
         let evicted = Self::evict(inner, capacity);
@@ -461,7 +472,7 @@ impl Store {
     pub fn purge(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static) -> usize {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
-        let gone: Vec<(u64, String, String)> = inner
+        let gone: Vec<(u64, Arc<str>, String)> = inner
             .primaries
             .iter()
             .flat_map(|(k, p)| {
@@ -477,7 +488,10 @@ impl Store {
         }
         self.publish(inner);
         drop(guard);
-        let mut keys: Vec<(String, String)> = gone.into_iter().map(|(_, p, v)| (p, v)).collect();
+        let mut keys: Vec<(String, String)> = gone
+            .into_iter()
+            .map(|(_, p, v)| (p.to_string(), v))
+            .collect();
         if let Some(d) = self.disk.load().as_ref() {
             keys.extend(d.purge(Arc::new(matches)));
         }
