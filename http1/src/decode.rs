@@ -71,7 +71,7 @@ pub fn response_head(
         let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
             smallvec::SmallVec::new();
         for f in parsed {
-            let name = HeaderName::from_bytes(f.name.as_bytes())
+            let name = crate::fields::name(f.name.as_bytes())
                 .map_err(|_| invalid("invalid response header name"))?;
             let start = f.value.as_ptr() as usize - base;
             spans.push((name, start, start + f.value.len()));
@@ -482,7 +482,7 @@ impl Chunked {
                                 if crate::trailers::is_forbidden(f.name.as_bytes()) {
                                     continue;
                                 }
-                                let name = HeaderName::from_bytes(f.name.as_bytes())
+                                let name = crate::fields::name(f.name.as_bytes())
                                     .map_err(|_| invalid("invalid trailer name"))?;
                                 let value = HeaderValue::from_bytes(f.value)
                                     .map_err(|_| invalid("invalid trailer value"))?;

@@ -207,7 +207,11 @@ pub(crate) fn add_forwarding(
     };
     match headers.entry(header::FORWARDED) {
         Entry::Vacant(e) => {
-            if let Some(v) = forwarded(String::with_capacity(64)) {
+            let value = match host {
+                Some(h) => client.forwarded_to(h, || forwarded(String::with_capacity(64))),
+                None => forwarded(String::with_capacity(64)),
+            };
+            if let Some(v) = value {
                 e.insert(v);
             }
         }
@@ -444,5 +448,35 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "2001:db8::1", "unbracketed, unquoted");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["via"], "2 gateway");
+    }
+
+    #[test]
+    fn a_connections_requests_get_forwarded_for_the_host_each_names() {
+        let client = ClientText::new("192.0.2.7".parse().unwrap(), false);
+        let forwarded = |host: Option<&'static str>, own: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            if let Some(own) = own {
+                h.insert(header::FORWARDED, HeaderValue::from_static(own));
+            }
+            let host = host.map(HeaderValue::from_static);
+            add_forwarding(&mut h, &client, host.as_ref(), Version::HTTP_11);
+            h[header::FORWARDED].to_str().unwrap().to_owned()
+        };
+        let a = "for=192.0.2.7;proto=http;host=\"a.example\"";
+        let b = "for=192.0.2.7;proto=http;host=\"b.example\"";
+        assert_eq!(forwarded(Some("a.example"), None), a);
+        assert_eq!(
+            forwarded(Some("a.example"), None),
+            a,
+            "kept for the connection"
+        );
+        assert_eq!(forwarded(Some("b.example"), None), b, "another host");
+        assert_eq!(forwarded(None, None), "for=192.0.2.7;proto=http");
+        assert_eq!(
+            forwarded(Some("a.example"), Some("for=10.0.0.1")),
+            format!("for=10.0.0.1, {a}"),
+            "a request's own is appended to"
+        );
+        assert_eq!(forwarded(Some("a.example"), None), a);
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::{Buf, Bytes, BytesMut};
 use gateway_http1::Framing;
 use gateway_http1::response::{self, Answering};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use stream_proxy::clock::coarse_unix_secs;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -61,7 +61,7 @@ impl General {
         let room = parsed.headers.len() + crate::proxy::headers::FORWARDING_ROOM;
         let mut headers = HeaderMap::with_capacity(room);
         for field in parsed.headers.iter() {
-            let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
+            let name = gateway_http1::fields::name(field.name.as_bytes()).ok()?;
             let value = HeaderValue::from_maybe_shared(share(field.value)).ok()?;
             headers.append(name, value);
         }
