@@ -71,6 +71,15 @@ impl Body {
         }
     }
 
+    /// A body made of a stream of frames that says its length (`SizeHint`) up front, as
+    /// `http_body_util::StreamBody` does not: an encoder then frames it by `Content-Length`.
+    pub fn from_frames<S>(frames: S, length: SizeHint) -> Self
+    where
+        S: futures_util::Stream<Item = Result<Frame<Bytes>, BoxError>> + Send + 'static,
+    {
+        Self::new(Frames { frames, length })
+    }
+
     /// Wraps hyper's incoming body without boxing it.
     pub fn incoming(body: hyper::body::Incoming) -> Self {
         Self {
@@ -144,5 +153,33 @@ impl std::fmt::Debug for Body {
             Kind::Boxed(_) => "stream",
         };
         f.debug_struct("Body").field("kind", &kind).finish()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Body::from_frames`]'s stream.
+    struct Frames<S> {
+        #[pin]
+        frames: S,
+        length: SizeHint,
+    }
+}
+
+impl<S> HttpBody for Frames<S>
+where
+    S: futures_util::Stream<Item = Result<Frame<Bytes>, BoxError>>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().frames.poll_next(cx)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length
     }
 }

@@ -58,7 +58,7 @@ pub struct ReadToEnd(Arc<dyn Fn() -> bool + Send + Sync>);
 
 impl ReadToEnd {
     /// Read on while `check` answers `true`.
-    pub fn while_(check: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+    pub fn as_long_as(check: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         Self(Arc::new(check))
     }
 

@@ -113,9 +113,8 @@ impl CacheFilter {
                     let (flight, writer) = Flight::start(
                         res.status,
                         headers.clone(),
-                        (freshness.initial_age, freshness.lifetime),
+                        &freshness,
                         expected,
-                        freshness.vary.clone(),
                         variant(&freshness.vary, &f.request),
                     );
                     leader.publish(flight.clone());
@@ -123,7 +122,7 @@ impl CacheFilter {
                     // Requests coalesced on this one stream its body: it is read to its end
                     // while they do, even when this request's client goes away.
                     res.extensions
-                        .insert(ReadToEnd::while_(move || flight.has_readers()));
+                        .insert(ReadToEnd::as_long_as(move || flight.has_readers()));
                 }
                 self.fill = Some(Fill {
                     status: res.status,

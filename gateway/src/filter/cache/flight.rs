@@ -8,19 +8,19 @@
 //! fill holds that much anyway; past that, the body goes to disk and a request arriving then
 //! waits for the stored object instead.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use http::header::{AGE, CONTENT_LENGTH};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body::{Frame, SizeHint};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::fresh::Freshness;
+use super::hit_status;
 use super::serve::CACHE_STATUS;
 use super::store::variant;
 use crate::body::{Body, BoxError};
@@ -50,11 +50,11 @@ struct Link {
     next: OnceLock<Arc<Link>>,
 }
 
-/// How far the body has come.
+/// How far the body has come (each piece linked is announced by a change of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Progress {
-    /// This many pieces so far.
-    Receiving(u64),
+    /// More pieces may come.
+    Receiving,
     /// Whole: the last piece is in the chain.
     Complete,
     /// Cut off (the upstream failed, the answer was too large or was not stored).
@@ -62,17 +62,16 @@ enum Progress {
 }
 
 impl Flight {
-    /// The flight of an answer with `status` and stored head `headers`, that varies on `vary`
-    /// (`variant`: the leading request's values), and the end that writes its body.
+    /// The flight of an answer with `status` and stored head `headers`, fresh as `freshness`
+    /// says (`variant`: the leading request's values of the headers it varies on), and the end
+    /// that writes its body.
     pub(super) fn start(
         status: StatusCode,
         headers: HeaderMap,
-        freshness: (Duration, Duration),
+        freshness: &Freshness,
         length: Option<u64>,
-        vary: Vec<HeaderName>,
         variant: String,
     ) -> (Arc<Self>, FlightWriter) {
-        let (initial_age, lifetime) = freshness;
         let first = Arc::new(Link {
             piece: Bytes::new(),
             next: OnceLock::new(),
@@ -80,19 +79,18 @@ impl Flight {
         let flight = Arc::new(Self {
             status,
             headers,
-            initial_age,
-            lifetime,
+            initial_age: freshness.initial_age,
+            lifetime: freshness.lifetime,
             arrived: Instant::now(),
             length,
-            vary,
+            vary: freshness.vary.clone(),
             variant,
             first: Mutex::new(Some(first.clone())),
-            progress: watch::Sender::new(Progress::Receiving(0)),
+            progress: watch::Sender::new(Progress::Receiving),
         });
         let writer = FlightWriter {
             flight: flight.clone(),
             last: first,
-            pieces: 0,
             received: 0,
             ended: false,
         };
@@ -114,19 +112,14 @@ impl Flight {
         let mut headers = self.headers.clone();
         let age = self.initial_age + self.arrived.elapsed();
         headers.insert(AGE, HeaderValue::from(age.as_secs()));
-        let ttl = self.lifetime.as_secs() as i64 - age.as_secs() as i64;
-        let status = format!("gateway; hit; ttl={ttl}; detail=coalesced");
-        if let Ok(v) = HeaderValue::from_str(&status) {
-            headers.insert(CACHE_STATUS.clone(), v);
-        }
+        let status = hit_status(self.lifetime, age, Some("coalesced"));
+        headers.insert(CACHE_STATUS.clone(), status);
         if let Some(n) = self.length {
             headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
         }
-        let body = FlightBody {
-            pieces: Box::pin(pieces(at, self.progress.subscribe())),
-            length: self.length,
-        };
-        let mut res = Response::new(Body::new(body));
+        let frames = pieces(at, self.progress.subscribe()).map(|p| p.map(Frame::data));
+        let length = self.length.map(SizeHint::with_exact).unwrap_or_default();
+        let mut res = Response::new(Body::from_frames(frames, length));
         *res.status_mut() = self.status;
         *res.headers_mut() = headers;
         Some(res)
@@ -143,7 +136,6 @@ impl Flight {
 pub(super) struct FlightWriter {
     flight: Arc<Flight>,
     last: Arc<Link>,
-    pieces: u64,
     /// Body bytes so far.
     received: u64,
     ended: bool,
@@ -168,11 +160,8 @@ impl FlightWriter {
         // Only this writer sets a link's successor, once.
         let _ = self.last.next.set(link.clone());
         self.last = link;
-        self.pieces += 1;
-        let pieces = self.pieces;
-        self.flight
-            .progress
-            .send_modify(|p| *p = Progress::Receiving(pieces));
+        // Unchanged, but announced: readers wake to the new link.
+        self.flight.progress.send_modify(|_| {});
     }
 
     /// Requests arriving from now on wait for the stored object: the body goes to disk, and
@@ -214,14 +203,14 @@ fn pieces(
                 return Some((Ok(piece), Some((next.clone(), progress))));
             }
             match now {
-                Progress::Receiving(_) => {}
+                Progress::Receiving => {}
                 Progress::Complete => return None,
                 Progress::Failed => return Some((Err(cut_off()), None)),
             }
             // The flight (and with it the sender) goes only after its writer said how the body
             // ended; gone while still receiving, the body is cut off.
             if progress.changed().await.is_err()
-                && matches!(*progress.borrow(), Progress::Receiving(_))
+                && matches!(*progress.borrow(), Progress::Receiving)
             {
                 return Some((Err(cut_off()), None));
             }
@@ -233,43 +222,29 @@ fn cut_off() -> BoxError {
     "the coalesced fetch's answer was cut off".into()
 }
 
-/// A waiter's body: the flight's pieces, with the length the answer declared.
-struct FlightBody {
-    pieces: Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send>>,
-    length: Option<u64>,
-}
-
-impl HttpBody for FlightBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.pieces
-            .as_mut()
-            .poll_next(cx)
-            .map(|p| p.map(|r| r.map(Frame::data)))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.length.map(SizeHint::with_exact).unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    fn fresh(vary: Vec<HeaderName>) -> Freshness {
+        Freshness {
+            lifetime: Duration::from_secs(60),
+            initial_age: Duration::ZERO,
+            always_revalidate: false,
+            stale_while_revalidate: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
+            vary,
+        }
+    }
+
     fn flight() -> (Arc<Flight>, FlightWriter) {
+        let fresh = fresh(Vec::new());
         Flight::start(
             StatusCode::OK,
             HeaderMap::new(),
-            (Duration::ZERO, Duration::from_secs(60)),
+            &fresh,
             None,
-            Vec::new(),
             String::new(),
         )
     }
@@ -325,13 +300,16 @@ mod tests {
         let (flight, _writer) = Flight::start(
             StatusCode::OK,
             HeaderMap::new(),
-            (Duration::ZERO, Duration::from_secs(60)),
+            &fresh(vary.clone()),
             Some(3),
-            vary.clone(),
             variant(&vary, &leader),
         );
         assert!(flight.answer(&HeaderMap::new()).is_none());
         let res = flight.answer(&leader).expect("same variant");
         assert_eq!(res.headers()[CONTENT_LENGTH], "3");
+        assert_eq!(
+            res.headers()[&CACHE_STATUS],
+            "gateway; hit; ttl=60; detail=coalesced"
+        );
     }
 }

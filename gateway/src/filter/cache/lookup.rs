@@ -138,7 +138,8 @@ impl CacheFilter {
             if let Some(flight) = flight.filter(|_| streams)
                 && let Some(res) = flight.answer(&req.headers)
             {
-                self.shared.metrics.hits[0].inc();
+                // Served from the answer in memory as it arrives.
+                self.shared.metrics.hit(Tier::Memory);
                 return Some(with_outcome(res, "hit"));
             }
             match tokio::time::timeout_at(until, done.changed()).await {
@@ -163,8 +164,9 @@ impl CacheFilter {
         if let Some(obj) = &cached {
             let cond = Conditions::of(&req.headers);
             if obj.fresh(now) {
-                shared.metrics.hits[(lookup.tier == Tier::Disk) as usize].inc();
-                let status = hit_status(obj, now, lookup.coalesced.then_some("coalesced"));
+                shared.metrics.hit(lookup.tier);
+                let detail = lookup.coalesced.then_some("coalesced");
+                let status = hit_status(obj.lifetime, obj.age(now), detail);
                 return with_outcome(serve::answer(obj, now, head, &cond, status), "hit");
             }
             if !obj.always_revalidate && obj.staleness(now) < obj.stale_while_revalidate {
@@ -173,7 +175,7 @@ impl CacheFilter {
                     let fetching = lookup.fetching(req, "stale");
                     revalidate::spawn(&shared, leader, obj, &fetching, req, cx);
                 }
-                let status = hit_status(obj, now, Some("stale-while-revalidate"));
+                let status = hit_status(obj.lifetime, obj.age(now), Some("stale-while-revalidate"));
                 return with_outcome(serve::answer(obj, now, head, &cond, status), "stale");
             }
         }

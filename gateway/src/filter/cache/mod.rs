@@ -3,8 +3,8 @@
 //! validator is revalidated with `If-None-Match` / `If-Modified-Since`, and a 304 refreshes
 //! it; a miss is stored as its body streams through the response-body hook. Concurrent misses
 //! for one key send one request upstream: the others wait (bounded) for its head and stream
-//! its body as it arrives ([`flight`]), or are answered from what it stored. Within `stale-while-revalidate` a stale object is served at once and
-//! revalidated in the background (`revalidate.rs`); within `stale-if-error` it stands in for an
+//! its body as it arrives ([`flight`]), or are answered from what it stored. Within
+//! `stale-while-revalidate` a stale object is served at once and revalidated in the background (`revalidate.rs`); within `stale-if-error` it stands in for an
 //! upstream that fails. Unsafe methods invalidate the URL's object. The objects live in a named
 //! store ([`store`]) that outlives config generations, in memory and, when configured, on disk
 //! ([`disk`]).
@@ -71,6 +71,13 @@ struct Metrics {
     not_stored: [Counter; 6],
     stale_while_revalidate: Counter,
     stale_if_error: Counter,
+}
+
+impl Metrics {
+    /// Counts a hit on an object found in `tier`.
+    fn hit(&self, tier: Tier) {
+        self.hits[(tier == Tier::Disk) as usize].inc();
+    }
 }
 
 struct Shared {
@@ -438,10 +445,11 @@ fn set_status(h: &mut HeaderMap, status: &str) {
     }
 }
 
-/// The Cache-Status of a hit: `ttl` is what is left of its freshness (negative when stale).
-/// Written by hand into the value's own buffer: a hit is the cache's hot path.
-fn hit_status(obj: &Object, now: Instant, detail: Option<&str>) -> HeaderValue {
-    let left = obj.lifetime.as_secs() as i64 - obj.age(now).as_secs() as i64;
+/// The Cache-Status of a hit on an object fresh for `lifetime` and `age` old: `ttl` is what is
+/// left of its freshness (negative when stale). Written by hand into the value's own buffer: a
+/// hit is the cache's hot path.
+fn hit_status(lifetime: Duration, age: Duration, detail: Option<&str>) -> HeaderValue {
+    let left = lifetime.as_secs() as i64 - age.as_secs() as i64;
     let mut text = Vec::with_capacity(64);
     text.extend_from_slice(b"gateway; hit; ttl=");
     if left < 0 {

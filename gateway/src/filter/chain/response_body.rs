@@ -167,33 +167,15 @@ fn read_to_end(body: Body, read_on: ReadToEnd) -> Body {
             }
         }
     });
-    Body::new(Relayed { rx, length })
+    let mut rx = rx;
+    Body::from_frames(
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)),
+        length,
+    )
 }
 
 /// Frames [`read_to_end`]'s task may read ahead of the client.
 const READ_AHEAD: usize = 4;
-
-/// The client's side of [`read_to_end`].
-struct Relayed {
-    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-    length: http_body::SizeHint,
-}
-
-impl HttpBody for Relayed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.rx.poll_recv(cx)
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.length
-    }
-}
 
 /// Why a synchronous pass over the response-body hooks stopped.
 enum HookStop {
