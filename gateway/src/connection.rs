@@ -153,10 +153,6 @@ pub struct ClientText {
     pub(crate) element: Box<str>,
     /// `X-Forwarded-Proto`: the scheme the client connected with.
     pub(crate) proto: HeaderValue,
-    /// The `Forwarded` value of the first request that named a host and brought no
-    /// `Forwarded` of its own, with that host: the later requests of a connection usually name
-    /// the same one ([`ClientText::forwarded_to`]).
-    forwarded: OnceLock<(HeaderValue, HeaderValue)>,
 }
 
 impl ClientText {
@@ -190,31 +186,7 @@ impl ClientText {
             ip: HeaderValue::from_str(ip).unwrap_or(HeaderValue::from_static("unknown")),
             element: element.into_boxed_str(),
             proto: if https { HTTPS } else { HTTP },
-            forwarded: OnceLock::new(),
         }
-    }
-
-    /// The `Forwarded` value for a request to `host` that brought none: the one kept for the
-    /// connection when it is for the same host, else made by `make` (and kept, for the first
-    /// host). The host kept is a copy, so that it pins no buffer its request was read into.
-    pub(crate) fn forwarded_to(
-        &self,
-        host: &HeaderValue,
-        make: impl FnOnce() -> Option<HeaderValue>,
-    ) -> Option<HeaderValue> {
-        if let Some((kept, value)) = self.forwarded.get() {
-            return if kept == host {
-                Some(value.clone())
-            } else {
-                make()
-            };
-        }
-        let value = make()?;
-        if let Ok(mut copy) = HeaderValue::from_bytes(host.as_bytes()) {
-            copy.set_sensitive(host.is_sensitive());
-            let _ = self.forwarded.set((copy, value.clone()));
-        }
-        Some(value)
     }
 }
 

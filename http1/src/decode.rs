@@ -18,6 +18,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version, response};
 use http_body::Frame;
 
+use crate::hop_by_hop::{EndToEnd, Judged};
+
 /// Largest response head accepted, together with the interim responses before it; and the
 /// largest trailer section.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -58,7 +60,9 @@ fn invalid(what: &'static str) -> io::Error {
 
 /// Parses a final response head from the front of `buf`, consuming it (and any interim 1xx
 /// responses before it), for a request with `method`. `Ok(None)`: more bytes are needed. The
-/// header map has `room` slots beyond the response's fields, for those the caller adds.
+/// header map holds the response's end-to-end fields ([`EndToEnd`]: the hop-by-hop ones have
+/// done their part once the framing is decided) and has `room` slots beyond them, for those the
+/// caller adds.
 pub fn response_head(
     buf: &mut BytesMut,
     method: &Method,
@@ -68,13 +72,14 @@ pub fn response_head(
     let parsed = final_head(buf, |status, version, parsed, interim_framed| {
         // Names are made now (standard ones are static, others allocate); values become
         // slices of the head's bytes once the parser's borrow of `buf` ends.
-        let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize); 24]> =
+        let mut spans: smallvec::SmallVec<[(HeaderName, usize, usize, Judged); 24]> =
             smallvec::SmallVec::new();
+        let mut end_to_end = EndToEnd::of(parsed);
         for f in parsed {
             let name = crate::fields::name(f.name.as_bytes())
                 .map_err(|_| invalid("invalid response header name"))?;
             let start = f.value.as_ptr() as usize - base;
-            spans.push((name, start, start + f.value.len()));
+            spans.push((name, start, start + f.value.len(), end_to_end.judge(f)));
         }
         Ok((status, version, spans, interim_framed))
     })?;
@@ -93,10 +98,18 @@ pub fn response_head(
     // Drained in place: iterating the `SmallVec` by value would first copy its whole inline
     // array into the iterator. Offsets are from where `buf` began, before the
     // interim responses were consumed.
-    for (name, start, end) in spans.drain(..) {
+    for (name, start, end, judged) in spans.drain(..) {
         let value = bytes.slice(start - skipped..end - skipped);
         fields.note(name.as_str().as_bytes(), &value);
-        headers.append(name, value_parsed_by_httparse(value));
+        match judged {
+            Judged::Forward => {
+                headers.append(name, value_parsed_by_httparse(value));
+            }
+            Judged::Trailers => {
+                headers.append(name, HeaderValue::from_static("trailers"));
+            }
+            Judged::Drop => {}
+        }
     }
     let decided = framing(&fields, status, version, method, interim_framed)?;
     let mut parts = http::Response::new(()).into_parts().0;

@@ -62,6 +62,86 @@ pub fn token_bit(token: &[u8]) -> u16 {
     bit_by(token, <[u8]>::eq_ignore_ascii_case)
 }
 
+/// Whether a `TE` value names `trailers`: the one value that means something end to end (gRPC
+/// needs it), so the one kept of a removed `TE`.
+pub fn wants_trailers(te: &[u8]) -> bool {
+    std::str::from_utf8(te).is_ok_and(|v| {
+        v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+            && v.split(',').any(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("trailers")
+            })
+    })
+}
+
+/// What becomes of one raw field of a message forwarded to the next hop ([`EndToEnd::judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// An end-to-end field: it goes on as it is.
+    Forward,
+    /// A field of this hop: it stays.
+    Drop,
+    /// The message's first `TE`, which names `trailers`: it goes on as `TE: trailers` alone.
+    Trailers,
+}
+
+/// The hop-by-hop rule for a message's raw fields, as they were read (the header-map form of
+/// the same rule is the proxy's, for hyper's messages): [`NAMES`] stay on this hop, and so do
+/// the fields `Connection` names; of `TE`, the first one is judged alone, and goes on as
+/// `trailers` when it names it.
+pub struct EndToEnd<'f> {
+    fields: &'f [httparse::Header<'f>],
+    /// `Connection` names a field beyond [`NAMES`] (most messages' say only `keep-alive` or
+    /// `close`, and then no field is looked up in its tokens).
+    names_others: bool,
+    te_seen: bool,
+}
+
+impl<'f> EndToEnd<'f> {
+    /// The rule for the message of `fields`.
+    pub fn of(fields: &'f [httparse::Header<'f>]) -> Self {
+        let names_others = connection_tokens(fields).any(|token| token_bit(token) == 0);
+        Self {
+            fields,
+            names_others,
+            te_seen: false,
+        }
+    }
+
+    /// What becomes of `f`, one of the message's fields, taken in order.
+    pub fn judge(&mut self, f: &httparse::Header<'_>) -> Judged {
+        let name = f.name.as_bytes();
+        if token_bit(name) != 0 {
+            if name.len() == 2 && !self.te_seen {
+                self.te_seen = true;
+                if wants_trailers(f.value) {
+                    return Judged::Trailers;
+                }
+            }
+            return Judged::Drop;
+        }
+        if self.names_others
+            && connection_tokens(self.fields).any(|token| token.eq_ignore_ascii_case(name))
+        {
+            return Judged::Drop;
+        }
+        Judged::Forward
+    }
+}
+
+/// The non-empty tokens of every `Connection` field among `fields`, trimmed.
+fn connection_tokens<'f>(fields: &'f [httparse::Header<'f>]) -> impl Iterator<Item = &'f [u8]> {
+    fields
+        .iter()
+        .filter(|f| f.name.len() == 10 && f.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|f| f.value.split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| !token.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +184,49 @@ mod tests {
             assert_eq!(bit(&HeaderName::from_static(name)), 0, "{name}");
             assert_eq!(token_bit(name.as_bytes()), 0, "{name}");
         }
+    }
+
+    fn judged(head: &str) -> Vec<(String, Judged)> {
+        let mut fields = [httparse::EMPTY_HEADER; 16];
+        let mut req = httparse::Request::new(&mut fields);
+        let text = format!("GET / HTTP/1.1\r\n{head}\r\n");
+        assert!(req.parse(text.as_bytes()).unwrap().is_complete());
+        let mut rule = EndToEnd::of(req.headers);
+        req.headers
+            .iter()
+            .map(|f| (f.name.to_owned(), rule.judge(f)))
+            .collect()
+    }
+
+    #[test]
+    fn fields_of_this_hop_stay_and_the_first_te_naming_trailers_goes_on_alone() {
+        use Judged::*;
+        let got = judged(
+            "Connection: Keep-Alive ,X-Secret,, close\r\nX-Secret: 1\r\n\
+             X-Secretive: a name is matched whole\r\nclose: named\r\nKeep-Alive: 5\r\n\
+             TE: gzip, trailers;q=1\r\nTE: trailers\r\nUpgrade: websocket\r\n\
+             Transfer-Encoding: chunked\r\nProxy-Authorization: x\r\nAccept: */*\r\n",
+        );
+        let want = [
+            ("Connection", Drop),
+            ("X-Secret", Drop),
+            ("X-Secretive", Forward),
+            ("close", Drop),
+            ("Keep-Alive", Drop),
+            ("TE", Trailers),
+            ("TE", Drop),
+            ("Upgrade", Drop),
+            ("Transfer-Encoding", Drop),
+            ("Proxy-Authorization", Drop),
+            ("Accept", Forward),
+        ];
+        let want: Vec<_> = want.iter().map(|(n, j)| (n.to_string(), *j)).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            judged("TE: gzip\r\nTE: trailers\r\n")[1].1,
+            Drop,
+            "the first TE decides"
+        );
+        assert!(!wants_trailers(b"trailersx") && wants_trailers(b" Trailers "));
     }
 }

@@ -3,29 +3,32 @@
 //!
 //! The head is written in one pass: request line, the request's fields (`Host` among them, set
 //! by the proxy), then the framing field chosen here. The proxy's own requests carry only what
-//! differs between their attempts (`Host`, a trace's fields) and lend the fields it rewrote
-//! once ([`Shared`]), so a request that may be retried is not copied for each attempt.
+//! differs between their attempts (a trace's fields) and lend `Host` and the fields it rewrote
+//! once, as text ([`Shared`]), so a request that may be retried is not copied for each attempt.
 //! `Content-Length` and `Transfer-Encoding` from the request are never copied: the framing is
 //! decided from what the body reports, so a field and the bytes sent can never disagree (a
 //! smuggling vector between the gateway and the upstream).
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, Uri};
 
 use crate::fields::push_field;
 use crate::{BodyLength, Framing};
 
 /// The fields a request's attempts share, lent to each attempt's head rather than copied into
-/// its request, so a request that may be retried does not clone its whole header map for every
-/// attempt in case the attempt fails and the next one needs it.
+/// its request, so a request that may be retried does not copy its fields for every attempt in
+/// case the attempt fails and the next one needs it.
 #[derive(Clone, Copy)]
 pub struct Shared<'a> {
     /// `Host` for the attempt's target.
-    pub host: &'a HeaderValue,
-    /// The request's fields as the proxy rewrote them. A `Host` among them is the client's and
-    /// is not sent, nor is a field the attempt's own request sets (a trace's `traceparent`).
-    pub fields: &'a HeaderMap,
+    pub host: &'a [u8],
+    /// The request's fields as the proxy rewrote them, as field lines (`name: value` and CRLF
+    /// each), without `Host` and the framing fields. A line whose name the attempt's own request
+    /// sets (a trace's `traceparent`) is not sent.
+    pub fields: &'a [u8],
+    /// The `Content-Length` the request's sender declared ([`declared_length`]).
+    pub declared_length: Option<u64>,
 }
 
 /// Appends the head of a request with `method`, `uri` (its path and query are sent) and its
@@ -49,7 +52,7 @@ pub fn push_head(
     });
     out.extend_from_slice(b" HTTP/1.1\r\n");
     if let Some(s) = shared {
-        push_field(out, b"host", s.host.as_bytes());
+        push_field(out, b"host", s.host);
     }
     for (name, value) in own {
         if matches!(*name, header::CONTENT_LENGTH | header::TRANSFER_ENCODING) {
@@ -58,15 +61,16 @@ pub fn push_head(
         push_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(s) = shared {
-        for (name, value) in s.fields {
-            if matches!(
-                *name,
-                header::CONTENT_LENGTH | header::TRANSFER_ENCODING | header::HOST
-            ) || (!own.is_empty() && own.contains_key(name))
-            {
-                continue;
+        if own.is_empty() {
+            out.extend_from_slice(s.fields);
+        } else {
+            for line in s.fields.split_inclusive(|&b| b == b'\n') {
+                let name = line.split(|&b| b == b':').next().unwrap_or_default();
+                let set_by_own = std::str::from_utf8(name).is_ok_and(|n| own.contains_key(n));
+                if !set_by_own {
+                    out.extend_from_slice(line);
+                }
             }
-            push_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     match framing {
@@ -84,9 +88,17 @@ pub fn push_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// How a request body that says `body` of its length goes on the wire; `declared` holds the
-/// request's fields as its sender declared them.
-pub fn framing(method: &Method, body: BodyLength, declared: &HeaderMap) -> Framing {
+/// The `Content-Length` a request's sender declared in `fields`, when it is a number.
+pub fn declared_length(fields: &HeaderMap) -> Option<u64> {
+    fields
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// How a request body that says `body` of its length goes on the wire; `declared` is the
+/// length its sender declared ([`declared_length`]).
+pub fn framing(method: &Method, body: BodyLength, declared: Option<u64>) -> Framing {
     match body {
         BodyLength::Empty | BodyLength::Known(0) => return Framing::Empty,
         BodyLength::Known(n) => return Framing::Length(n),
@@ -94,10 +106,6 @@ pub fn framing(method: &Method, body: BodyLength, declared: &HeaderMap) -> Frami
     }
     // A body of unknown length whose sender declared one (hyper checks an incoming body against
     // its own Content-Length, so the two agree).
-    let declared = declared
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
     match declared {
         Some(0) => Framing::Empty,
         Some(n) => Framing::Length(n),
@@ -135,29 +143,32 @@ pub fn last_chunk(trailers: Option<&HeaderMap>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn the_bodys_length_frames_it_and_a_declared_one_only_when_it_has_none() {
-        let mut declared = HeaderMap::new();
-        declared.insert("content-length", HeaderValue::from_static("5"));
-        let none = HeaderMap::new();
+        let mut fields = HeaderMap::new();
+        fields.insert("content-length", HeaderValue::from_static("5"));
+        let declared = declared_length(&fields);
+        assert_eq!(declared, Some(5));
+        let none = declared_length(&HeaderMap::new());
         let get = Method::GET;
-        assert_eq!(framing(&get, BodyLength::Empty, &declared), Framing::Empty);
+        assert_eq!(framing(&get, BodyLength::Empty, declared), Framing::Empty);
         assert_eq!(
-            framing(&get, BodyLength::Known(0), &declared),
+            framing(&get, BodyLength::Known(0), declared),
             Framing::Empty
         );
         assert_eq!(
-            framing(&get, BodyLength::Known(3), &declared),
+            framing(&get, BodyLength::Known(3), declared),
             Framing::Length(3)
         );
         assert_eq!(
-            framing(&get, BodyLength::Unknown, &declared),
+            framing(&get, BodyLength::Unknown, declared),
             Framing::Length(5)
         );
-        assert_eq!(framing(&get, BodyLength::Unknown, &none), Framing::Chunked);
+        assert_eq!(framing(&get, BodyLength::Unknown, none), Framing::Chunked);
         assert_eq!(
-            framing(&Method::HEAD, BodyLength::Unknown, &none),
+            framing(&Method::HEAD, BodyLength::Unknown, none),
             Framing::Empty
         );
     }

@@ -1,21 +1,20 @@
-//! Header rewriting between client and upstream: hop-by-hop headers removed in both directions
-//! (RFC 9110 §7.6.1), the forwarding headers added on the way up (`X-Forwarded-For` and
-//! `Forwarded` appended to; `X-Forwarded-Proto` and `X-Forwarded-Host` set, since the gateway
-//! is the edge and a client must not be able to claim `https`), and `Via` both ways.
+//! The proxy's header rules on header maps: hop-by-hop headers removed (RFC 9110 §7.6.1) as a
+//! request enters and from an upstream's response, a request's upgrade and authority read, and
+//! `Via`. The forwarding fields a request gets on its way up are written once, for both paths,
+//! by [`super::text::forward_fields`]; [`field_map`] reads them back into a map for hyper's
+//! clients.
 
 use bytes::Bytes;
-use gateway_http1::hop_by_hop::{self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT};
-use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
+use gateway_http1::hop_by_hop::{
+    self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT, wants_trailers,
+};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Uri, Version};
 use smallvec::SmallVec;
 
 /// Made once per connection, with its facts; the proxy's text forwarding names it here.
 pub(super) use crate::connection::ClientText;
-
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 pub(super) const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
 const UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
@@ -85,21 +84,6 @@ fn remove_present(headers: &mut HeaderMap, present: u16, upgrading: bool) {
     }
 }
 
-/// Whether a `TE` value names `trailers`: the one value that means something end to end (gRPC
-/// needs it), so the one kept of a removed `TE`.
-pub(super) fn wants_trailers(te: &[u8]) -> bool {
-    std::str::from_utf8(te).is_ok_and(|v| {
-        v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
-            && v.split(',').any(|t| {
-                t.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case("trailers")
-            })
-    })
-}
-
 /// The fields present that `Connection` names as this hop's only. Names in [`hop_by_hop::NAMES`] are
 /// left out: `remove_hop_by_hop` handles those itself (each removed once, `TE` judged on its
 /// value, `Upgrade` kept when switching protocols). The present names are matched against the
@@ -161,141 +145,59 @@ pub(crate) fn via(version: Version) -> HeaderValue {
     })
 }
 
-/// Header fields the proxy may add to a request or response it forwards (`X-Forwarded-*`,
-/// `Forwarded`, `Via`, the upstream's `Host`, and a few a route's filters set). `Host` counts
-/// although the client sent one: `HeaderMap::insert` makes room before it looks for the name,
-/// so even replacing it grows a full map.
+/// Header fields a route's filters or the proxy may add to a request or response (the
+/// upstream's `Host`, a filter's own fields, `Via` on a response): the room a map read from a
+/// head is given, since `HeaderMap::insert` makes room before it looks for the name, so even
+/// replacing a field grows a full map.
 pub(crate) const FORWARDING_ROOM: usize = 8;
 
-/// Adds the forwarding headers for a request from `client` (its address and scheme) that
-/// arrived with `version`, addressed to `host`.
-pub(crate) fn add_forwarding(
-    headers: &mut HeaderMap,
-    client: &ClientText,
-    host: Option<&HeaderValue>,
-    version: Version,
-) {
-    // The first request of a connection comes in a map hyper sized to its fields, full; each
-    // field added would grow it, a rehash and two reallocations each (three per request on
-    // short connections). Later requests reuse a map with room, where this does nothing.
-    headers.reserve(FORWARDING_ROOM);
-    // One probe per header: a request usually carries neither, and then the connection's
-    // value goes in as it is.
-    match headers.entry(&X_FORWARDED_FOR) {
-        Entry::Vacant(e) => {
-            e.insert(client.ip.clone());
-        }
-        Entry::Occupied(mut e) => {
-            let mut xff = list_to_append_to(e.iter(), 48);
-            xff.push_str(client.ip.to_str().unwrap_or_default());
-            if let Ok(v) = HeaderValue::try_from(xff) {
-                e.insert(v);
-            }
-        }
-    }
-
-    let host_text = host.and_then(|h| h.to_str().ok());
-    let forwarded = |mut list: String| {
-        list.push_str(&client.element);
-        if let Some(host) = host_text {
-            list.push_str(";host=");
-            crate::ip_text::push_quoted(&mut list, host);
-        }
-        // Visible ASCII throughout: the prior values and the host passed `to_str`, the host is
-        // quoted with its quotes and backslashes escaped, and the element is the connection's.
-        HeaderValue::try_from(list).ok()
-    };
-    match headers.entry(header::FORWARDED) {
-        Entry::Vacant(e) => {
-            let value = match host {
-                Some(h) => client.forwarded_to(h, || forwarded(String::with_capacity(64))),
-                None => forwarded(String::with_capacity(64)),
-            };
-            if let Some(v) = value {
-                e.insert(v);
-            }
-        }
-        Entry::Occupied(mut e) => {
-            if let Some(v) = forwarded(list_to_append_to(e.iter(), 128)) {
-                e.insert(v);
-            }
-        }
-    }
-
-    headers.insert(&X_FORWARDED_PROTO, client.proto.clone());
-    match host {
-        Some(h) => headers.insert(&X_FORWARDED_HOST, h.clone()),
-        None => headers.remove(&X_FORWARDED_HOST),
-    };
-    headers.append(header::VIA, via(version));
-}
-
-/// The values a request brought for a list the gateway appends to, each followed by `, `
-/// (values that are not visible ASCII are dropped).
-fn list_to_append_to<'a>(values: impl Iterator<Item = &'a HeaderValue>, room: usize) -> String {
-    let mut list = String::with_capacity(room);
-    for v in values {
-        if let Ok(v) = v.to_str() {
-            list.push_str(v);
-            list.push_str(", ");
-        }
-    }
-    list
-}
-
-/// Moves the request's path and field values out of the client connection's read buffer into
-/// one allocation of their own. hyper hands them out as slices of that buffer, and while any
-/// slice lives, hyper's next read on the connection (it reads during every request, to notice a
-/// client that goes away) cannot reuse the buffer and allocates a new 8 KiB one. The proxy keeps
-/// the request until the upstream answers (it may be sent again), so without this every proxied
-/// request cost an 8 KiB allocation and its release.
-pub(crate) fn detach(
-    path: &mut PathAndQuery,
-    host: &mut Option<HeaderValue>,
-    headers: &mut HeaderMap,
-) {
-    let len = path.as_str().len()
-        + host.as_ref().map_or(0, HeaderValue::len)
-        + headers.values().map(HeaderValue::len).sum::<usize>();
+/// Moves the request's path and `Host` out of the client connection's read buffer into one
+/// allocation of their own. hyper hands them out as slices of that buffer, and while any slice
+/// lives, hyper's next read on the connection (it reads during every request, to notice a client
+/// that goes away) cannot reuse the buffer and allocates a new 8 KiB one. The proxy keeps the
+/// request line until the upstream answers (it may be sent again); the fields are already a
+/// copy ([`super::text::forward_map`]).
+pub(crate) fn detach(path: &mut PathAndQuery, host: &mut Option<HeaderValue>) {
+    let len = path.as_str().len() + host.as_ref().map_or(0, HeaderValue::len);
     let mut copy = Vec::with_capacity(len);
     copy.extend_from_slice(path.as_str().as_bytes());
     if let Some(h) = host {
         copy.extend_from_slice(h.as_bytes());
     }
-    // The same iterator as the replacing pass below, so the two walk the values in one order.
-    for v in headers.values_mut() {
-        copy.extend_from_slice(v.as_bytes());
-    }
     let copy = Bytes::from(copy);
-    let mut at = 0;
-    let mut next = |n: usize| {
-        at += n;
-        copy.slice(at - n..at)
-    };
+    let path_len = path.as_str().len();
     // The path has no unchecked constructor; should its check fail, the original stays.
-    if let Ok(p) = PathAndQuery::from_maybe_shared(next(path.as_str().len())) {
+    if let Ok(p) = PathAndQuery::from_maybe_shared(copy.slice(..path_len)) {
         *path = p;
     }
-    let mut detach_value = |v: &mut HeaderValue| {
-        let mut own = copy_of_value(next(v.len()));
-        own.set_sensitive(v.is_sensitive());
-        *v = own;
-    };
-    if let Some(h) = host {
-        detach_value(h);
+    if let Some(h) = host
+        && let Ok(mut own) = HeaderValue::from_maybe_shared(copy.slice(path_len..))
+    {
+        own.set_sensitive(h.is_sensitive());
+        *h = own;
     }
-    headers.values_mut().for_each(detach_value);
 }
 
-/// A field value made from `bytes` without checking them again.
-#[allow(
-    unsafe_code,
-    reason = "the checked constructor re-reads every byte, which cost more than the copy saves"
-)]
-fn copy_of_value(bytes: Bytes) -> HeaderValue {
-    // SAFETY: `detach` passes only byte-for-byte copies of `HeaderValue`s, which were checked
-    // when they were made; a copy of valid field-value bytes is a valid field value.
-    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
+/// The field lines [`super::text::forward_fields`] wrote, as a header map for hyper's clients,
+/// with the `Content-Length` the client declared (hyper frames a body by it).
+pub(crate) fn field_map(lines: &Bytes, declared_length: Option<u64>) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(lines.iter().filter(|&&b| b == b'\n').count() + 2);
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let value = lines.slice_ref(line[colon + 1..].trim_ascii());
+        if let (Ok(name), Ok(value)) = (
+            gateway_http1::fields::name(&line[..colon]),
+            HeaderValue::from_maybe_shared(value),
+        ) {
+            map.append(name, value);
+        }
+    }
+    if let Some(n) = declared_length {
+        map.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    map
 }
 
 #[cfg(test)]
@@ -313,40 +215,59 @@ mod tests {
         h
     }
 
+    /// A general-path request's fields as its upstream gets them: written by the one rule
+    /// ([`super::super::text::forward_map`]) and read back as hyper's clients get them.
+    fn forwarded(
+        fields: &HeaderMap,
+        host: Option<&str>,
+        client: &ClientText,
+        version: Version,
+        upgrading: bool,
+    ) -> HeaderMap {
+        let via = via(version);
+        let hop = super::super::text::Hop {
+            host: host.map(str::as_bytes),
+            upgrading,
+            via: via.as_bytes(),
+        };
+        field_map(&super::super::text::forward_map(fields, &hop, client), None)
+    }
+
+    fn client() -> ClientText {
+        ClientText::new("192.0.2.7".parse().unwrap(), false)
+    }
+
     #[test]
-    fn detached_values_are_equal_and_no_longer_share_the_read_buffer() {
-        // A stand-in for hyper's read buffer: the head's bytes, with the path and the values
-        // sliced from it.
-        let buffer = Bytes::from_static(b"/a/b?c=1 example.com text/html one two");
-        let slice = |from: usize, to: usize| buffer.slice(from..to);
-        let mut path = PathAndQuery::from_maybe_shared(slice(0, 8)).unwrap();
-        let mut host = Some(HeaderValue::from_maybe_shared(slice(9, 20)).unwrap());
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_maybe_shared(slice(21, 30)).unwrap(),
-        );
-        let mut secret = HeaderValue::from_maybe_shared(slice(31, 34)).unwrap();
+    fn detached_path_and_host_are_equal_and_no_longer_share_the_read_buffer() {
+        // A stand-in for hyper's read buffer: the head's bytes, with the path and host sliced
+        // from it.
+        let buffer = Bytes::from_static(b"/a/b?c=1 example.com");
+        let mut path = PathAndQuery::from_maybe_shared(buffer.slice(0..8)).unwrap();
+        let mut secret = HeaderValue::from_maybe_shared(buffer.slice(9..20)).unwrap();
         secret.set_sensitive(true);
-        headers.append(header::COOKIE, secret);
-        headers.append(
-            header::COOKIE,
-            HeaderValue::from_maybe_shared(slice(35, 38)).unwrap(),
-        );
-        headers.insert(header::VIA, HeaderValue::from_static("1.1 gateway"));
-        let before = (path.clone(), host.clone(), headers.clone());
+        let mut host = Some(secret);
+        let before = (path.clone(), host.clone());
 
-        detach(&mut path, &mut host, &mut headers);
+        detach(&mut path, &mut host);
 
-        assert_eq!((&path, &host, &headers), (&before.0, &before.1, &before.2));
-        let cookies: Vec<_> = headers.get_all(header::COOKIE).iter().collect();
-        assert_eq!(cookies, ["one", "two"]);
-        assert!(cookies[0].is_sensitive() && !cookies[1].is_sensitive());
-        // Nothing points into the old buffer any more.
+        assert_eq!((&path, &host), (&before.0, &before.1));
+        assert!(host.as_ref().unwrap().is_sensitive());
         let inside = |p: *const u8| buffer.as_ptr_range().contains(&p);
         assert!(!inside(path.as_str().as_ptr()));
         assert!(!inside(host.as_ref().unwrap().as_bytes().as_ptr()));
-        assert!(headers.values().all(|v| !inside(v.as_bytes().as_ptr())));
+    }
+
+    #[test]
+    fn the_forwarded_fields_read_back_as_a_map_with_the_declared_length() {
+        let lines =
+            Bytes::from_static(b"accept: */*\r\nx-one: 1\r\nx-one: 2\r\nvia: 1.1 gateway\r\n");
+        let map = field_map(&lines, Some(5));
+        let ones: Vec<_> = map.get_all("x-one").iter().collect();
+        assert_eq!(ones, ["1", "2"]);
+        assert_eq!(map["accept"], "*/*");
+        assert_eq!(map["via"], "1.1 gateway");
+        assert_eq!(map["content-length"], "5");
+        assert_eq!(map.len(), 5);
     }
 
     #[test]
@@ -406,17 +327,22 @@ mod tests {
 
     #[test]
     fn forwarding_headers_append_and_set() {
-        let mut h = map(&[
+        let h = map(&[
             ("x-forwarded-for", "10.0.0.1"),
             ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "claimed.example"),
             ("forwarded", "for=10.0.0.1"),
+            ("host", "api.example.com:8080"),
+            ("expect", "100-continue"),
+            ("content-length", "5"),
+            ("accept", "*/*"),
         ]);
-        let host = HeaderValue::from_static("api.example.com:8080");
-        add_forwarding(
-            &mut h,
-            &ClientText::new("192.0.2.7".parse().unwrap(), false),
-            Some(&host),
+        let h = forwarded(
+            &h,
+            Some("api.example.com:8080"),
+            &client(),
             Version::HTTP_11,
+            false,
         );
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
         assert_eq!(
@@ -429,17 +355,23 @@ mod tests {
             "for=10.0.0.1, for=192.0.2.7;proto=http;host=\"api.example.com:8080\""
         );
         assert_eq!(h["via"], "1.1 gateway");
+        assert_eq!(h["accept"], "*/*");
+        // Each attempt writes its `Host` and its body's framing; the gateway answers `Expect`.
+        for gone in ["host", "expect", "content-length"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+        assert_eq!(h.len(), 6, "{h:?}");
     }
 
     #[test]
     fn forwarded_quotes_ipv6_and_escapes_host() {
-        let mut h = HeaderMap::new();
-        let host = HeaderValue::from_static("a\";by=evil");
-        add_forwarding(
-            &mut h,
-            &ClientText::new("2001:db8::1".parse().unwrap(), true),
-            Some(&host),
+        let client = ClientText::new("2001:db8::1".parse().unwrap(), true);
+        let h = forwarded(
+            &HeaderMap::new(),
+            Some("a\";by=evil"),
+            &client,
             Version::HTTP_2,
+            false,
         );
         assert_eq!(
             h["forwarded"],
@@ -451,32 +383,23 @@ mod tests {
     }
 
     #[test]
-    fn a_connections_requests_get_forwarded_for_the_host_each_names() {
-        let client = ClientText::new("192.0.2.7".parse().unwrap(), false);
-        let forwarded = |host: Option<&'static str>, own: Option<&'static str>| {
-            let mut h = HeaderMap::new();
-            if let Some(own) = own {
-                h.insert(header::FORWARDED, HeaderValue::from_static(own));
-            }
-            let host = host.map(HeaderValue::from_static);
-            add_forwarding(&mut h, &client, host.as_ref(), Version::HTTP_11);
-            h[header::FORWARDED].to_str().unwrap().to_owned()
-        };
-        let a = "for=192.0.2.7;proto=http;host=\"a.example\"";
-        let b = "for=192.0.2.7;proto=http;host=\"b.example\"";
-        assert_eq!(forwarded(Some("a.example"), None), a);
-        assert_eq!(
-            forwarded(Some("a.example"), None),
-            a,
-            "kept for the connection"
-        );
-        assert_eq!(forwarded(Some("b.example"), None), b, "another host");
-        assert_eq!(forwarded(None, None), "for=192.0.2.7;proto=http");
-        assert_eq!(
-            forwarded(Some("a.example"), Some("for=10.0.0.1")),
-            format!("for=10.0.0.1, {a}"),
-            "a request's own is appended to"
-        );
-        assert_eq!(forwarded(Some("a.example"), None), a);
+    fn a_forwarded_request_loses_its_hop_by_hop_fields_but_an_upgrade() {
+        let h = map(&[
+            ("connection", "Upgrade, x-hop"),
+            ("upgrade", "websocket"),
+            ("x-hop", "1"),
+            ("te", "trailers"),
+            ("keep-alive", "timeout=5"),
+        ]);
+        let up = forwarded(&h, None, &client(), Version::HTTP_11, true);
+        assert_eq!(up["upgrade"], "websocket");
+        assert_eq!(up["connection"], "upgrade");
+        assert_eq!(up["te"], "trailers");
+        assert!(!up.contains_key("x-hop") && !up.contains_key("keep-alive"));
+        let plain = forwarded(&h, None, &client(), Version::HTTP_11, false);
+        for gone in ["upgrade", "connection", "x-hop", "keep-alive"] {
+            assert!(!plain.contains_key(gone), "{gone}");
+        }
+        assert_eq!(plain["te"], "trailers");
     }
 }

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::HeaderMap;
 use http::header::HeaderValue;
 use http::uri::Authority;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -132,7 +131,14 @@ impl Mirror {
 
     /// Sends `copy` as the request `line` with `fields` (the rewritten request the route's
     /// upstream gets), in a task of its own.
-    pub(super) fn send(&self, copy: Copy, line: &RequestLine, fields: &HeaderMap, empty: bool) {
+    pub(super) fn send(
+        &self,
+        copy: Copy,
+        line: &RequestLine,
+        fields: &Bytes,
+        declared_length: Option<u64>,
+        empty: bool,
+    ) {
         let route = self.route.clone();
         let h2 = route.upstream.connector.is_h2();
         let shadow = line
@@ -160,7 +166,8 @@ impl Mirror {
                     .filter(|_| h2)
                     .and_then(|h| Authority::try_from(h.as_slice()).ok()),
             },
-            headers: fields.clone(),
+            fields: fields.clone(),
+            declared_length,
             body: Some(body),
             pace,
             key: 0,

@@ -41,6 +41,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 pub use text::{Answer, Forwarding, Replaced, TextRequest};
 
+use bytes::Bytes;
 use deadline::Deadline;
 use futures_util::future::Either;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -118,10 +119,12 @@ struct Failed {
 /// The client's request, rewritten once for all its attempts.
 struct Rewritten {
     line: RequestLine,
-    /// Lent to every attempt on the proxy's own HTTP/1.1 client ([`h1::Shared`]); for hyper's
-    /// clients (HTTP/2, a protocol switch), taken by the last attempt and cloned for the ones
-    /// before it.
-    headers: HeaderMap,
+    /// The fields as the upstream gets them, as field lines ([`text::forward_fields`]): lent to
+    /// every attempt on the proxy's own HTTP/1.1 client ([`h1::Shared`]), read into a header
+    /// map for each attempt on hyper's clients (HTTP/2, a protocol switch).
+    fields: Bytes,
+    /// The `Content-Length` the client declared, for a body of unknown length.
+    declared_length: Option<u64>,
     /// Taken by an attempt; back when the attempt failed without sending it.
     body: Option<Body>,
     /// The client's waits while the body goes up (for the attempts' deadlines) and its
@@ -248,19 +251,20 @@ impl ProxyRoute {
         let (mut parts, body) = req.into_parts();
         let key = up.hash_key(&parts, cx);
         let client_host = headers::client_authority(&parts.uri, &parts.headers);
-        headers::remove_hop_by_hop(&mut parts.headers, upgrading && !websocket_over_h2);
-        // The gateway answers `Expect: 100-continue` itself (hyper sends the 100 when the body
-        // is first read), so the upstream must not be asked again.
-        parts.headers.remove(header::EXPECT);
-        headers::add_forwarding(
-            &mut parts.headers,
-            cx.conn.peer_text(),
-            client_host.as_ref(),
-            parts.version,
-        );
+        let via = headers::via(parts.version);
         if websocket_over_h2 {
             upgrade::connect_to_http1(&mut parts);
         }
+        let declared_length = gateway_http1::request::declared_length(&parts.headers);
+        let fields = text::forward_map(
+            &parts.headers,
+            &text::Hop {
+                host: client_host.as_ref().map(HeaderValue::as_bytes),
+                upgrading,
+                via: via.as_bytes(),
+            },
+            cx.conn.peer_text(),
+        );
         let line = RequestLine {
             // The listener may forward the target as the client wrote it; routing and the
             // filters saw the normalized one.
@@ -303,14 +307,15 @@ impl ProxyRoute {
         let (body, pace) = pace::paced(body, body_empty, self.timeout);
         let mut line = line;
         if !cx.private_head {
-            headers::detach(&mut line.path, &mut line.host, &mut parts.headers);
+            headers::detach(&mut line.path, &mut line.host);
         }
         if let (Some(m), Some(copy)) = (&self.mirror, copy) {
-            m.send(copy, &line, &parts.headers, body_empty);
+            m.send(copy, &line, &fields, declared_length, body_empty);
         }
         let rewritten = Rewritten {
             line,
-            headers: parts.headers,
+            fields,
+            declared_length,
             body: Some(body),
             pace,
             key,
@@ -370,16 +375,18 @@ impl ProxyRoute {
                     let body = req.body.take().unwrap_or_default();
                     let (mut attempt_req, shared) = if lends {
                         let shared = h1::Shared {
-                            host: req.line.host.as_ref().unwrap_or(&pool.endpoint.host),
-                            fields: &req.headers,
+                            host: req
+                                .line
+                                .host
+                                .as_ref()
+                                .unwrap_or(&pool.endpoint.host)
+                                .as_bytes(),
+                            fields: &req.fields,
+                            declared_length: req.declared_length,
                         };
                         (self.request(&req.line, None, body, pool), Some(shared))
                     } else {
-                        let fields = if retry_left {
-                            req.headers.clone()
-                        } else {
-                            std::mem::take(&mut req.headers)
-                        };
+                        let fields = headers::field_map(&req.fields, req.declared_length);
                         (self.request(&req.line, Some(fields), body, pool), None)
                     };
                     span = trace.as_ref().map(|t| {
@@ -726,7 +733,11 @@ impl ProxyRoute {
             ));
         }
         let (mut parts, incoming) = response.into_parts();
-        headers::remove_hop_by_hop(&mut parts.headers, false);
+        // The proxy's own client reads only the end-to-end fields into the map
+        // ([`gateway_http1::decode::response_head`]); hyper's reads them all.
+        if matches!(incoming, RawBody::Hyper(_)) {
+            headers::remove_hop_by_hop(&mut parts.headers, false);
+        }
         parts
             .headers
             .append(header::VIA, headers::via(parts.version));

@@ -20,17 +20,19 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::deadline::Deadline;
-use http::{StatusCode, Version};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode, Version};
 
 use super::body::{Lease, RawBody};
-use super::headers::{self, ClientText};
+use super::deadline::Deadline;
+use super::headers::ClientText;
 use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
 use crate::error::GatewayError;
 use gateway_http1::decode::BareResponseHead;
 use gateway_http1::fields::push_field;
+use gateway_http1::hop_by_hop::{EndToEnd, Judged};
 
 /// What the fast path read of a client's request head.
 pub struct TextRequest<'b> {
@@ -43,8 +45,6 @@ pub struct TextRequest<'b> {
     /// The `Host` value (one at most).
     pub host: Option<&'b [u8]>,
     pub fields: &'b [httparse::Header<'b>],
-    /// The client sent `Connection: close`, which makes a field named `close` this hop's.
-    pub close: bool,
 }
 
 /// A request rewritten for its upstream, owned: the client's read buffer moves on while the
@@ -139,52 +139,12 @@ impl ProxyRoute {
         text.extend_from_slice(self.upstream_target(req.target, req.path).as_bytes());
         text.extend_from_slice(b" HTTP/1.1\r\n");
         let line = text.len();
-        let (mut xff, mut forwarded, mut te_seen) = (false, false, false);
-        for f in req.fields {
-            let name = f.name.as_bytes();
-            let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-            if stays_on_this_hop(f, &mut te_seen, &mut text) {
-                continue;
-            }
-            match name.len() {
-                4 if is(b"host") => continue,
-                5 if req.close && is(b"close") => continue,
-                15 if is(b"x-forwarded-for") => {
-                    xff = true;
-                    continue;
-                }
-                9 if is(b"forwarded") => {
-                    forwarded = true;
-                    continue;
-                }
-                17 if is(b"x-forwarded-proto") => continue,
-                16 if is(b"x-forwarded-host") => continue,
-                _ => {}
-            }
-            push_field(&mut text, name, f.value);
-        }
-        text.extend_from_slice(b"x-forwarded-for: ");
-        if xff {
-            append_prior(&mut text, req.fields, b"x-forwarded-for");
-        }
-        text.extend_from_slice(client.ip.as_bytes());
-        text.extend_from_slice(b"\r\n");
-        let host_text = req.host.and_then(gateway_http1::fields::field_text);
-        text.extend_from_slice(b"forwarded: ");
-        if forwarded {
-            append_prior(&mut text, req.fields, b"forwarded");
-        }
-        text.extend_from_slice(client.element.as_bytes());
-        if let Some(host) = host_text {
-            text.extend_from_slice(b";host=");
-            crate::ip_text::push_quoted_bytes(&mut text, host);
-        }
-        text.extend_from_slice(b"\r\n");
-        push_field(&mut text, b"x-forwarded-proto", client.proto.as_bytes());
-        if let Some(host) = req.host {
-            push_field(&mut text, b"x-forwarded-host", host);
-        }
-        text.extend_from_slice(b"via: 1.1 gateway\r\n");
+        let hop = Hop {
+            host: req.host,
+            upgrading: false,
+            via: b"1.1 gateway",
+        };
+        forward_fields(&mut text, req.fields, &hop, client);
         let fields = text.len();
         let preserve_host = self.preserve_host && req.host.is_some();
         if preserve_host && let Some(host) = req.host {
@@ -368,17 +328,123 @@ struct Answered {
 }
 
 /// Room for the rewritten request: its request line, the client's fields, and the fields
-/// [`ProxyRoute::rewrite_text`] adds, in which the host appears up to three times
-/// (`Forwarded`, `X-Forwarded-Host`, a preserved `Host`) and the client's address twice. Short
-/// by any of them, the text would grow once more on every request: a reallocation and a copy.
+/// [`forward_fields`] adds ([`fields_room`]), and a preserved `Host`. Short by any of them, the
+/// text would grow once more on every request: a reallocation and a copy.
 fn text_room(req: &TextRequest<'_>, client: &ClientText) -> usize {
-    let host = req.host.map_or(0, <[u8]>::len);
-    let fields: usize = req
-        .fields
+    req.target.len() + fields_room(req.fields, req.host, client)
+}
+
+/// Room for what [`forward_fields`] writes of `fields`: the fields themselves and those it
+/// adds, in which the host appears up to three times (`Forwarded`, `X-Forwarded-Host`, a
+/// preserved `Host` after them) and the client's address twice.
+fn fields_room(fields: &[httparse::Header<'_>], host: Option<&[u8]>, client: &ClientText) -> usize {
+    let host = host.map_or(0, <[u8]>::len);
+    let fields: usize = fields
         .iter()
         .map(|f| f.name.len() + f.value.len() + 4)
         .sum();
-    req.target.len() + fields + 3 * host + client.ip.len() + client.element.len() + 160
+    fields + 3 * host + client.ip.len() + client.element.len() + 160
+}
+
+/// [`forward_fields`] for a request whose fields are a header map (the general path's), into
+/// a buffer of their own: the map's names and values are lent to the rule as the fast path's
+/// raw fields are.
+pub(super) fn forward_map(map: &HeaderMap, hop: &Hop<'_>, client: &ClientText) -> Bytes {
+    let fields: smallvec::SmallVec<[httparse::Header<'_>; 24]> = map
+        .iter()
+        .map(|(name, value)| httparse::Header {
+            name: name.as_str(),
+            value: value.as_bytes(),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(fields_room(&fields, hop.host, client));
+    forward_fields(&mut out, &fields, hop, client);
+    Bytes::from(out)
+}
+
+/// What [`forward_fields`] needs to know of a request's hop beside its fields.
+pub(super) struct Hop<'a> {
+    /// The authority the client addressed (its `Host`, or an HTTP/2 request's `:authority`).
+    pub(super) host: Option<&'a [u8]>,
+    /// The request switches protocols: its `Upgrade` goes on, with `Connection: upgrade`.
+    pub(super) upgrading: bool,
+    /// The `Via` value for the client's hop (`1.1 gateway`, `2 gateway`, ...).
+    pub(super) via: &'a [u8],
+}
+
+/// Writes the fields of a request as its upstream is to get them, for both paths (the fast
+/// path's raw fields and the general path's header map, lent as a slice of the same kind):
+/// hop-by-hop fields and those `Connection` names dropped (`TE: trailers` kept, `Upgrade` and
+/// `Connection: upgrade` when switching protocols); `Host`, the framing fields and `Expect`
+/// dropped (each attempt writes its `Host` and the framing of the body it sends, and the gateway
+/// answers `100 Continue` itself); then `X-Forwarded-For` and `Forwarded` with the client
+/// appended to the values the request brought, `X-Forwarded-Proto` and `X-Forwarded-Host` set
+/// (the gateway is the edge: a client must not be able to claim `https`), and `Via`.
+pub(super) fn forward_fields(
+    out: &mut Vec<u8>,
+    fields: &[httparse::Header<'_>],
+    hop: &Hop<'_>,
+    client: &ClientText,
+) {
+    let mut end_to_end = EndToEnd::of(fields);
+    let (mut xff, mut forwarded) = (false, false);
+    for f in fields {
+        let name = f.name.as_bytes();
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        if hop.upgrading && name.len() == 7 && is(b"upgrade") {
+            push_field(out, name, f.value);
+            continue;
+        }
+        match end_to_end.judge(f) {
+            Judged::Forward => {}
+            Judged::Drop => continue,
+            Judged::Trailers => {
+                out.extend_from_slice(b"te: trailers\r\n");
+                continue;
+            }
+        }
+        match name.len() {
+            4 if is(b"host") => continue,
+            6 if is(b"expect") => continue,
+            14 if is(b"content-length") => continue,
+            15 if is(b"x-forwarded-for") => {
+                xff = true;
+                continue;
+            }
+            9 if is(b"forwarded") => {
+                forwarded = true;
+                continue;
+            }
+            17 if is(b"x-forwarded-proto") => continue,
+            16 if is(b"x-forwarded-host") => continue,
+            _ => {}
+        }
+        push_field(out, name, f.value);
+    }
+    if hop.upgrading {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if xff {
+        append_prior(out, fields, b"x-forwarded-for");
+    }
+    out.extend_from_slice(client.ip.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"forwarded: ");
+    if forwarded {
+        append_prior(out, fields, b"forwarded");
+    }
+    out.extend_from_slice(client.element.as_bytes());
+    if let Some(host) = hop.host.and_then(gateway_http1::fields::field_text) {
+        out.extend_from_slice(b";host=");
+        crate::ip_text::push_quoted_bytes(out, host);
+    }
+    out.extend_from_slice(b"\r\n");
+    push_field(out, b"x-forwarded-proto", client.proto.as_bytes());
+    if let Some(host) = hop.host {
+        push_field(out, b"x-forwarded-host", host);
+    }
+    push_field(out, b"via", hop.via);
 }
 
 /// Writes the client's status line and the upstream's fields as the client is to see them into
@@ -397,30 +463,20 @@ fn client_fields(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
     out.extend_from_slice(b"\r\n");
-    // The names `Connection` lists; found first, as the header map's removal does.
-    let mut named: smallvec::SmallVec<[&[u8]; 4]> = smallvec::SmallVec::new();
-    for f in fields {
-        if f.name.eq_ignore_ascii_case("connection") {
-            for token in f.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if !token.is_empty() && gateway_http1::hop_by_hop::token_bit(token) == 0 {
-                    named.push(token);
-                }
-            }
-        }
-    }
+    let mut end_to_end = EndToEnd::of(fields);
     let mut written = Written::default();
-    let mut te_seen = false;
     // Allocated only for a response with a `Trailer` field.
     let mut declared: Vec<u8> = Vec::new();
     for f in fields {
         let name = f.name.as_bytes();
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-        if stays_on_this_hop(f, &mut te_seen, out) {
-            continue;
-        }
-        if !named.is_empty() && named.iter().any(|t| t.eq_ignore_ascii_case(name)) {
-            continue;
+        match end_to_end.judge(f) {
+            Judged::Forward => {}
+            Judged::Drop => continue,
+            Judged::Trailers => {
+                out.extend_from_slice(b"te: trailers\r\n");
+                continue;
+            }
         }
         match name.len() {
             14 if is(b"content-length") => continue,
@@ -455,23 +511,6 @@ fn append_prior(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], name: &[u8])
             out.extend_from_slice(b", ");
         }
     }
-}
-
-/// Whether `f` is a hop-by-hop field, which stays on this hop. `TE: trailers` is end to end:
-/// the first `TE` (judged alone, as the general path judges it) is written on as that when it
-/// names `trailers`.
-fn stays_on_this_hop(f: &httparse::Header<'_>, te_seen: &mut bool, out: &mut Vec<u8>) -> bool {
-    let name = f.name.as_bytes();
-    if gateway_http1::hop_by_hop::token_bit(name) == 0 {
-        return false;
-    }
-    if name.len() == 2 && !*te_seen {
-        *te_seen = true;
-        if headers::wants_trailers(f.value) {
-            out.extend_from_slice(b"te: trailers\r\n");
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -43,14 +43,12 @@ fn rewrite(proxy: &ProxyRoute, head: &str, target_host: &str) -> Option<String> 
             .map(|f| f.value)
     };
     let host = one("host");
-    let close = one("connection").is_some_and(|v| v.eq_ignore_ascii_case(b"close"));
     let request = TextRequest {
         head: false,
         target,
         path,
         host,
         fields,
-        close,
     };
     let client_ip: IpAddr = CLIENT.parse().unwrap();
     let client = ClientText::new(client_ip, false);
@@ -79,7 +77,6 @@ fn the_rewritten_request_fits_the_room_made_for_it() {
         path: "/a",
         host: Some(host.as_bytes()),
         fields: req.headers,
-        close: false,
     };
     let client_ip: IpAddr = "2001:db8:ffff:ffff:ffff:ffff:ffff:fffe".parse().unwrap();
     let client = ClientText::new(client_ip, true);

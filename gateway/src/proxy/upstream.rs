@@ -478,7 +478,6 @@ mod tests {
             path: "/",
             host: Some(b"example.com"),
             fields: &fields,
-            close: false,
         };
         let ip: std::net::IpAddr = "192.0.2.7".parse().unwrap();
         let client = crate::connection::ClientText::new(ip, false);

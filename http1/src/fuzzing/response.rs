@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use http_body::Frame;
 
 use crate::decode::{BodyFraming, Chunked, Step, response_head as head_map, response_head_text};
+use crate::hop_by_hop::{EndToEnd, Judged};
 
 /// A response head as the decoder gave it, in a form both of its entry points can be compared in.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,10 +69,16 @@ fn parse_map(wire: &[u8], method: &Method) -> (Parsed, Option<HeaderMap>) {
 /// `wire` through [`response_head_text`].
 fn parse_text(wire: &[u8], method: &Method) -> Parsed {
     let mut buf = BytesMut::from(wire);
+    // The header map holds the end-to-end fields, by the rule the raw fields' readers apply.
     let read = |status: StatusCode, fields: &[httparse::Header<'_>]| {
+        let mut end_to_end = EndToEnd::of(fields);
         let fields = fields
             .iter()
-            .map(|f| (f.name.to_ascii_lowercase(), f.value.to_vec()))
+            .filter_map(|f| match end_to_end.judge(f) {
+                Judged::Forward => Some((f.name.to_ascii_lowercase(), f.value.to_vec())),
+                Judged::Trailers => Some(("te".to_owned(), b"trailers".to_vec())),
+                Judged::Drop => None,
+            })
             .collect::<Vec<_>>();
         (status, fields)
     };
@@ -109,6 +116,33 @@ fn declares_body(map: &HeaderMap) -> bool {
     map.contains_key(header::TRANSFER_ENCODING)
         || (map.contains_key(header::CONTENT_LENGTH)
             && !items(map, header::CONTENT_LENGTH).all(|item| item == b"0"))
+}
+
+/// Every field of the final answer (after the interim 1xx but 101 ones), hop-by-hop ones
+/// included, as a header map.
+fn final_fields(wire: &[u8]) -> HeaderMap {
+    let mut at = 0;
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; 128];
+        let mut res = httparse::Response::new(&mut fields);
+        let Ok(httparse::Status::Complete(len)) = res.parse(&wire[at..]) else {
+            return HeaderMap::new();
+        };
+        let code = res.code.unwrap_or(0);
+        if !(100..200).contains(&code) || code == 101 {
+            let mut map = HeaderMap::new();
+            for f in res.headers.iter() {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(f.name.as_bytes()),
+                    HeaderValue::from_bytes(f.value),
+                ) {
+                    map.append(name, value);
+                }
+            }
+            return map;
+        }
+        at += len;
+    }
 }
 
 /// Whether an interim (1xx but 101) answer before the final one declared a body.
@@ -231,12 +265,20 @@ pub fn response_head(data: &[u8]) {
                 "a value HeaderValue refuses: {value:?}"
             );
         }
-        let expected = expected_framing(&method, head.status, head.version, map).map(
+        for (name, value) in map {
+            let kept_te = *name == header::TE && value == "trailers";
+            assert!(
+                crate::hop_by_hop::bit(name) == 0 || kept_te,
+                "a hop-by-hop field in the map: {name}: {value:?}"
+            );
+        }
+        let all = final_fields(wire);
+        let expected = expected_framing(&method, head.status, head.version, &all).map(
             |(framing, keep_alive)| {
                 // A 1xx or 204 that declares a body, or an interim answer that did, leaves a
                 // connection no later request may use (response-queue poisoning).
                 let bare = head.status.is_informational() || head.status == StatusCode::NO_CONTENT;
-                let refused = (bare && declares_body(map)) || interim_declared_body(wire);
+                let refused = (bare && declares_body(&all)) || interim_declared_body(wire);
                 (framing, keep_alive && !refused)
             },
         );

@@ -81,7 +81,6 @@ impl Lane<'_> {
             path: req.path,
             host: req.host,
             fields: req.headers,
-            close: req.close,
         };
         let conn = &svc.conn;
         let fwd = proxy.rewrite_text(&text, conn.peer_text(), conn.client.ip())?;
