@@ -395,13 +395,8 @@ pub(super) fn forward_fields(
             push_field(out, name, f.value);
             continue;
         }
-        match end_to_end.judge(f) {
-            Judged::Forward => {}
-            Judged::Drop => continue,
-            Judged::Trailers => {
-                out.extend_from_slice(b"te: trailers\r\n");
-                continue;
-            }
+        if !goes_on(end_to_end.judge(f), out) {
+            continue;
         }
         match name.len() {
             4 if is(b"host") => continue,
@@ -470,13 +465,8 @@ fn client_fields(
     for f in fields {
         let name = f.name.as_bytes();
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-        match end_to_end.judge(f) {
-            Judged::Forward => {}
-            Judged::Drop => continue,
-            Judged::Trailers => {
-                out.extend_from_slice(b"te: trailers\r\n");
-                continue;
-            }
+        if !goes_on(end_to_end.judge(f), out) {
+            continue;
         }
         match name.len() {
             14 if is(b"content-length") => continue,
@@ -498,6 +488,19 @@ fn client_fields(
         written.declared_trailers = Some(declared.into_boxed_slice());
     }
     written
+}
+
+/// Whether a field the hop-by-hop rule judged goes on as it is; `TE: trailers`, which goes on
+/// alone in its place, is written here.
+fn goes_on(judged: Judged, out: &mut Vec<u8>) -> bool {
+    match judged {
+        Judged::Forward => true,
+        Judged::Drop => false,
+        Judged::Trailers => {
+            out.extend_from_slice(b"te: trailers\r\n");
+            false
+        }
+    }
 }
 
 /// The values of the request's `name` fields that are visible ASCII, each followed by `, `

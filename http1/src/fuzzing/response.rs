@@ -118,46 +118,18 @@ fn declares_body(map: &HeaderMap) -> bool {
             && !items(map, header::CONTENT_LENGTH).all(|item| item == b"0"))
 }
 
-/// Every field of the final answer (after the interim 1xx but 101 ones), hop-by-hop ones
-/// included, as a header map.
-fn final_fields(wire: &[u8]) -> HeaderMap {
+/// Each head of an answer in turn, the interim ones (1xx but 101) and then the final one, with
+/// every field, hop-by-hop ones included; it stops at the first head not complete.
+fn heads(wire: &[u8]) -> Vec<(u16, HeaderMap)> {
+    let mut heads = Vec::new();
     let mut at = 0;
     loop {
         let mut fields = [httparse::EMPTY_HEADER; 128];
         let mut res = httparse::Response::new(&mut fields);
         let Ok(httparse::Status::Complete(len)) = res.parse(&wire[at..]) else {
-            return HeaderMap::new();
+            return heads;
         };
         let code = res.code.unwrap_or(0);
-        if !(100..200).contains(&code) || code == 101 {
-            let mut map = HeaderMap::new();
-            for f in res.headers.iter() {
-                if let (Ok(name), Ok(value)) = (
-                    http::HeaderName::from_bytes(f.name.as_bytes()),
-                    HeaderValue::from_bytes(f.value),
-                ) {
-                    map.append(name, value);
-                }
-            }
-            return map;
-        }
-        at += len;
-    }
-}
-
-/// Whether an interim (1xx but 101) answer before the final one declared a body.
-fn interim_declared_body(wire: &[u8]) -> bool {
-    let mut at = 0;
-    loop {
-        let mut fields = [httparse::EMPTY_HEADER; 128];
-        let mut res = httparse::Response::new(&mut fields);
-        let Ok(httparse::Status::Complete(len)) = res.parse(&wire[at..]) else {
-            return false;
-        };
-        let code = res.code.unwrap_or(0);
-        if !(100..200).contains(&code) || code == 101 {
-            return false;
-        }
         let mut map = HeaderMap::new();
         for f in res.headers.iter() {
             if let (Ok(name), Ok(value)) = (
@@ -167,11 +139,19 @@ fn interim_declared_body(wire: &[u8]) -> bool {
                 map.append(name, value);
             }
         }
-        if declares_body(&map) {
-            return true;
+        heads.push((code, map));
+        if !(100..200).contains(&code) || code == 101 {
+            return heads;
         }
         at += len;
     }
+}
+
+/// Whether an interim (1xx but 101) answer before the final one declared a body.
+fn interim_declared_body(heads: &[(u16, HeaderMap)]) -> bool {
+    heads
+        .iter()
+        .any(|(code, map)| (100..200).contains(code) && *code != 101 && declares_body(map))
 }
 
 /// RFC 9112 §6.3 and §9.3 read plainly off the header map: the framing and whether the
@@ -272,13 +252,14 @@ pub fn response_head(data: &[u8]) {
                 "a hop-by-hop field in the map: {name}: {value:?}"
             );
         }
-        let all = final_fields(wire);
+        let heads = heads(wire);
+        let all = heads.last().map(|(_, map)| map.clone()).unwrap_or_default();
         let expected = expected_framing(&method, head.status, head.version, &all).map(
             |(framing, keep_alive)| {
                 // A 1xx or 204 that declares a body, or an interim answer that did, leaves a
                 // connection no later request may use (response-queue poisoning).
                 let bare = head.status.is_informational() || head.status == StatusCode::NO_CONTENT;
-                let refused = (bare && declares_body(&all)) || interim_declared_body(wire);
+                let refused = (bare && declares_body(&all)) || interim_declared_body(&heads);
                 (framing, keep_alive && !refused)
             },
         );
