@@ -2,15 +2,15 @@
 //! without a body, forwarded from the client's raw head to an HTTP/1.1 upstream and answered
 //! from the upstream's raw head, with no header map on either side.
 //!
-//! It does what [`super::ProxyRoute::forward`] does for such a request, written as text: the
-//! hop-by-hop fields dropped both ways (RFC 9110 §7.6.1; `TE: trailers` kept), the forwarding
-//! fields (`X-Forwarded-For` and `Forwarded` appended to, `X-Forwarded-Proto` and
-//! `X-Forwarded-Host` set, `Via` both ways), `strip_prefix` and `preserve_host`; the balancer,
-//! the retries on another target (a connect failure, a timeout, a broken response, a 502–504),
-//! the passive health (by the same rule, [`super::outcome`]), the attempt's `timeout` around
-//! the response head and then the body ([`super::body`]), and the pool. The request is
-//! rewritten once, as text, and each attempt writes it with its own `Host`, so a retry costs a
-//! copy of a few hundred bytes.
+//! It does what [`super::ProxyRoute::forward`] does for such a request, with the same rules:
+//! the request's fields are written by [`forward_fields`], the one writer of a forwarded
+//! request's fields for both paths (the general path lends it a header map's fields); the
+//! answer's fields are judged by the codec's hop-by-hop rule, as the general path's decoder
+//! judges them; the balancer, the retries on another target (a connect failure, a timeout, a
+//! broken response, a 502–504), the passive health (by the same rule, [`super::outcome`]), the
+//! attempt's `timeout` around the response head and then the body ([`super::body`]), and the
+//! pool. The request is rewritten once, as text, and each attempt writes it with its own
+//! `Host`, so a retry costs a copy of a few hundred bytes.
 //!
 //! Requests the general path has to see go there before anything is sent: an HTTP/2 upstream,
 //! a balancer keyed on a cookie (the fast path reads the key from the raw head otherwise), a
