@@ -25,7 +25,7 @@ use http::{HeaderMap, StatusCode, Version};
 
 use super::body::{Lease, RawBody};
 use super::deadline::Deadline;
-use super::headers::ClientText;
+use super::headers::{self, ClientText};
 use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
@@ -139,10 +139,11 @@ impl ProxyRoute {
         text.extend_from_slice(self.upstream_target(req.target, req.path).as_bytes());
         text.extend_from_slice(b" HTTP/1.1\r\n");
         let line = text.len();
+        let via = headers::via(Version::HTTP_11);
         let hop = Hop {
             host: req.host,
             upgrading: false,
-            via: b"1.1 gateway",
+            via: via.as_bytes(),
         };
         forward_fields(&mut text, req.fields, &hop, client);
         let fields = text.len();
@@ -247,10 +248,7 @@ impl ProxyRoute {
         }
         // `out` holds the answering attempt's fields: an attempt after it would have
         // overwritten them, and none came after it.
-        out.extend_from_slice(match head.version {
-            Version::HTTP_10 => b"via: 1.0 gateway\r\n",
-            _ => b"via: 1.1 gateway\r\n",
-        });
+        push_field(out, b"via", headers::via(head.version).as_bytes());
         let addr = lease.selection.target().addr;
         let body = match super::body::wrap(RawBody::H1(body), lease) {
             Ok(body) => body,

@@ -56,8 +56,7 @@ impl General {
             bytes.slice(start..start + part.len())
         };
         let uri = Uri::from_maybe_shared(share(parsed.path?.as_bytes())).ok()?;
-        // Room for the fields the proxy adds (`X-Forwarded-*`, `Via`), so that it does not
-        // grow the map.
+        // Room for the fields a route's filters add, so that they do not grow the map.
         let room = parsed.headers.len() + crate::proxy::headers::FORWARDING_ROOM;
         let mut headers = HeaderMap::with_capacity(room);
         for field in parsed.headers.iter() {
