@@ -105,14 +105,6 @@ impl GatewayError {
         }
     }
 
-    /// Whether another upstream target may be tried for this failure.
-    pub fn retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::UpstreamConnect { .. } | Self::UpstreamFailed { .. } | Self::UpstreamTimeout(_)
-        )
-    }
-
     /// The response for this error: its status and the status's reason as text.
     pub fn into_response(self) -> Response<Body> {
         error_response(self.status())

@@ -25,7 +25,7 @@ use http::uri::Authority;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use super::{ProxyRoute, RequestLine, Rewritten, pace, trailers};
+use super::{ProxyRoute, RequestLine, Rewritten, Tries, pace, trailers};
 use crate::body::{Body, BoxError};
 use crate::telemetry::{Counter, Registry};
 
@@ -170,8 +170,7 @@ impl Mirror {
             declared_length,
             body: Some(body),
             pace,
-            key: 0,
-            retries: 0,
+            tries: Tries::new(0, 0),
             body_empty: empty,
             upgrading: false,
             websocket_over_h2: false,

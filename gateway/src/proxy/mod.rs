@@ -56,6 +56,7 @@ pub use upstream::{Upstream, Upstreams};
 
 use self::body::RawBody;
 use self::connect::ConnectError;
+use self::outcome::{Tries, Turn};
 use self::pool::Pool;
 use crate::body::Body;
 use crate::context::RequestCx;
@@ -131,18 +132,13 @@ struct Rewritten {
     /// The client's waits while the body goes up (for the attempts' deadlines) and its
     /// failure; `None` when the body cannot keep the gateway waiting.
     pace: Option<Arc<pace::Pace>>,
-    /// The balancer's hash of the request (`consistent_hash`), 0 without one.
-    key: u64,
-    retries: usize,
+    /// The targets tried, in the balancer's order (the request's key for it), and the retries.
+    tries: Tries<(Sent, Selection)>,
     body_empty: bool,
     upgrading: bool,
     websocket_over_h2: bool,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
-
-/// The last attempt's outcome, kept while the next target is tried (boxed: only retries
-/// make one, and the request's future would otherwise carry it inline).
-type Outcome = Result<(Sent, Selection), GatewayError>;
 
 impl ProxyRoute {
     /// Builds the terminal for one route.
@@ -178,6 +174,16 @@ impl ProxyRoute {
     /// general path, which tees bodies).
     pub fn mirrors(&self) -> bool {
         self.mirror.is_some()
+    }
+
+    /// How many other targets a request may try after its first: the route's `retries` for
+    /// an idempotent method, none for another or for a protocol switch.
+    fn retries_for(&self, method: &Method, upgrading: bool) -> usize {
+        if is_idempotent(method) && !upgrading {
+            self.retries as usize
+        } else {
+            0
+        }
     }
 
     /// The name of the upstream the route forwards to.
@@ -286,11 +292,7 @@ impl ProxyRoute {
             host: client_host.filter(|_| self.preserve_host && !h2),
             method: parts.method,
         };
-        let retries = if self.retries > 0 && is_idempotent(&line.method) && !upgrading {
-            self.retries as usize
-        } else {
-            0
-        };
+        let tries = Tries::new(key, self.retries_for(&line.method, upgrading));
         let body_empty = http_body::Body::is_end_stream(&body);
         // hyper's clients (HTTP/2, a protocol switch) write whatever trailers they are given;
         // the proxy's own HTTP/1.1 client leaves the forbidden ones out as it writes them.
@@ -319,8 +321,7 @@ impl ProxyRoute {
             declared_length,
             body: Some(body),
             pace,
-            key,
-            retries,
+            tries,
             body_empty,
             upgrading,
             websocket_over_h2,
@@ -346,26 +347,18 @@ impl ProxyRoute {
             // Hyper's clients take a request of their own; the proxy's HTTP/1.1 client writes
             // the rewritten fields from where they are.
             let lends = !req.upgrading && !up.connector.is_h2();
-            // Allocated only when a retry happens.
-            let mut tried: Vec<usize> = Vec::new();
-            let mut last: Option<Box<Outcome>> = None;
             // The loop ends with the response made from the chosen attempt's, or (when the
             // body's first frame was not there yet) a boxed future of it, awaited after the loop
             // so that the state kept across that await holds none of the loop's locals.
             let responding = loop {
-                let Some(selection) = up.targets.select(req.key, &tried) else {
-                    match last.map(|b| *b) {
-                        Some(Ok((sent, selection))) => {
-                            break self.respond(sent, selection, None, &mut req);
-                        }
-                        Some(Err(error)) => return self.fail(error),
-                        None => {
-                            return self.fail(GatewayError::NoHealthyTarget(up.name.to_string()));
-                        }
+                let selection = match req.tries.next(up) {
+                    Turn::Try(selection) => selection,
+                    Turn::End(Ok((sent, selection))) => {
+                        break self.respond(sent, selection, None, &mut req);
                     }
+                    Turn::End(Err(error)) => return self.fail(error),
                 };
                 let index = selection.index();
-                let retry_left = tried.len() < req.retries;
                 let Some(pool) = Upstream::pool(&selection) else {
                     return self.fail(GatewayError::NoHealthyTarget(up.name.to_string()));
                 };
@@ -399,7 +392,7 @@ impl ProxyRoute {
                         t.start_client(
                             &req.line.method,
                             target,
-                            tried.len(),
+                            req.tries.retried(),
                             attempt_req.headers_mut(),
                         )
                     });
@@ -414,17 +407,11 @@ impl ProxyRoute {
                 match attempt.await {
                     Ok(sent) => {
                         let status = sent.response.status();
-                        up.report_answer(&selection, status);
-                        let retry =
-                            matches!(status.as_u16(), 502..=504) && retry_left && req.body_empty;
-                        if retry {
+                        if req.tries.answered(up, &selection, status, req.body_empty) {
                             if let Some(span) = span {
                                 span.end_response(status, true);
                             }
-                            up.retries_total
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            tried.push(index);
-                            last = Some(Box::new(Ok((sent, selection))));
+                            req.tries.retry(up, index, Ok((sent, selection)));
                             continue;
                         }
                         // The span ends with the upstream's body.
@@ -432,25 +419,18 @@ impl ProxyRoute {
                         break self.respond(sent, selection, span, &mut req);
                     }
                     Err(Failed { error, unsent }) => {
-                        up.report_error(&selection, &error);
-                        tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
                         if let Some(unsent) = unsent {
                             req.body = Some(unsent);
                         }
-                        let retry = retry_left
-                            && error.retryable()
-                            && (req.body_empty || req.body.is_some());
+                        let resendable = req.body_empty || req.body.is_some();
+                        let retry = req.tries.failed(up, &selection, &error, resendable);
                         if let Some(span) = span {
                             span.end_error(&error, retry);
                         }
-                        if retry {
-                            up.retries_total
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            tried.push(index);
-                            last = Some(Box::new(Err(error)));
-                            continue;
+                        if !retry {
+                            return self.fail(error);
                         }
-                        return self.fail(error);
+                        req.tries.retry(up, index, Err(error));
                     }
                 }
             };

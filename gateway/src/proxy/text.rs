@@ -21,11 +21,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode, Version};
+use http::{HeaderMap, Method, StatusCode, Version};
 
 use super::body::{Lease, RawBody};
 use super::deadline::Deadline;
 use super::headers::{self, ClientText};
+use super::outcome::{Tries, Turn};
 use super::pool::{Checkout, Pool};
 use super::{ProxyRoute, connect_error, until};
 use crate::body::Body;
@@ -59,6 +60,7 @@ pub struct Forwarding {
     fields: usize,
     preserve_host: bool,
     key: u64,
+    /// How many other targets the request may try after its first.
     retries: usize,
     head: bool,
 }
@@ -151,8 +153,8 @@ impl ProxyRoute {
         if preserve_host && let Some(host) = req.host {
             text.extend_from_slice(host);
         }
-        // `GET` and `HEAD` are idempotent and carry no body here: every one may be retried.
-        let retries = self.retries as usize;
+        let method = if req.head { Method::HEAD } else { Method::GET };
+        let retries = self.retries_for(&method, false);
         Some(Forwarding {
             text,
             line,
@@ -175,28 +177,22 @@ impl ProxyRoute {
         out: &mut Vec<u8>,
     ) -> Result<Answer, http::Response<Body>> {
         let up = &self.upstream;
-        let mut tried: Vec<usize> = Vec::new();
-        let mut last: Option<Box<Result<Answered, GatewayError>>> = None;
+        // Every attempt writes the request's text again: it can always be sent again.
+        let resendable = true;
+        let mut tries = Tries::new(fwd.key, fwd.retries);
         let answered = loop {
-            let Some(selection) = up.targets.select(fwd.key, &tried) else {
-                match last.map(|b| *b) {
-                    Some(Ok(answered)) => break answered,
-                    Some(Err(error)) => return Err(self.fail(error)),
-                    None => {
-                        return Err(self.fail(GatewayError::NoHealthyTarget(up.name.to_string())));
-                    }
-                }
+            let selection = match tries.next(up) {
+                Turn::Try(selection) => selection,
+                Turn::End(Ok(answered)) => break answered,
+                Turn::End(Err(error)) => return Err(self.fail(error)),
             };
             let index = selection.index();
-            let retry_left = tried.len() < fwd.retries;
             let Some(pool) = super::Upstream::pool(&selection) else {
                 return Err(self.fail(GatewayError::NoHealthyTarget(up.name.to_string())));
             };
             match self.attempt_text(pool, fwd, replaced, out).await {
                 Ok((head, written, body, deadline)) => {
-                    let status = head.status;
-                    up.report_answer(&selection, status);
-                    let replaceable = matches!(status.as_u16(), 502..=504);
+                    let retry = tries.answered(up, &selection, head.status, resendable);
                     let answered = Answered {
                         head,
                         written,
@@ -209,26 +205,16 @@ impl ProxyRoute {
                             span: None,
                         },
                     };
-                    if replaceable && retry_left {
-                        up.retries_total
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tried.push(index);
-                        last = Some(Box::new(Ok(answered)));
-                        continue;
+                    if !retry {
+                        break answered;
                     }
-                    break answered;
+                    tries.retry(up, index, Ok(answered));
                 }
                 Err(error) => {
-                    up.report_error(&selection, &error);
-                    tracing::debug!(upstream = %up.name, target = %pool.endpoint.addr, error = %error, cause = ?std::error::Error::source(&error), "upstream attempt failed");
-                    if retry_left && error.retryable() {
-                        up.retries_total
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tried.push(index);
-                        last = Some(Box::new(Err(error)));
-                        continue;
+                    if !tries.failed(up, &selection, &error, resendable) {
+                        return Err(self.fail(error));
                     }
-                    return Err(self.fail(error));
+                    tries.retry(up, index, Err(error));
                 }
             }
         };
