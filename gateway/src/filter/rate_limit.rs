@@ -343,15 +343,11 @@ impl Shared {
         }
     }
 
+    /// Sets the RateLimit fields of an answer given decision `d`.
     fn add_headers(&self, headers: &mut HeaderMap, d: &Decision) {
-        self.each_field(d, |name, value| {
+        let mut f = |name: &HeaderName, value: HeaderValue| {
             headers.insert(name.clone(), value);
-        });
-    }
-
-    /// Calls `f` with each RateLimit field of an answer given decision `d`, in order: one
-    /// rule for the header map of the general path and the text of the fast path.
-    fn each_field(&self, d: &Decision, mut f: impl FnMut(&'static HeaderName, HeaderValue)) {
+        };
         let full = d.remaining + 1 == self.limiter.capacity();
         match &self.fields {
             Fields::Draft10 {
