@@ -281,18 +281,13 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl Shared {
-    /// The bucket of a request: its header value's, or its client address's (`client_key`).
+    /// The bucket of a request: its key header value's, or its client address's (`client_key`)
+    /// when the header is absent or the limit is keyed by client address.
     fn key(&self, req: &request::Parts, client_key: impl FnOnce() -> u64) -> u64 {
         let value = match &self.key {
             KeyBy::Header(name) => req.headers.get(name).map(HeaderValue::as_bytes),
             KeyBy::ClientIp => None,
         };
-        self.key_of(value, client_key)
-    }
-
-    /// The bucket of a request whose key header has `value` (`None`: absent, or the limit is
-    /// keyed by client address): one rule for both paths' requests.
-    fn key_of(&self, value: Option<&[u8]>, client_key: impl FnOnce() -> u64) -> u64 {
         value.map_or_else(client_key, |v| self.limiter.value_key(v))
     }
 
