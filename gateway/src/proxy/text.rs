@@ -13,9 +13,10 @@
 //! `Host`, so a retry costs a copy of a few hundred bytes.
 //!
 //! Requests the general path has to see go there before anything is sent: an HTTP/2 upstream,
-//! a balancer keyed on a cookie (the fast path reads the key from the raw head otherwise), a
-//! traced request (its spans and `traceparent` are the general path's). The fast path itself
-//! takes only plain heads (no body, no upgrade, `Connection` only `keep-alive` or `close`).
+//! a traced request (its spans and `traceparent` are the general path's). The balancer's key is
+//! read from the raw head by the general path's rule ([`super::Upstream::hash_key_text`]). The
+//! fast path itself takes only plain heads (no body, no upgrade, `Connection` only `keep-alive`
+//! or `close`).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -135,7 +136,7 @@ impl ProxyRoute {
         if up.connector.is_h2() {
             return None;
         }
-        let key = up.hash_key_text(req.path, req.fields, client_ip)?;
+        let key = up.hash_key_text(req.path, req.fields, client_ip);
         let mut text = Vec::with_capacity(text_room(req, client));
         text.extend_from_slice(if req.head { b"HEAD " } else { b"GET " });
         text.extend_from_slice(self.upstream_target(req.target, req.path).as_bytes());

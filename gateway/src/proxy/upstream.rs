@@ -175,71 +175,66 @@ impl Upstream {
             .collect()
     }
 
-    /// The consistent-hash key of a request (0 for other balancers). A request without the
-    /// configured header or cookie falls back to its client's address, so it still sticks.
+    /// The consistent-hash key of a request whose fields are a header map (0 for other
+    /// balancers); see [`Self::key_by`].
     pub(crate) fn hash_key(&self, parts: &http::request::Parts, cx: &RequestCx) -> u64 {
-        let Some(on) = &self.hash_on else { return 0 };
-        let mut h = KeyHasher::new();
-        let found = match on {
-            HashOn::ClientIp => false,
-            HashOn::Path => {
-                h.write(parts.uri.path().as_bytes());
-                true
-            }
-            HashOn::Header(name) => parts.headers.get(name).is_some_and(|v| {
-                h.write(v.as_bytes());
-                true
-            }),
-            HashOn::Cookie(name) => cookie(&parts.headers, name).is_some_and(|v| {
-                h.write(v.as_bytes());
-                true
-            }),
-        };
-        if !found {
-            h.write_ip(cx.client_ip());
-        }
-        h.finish()
+        self.key_by(parts.uri.path(), cx.client_ip(), |name| {
+            parts
+                .headers
+                .get_all(name)
+                .iter()
+                .map(HeaderValue::as_bytes)
+        })
     }
 
     /// [`Self::hash_key`] read from a raw request head (the fast path's): `path` is the
-    /// target's path without its query, `fields` the head's fields. `None` when the key is a
-    /// cookie, which is read from the general path's header map only.
+    /// target's path without its query, `fields` the head's fields.
     pub(crate) fn hash_key_text(
         &self,
         path: &str,
         fields: &[httparse::Header<'_>],
         client: std::net::IpAddr,
-    ) -> Option<u64> {
-        let Some(on) = &self.hash_on else {
-            return Some(0);
-        };
-        let mut h = KeyHasher::new();
-        let found = match on {
-            HashOn::ClientIp => false,
-            HashOn::Path => {
-                h.write(path.as_bytes());
-                true
-            }
-            // The first line with the name, as a header map's `get` finds it.
-            HashOn::Header(name) => fields
+    ) -> u64 {
+        self.key_by(path, client, |name| {
+            fields
                 .iter()
-                .find(|f| f.name.eq_ignore_ascii_case(name.as_str()))
-                .is_some_and(|f| {
-                    h.write(f.value);
-                    true
-                }),
-            HashOn::Cookie(_) => return None,
+                .filter(move |f| f.name.eq_ignore_ascii_case(name.as_str()))
+                .map(|f| f.value)
+        })
+    }
+
+    /// The one rule of the consistent-hash key, over a request's `path`, its client's address and
+    /// `values`, the values of its fields of a name in order. A request without the configured
+    /// header (its first value counts, as a header map's `get` finds it) or cookie falls back to
+    /// its client's address, so it still sticks.
+    fn key_by<'s, 'v, V>(
+        &'s self,
+        path: &str,
+        client: std::net::IpAddr,
+        values: impl Fn(&'s HeaderName) -> V,
+    ) -> u64
+    where
+        V: Iterator<Item = &'v [u8]>,
+    {
+        let Some(on) = &self.hash_on else { return 0 };
+        let mut h = KeyHasher::new();
+        let value = match on {
+            HashOn::ClientIp => None,
+            HashOn::Path => Some(path.as_bytes()),
+            HashOn::Header(name) => values(name).next(),
+            HashOn::Cookie(name) => cookie(values(&COOKIE), name),
         };
-        if !found {
-            h.write_ip(client);
+        match value {
+            Some(value) => h.write(value),
+            None => h.write_ip(client),
         }
-        Some(h.finish())
+        h.finish()
     }
 
     /// Whether [`super::ProxyRoute::rewrite_text`] takes every request to this upstream: an
-    /// HTTP/1.1 upstream that does not balance by a cookie.
+    /// HTTP/1.1 upstream.
     pub(crate) fn forwards_as_text(&self) -> bool {
-        !self.connector.is_h2() && !matches!(self.hash_on, Some(HashOn::Cookie(_)))
+        !self.connector.is_h2()
     }
 
     /// Connections open to each target (for tests and metrics).
@@ -307,15 +302,21 @@ async fn refresh_names(targets: Arc<Targets>, every: Duration, cancel: Cancellat
     }
 }
 
-/// The value of cookie `name` among the request's `Cookie` headers.
-fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+/// The `Cookie` field's name, for [`Upstream::key_by`]'s lookups (a static: they borrow it).
+static COOKIE: HeaderName = header::COOKIE;
+
+/// The value of cookie `name` among a request's `Cookie` field values; a value that is not
+/// visible ASCII is passed over, as `HeaderValue::to_str` refuses it.
+fn cookie<'v>(values: impl Iterator<Item = &'v [u8]>, name: &str) -> Option<&'v [u8]> {
+    values
+        .filter(|v| v.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)))
+        .flat_map(|v| v.split(|&b| b == b';'))
+        .filter_map(|pair| {
+            let pair = pair.trim_ascii();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            Some((&pair[..eq], &pair[eq + 1..]))
+        })
+        .find(|(k, _)| *k == name.as_bytes())
         .map(|(_, v)| v)
 }
 
@@ -493,13 +494,85 @@ mod tests {
         assert_eq!(res.status(), http::StatusCode::SERVICE_UNAVAILABLE);
     }
 
+    /// The upstream `app` of a config with `hash_on`.
+    fn hashed_on(hash_on: &str) -> Arc<Upstream> {
+        let yaml = format!(
+            "upstreams:\n  app:\n    targets: [127.0.0.1:9]\n    balance: consistent_hash\n\
+             \x20   hash_on: {hash_on}\n\
+             routes:\n  - match: {{ path_prefix: / }}\n    proxy: {{ upstream: app }}\n"
+        );
+        let config =
+            gateway_config::load_str(&yaml, "t.yaml", std::path::Path::new(".")).expect("config");
+        Upstreams::build(&config).expect("upstreams").by_name["app"].clone()
+    }
+
+    /// The balancer's key is the same read from a header map as from the raw head's fields, and
+    /// a request without the header or cookie falls back to its client's address.
+    #[test]
+    fn the_key_is_one_rule_over_a_map_and_over_raw_fields() {
+        let fields = [
+            ("Host", "h"),
+            ("X-User", "alice"),
+            ("x-user", "bob"),
+            ("Cookie", "theme=dark; session=s1"),
+            ("cookie", "lang=en"),
+        ];
+        let raw: Vec<httparse::Header<'_>> = fields
+            .iter()
+            .map(|(name, value)| httparse::Header {
+                name,
+                value: value.as_bytes(),
+            })
+            .collect();
+        let mut map = http::HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static(value),
+            );
+        }
+        let (one, other): (std::net::IpAddr, std::net::IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        for (hash_on, by_client) in [
+            ("header:x-user", false),
+            ("cookie:session", false),
+            ("path", false),
+            ("client_ip", true),
+            ("header:x-absent", true),
+            ("cookie:absent", true),
+        ] {
+            let up = hashed_on(hash_on);
+            let from_map = |client| {
+                up.key_by("/p", client, |name| {
+                    map.get_all(name).iter().map(HeaderValue::as_bytes)
+                })
+            };
+            assert_eq!(
+                up.hash_key_text("/p", &raw, one),
+                from_map(one),
+                "{hash_on}"
+            );
+            assert_eq!(from_map(one) != from_map(other), by_client, "{hash_on}");
+        }
+        // The first `X-User` counts, as a map's `get` finds it.
+        let up = hashed_on("header:x-user");
+        let alice = [httparse::Header {
+            name: "x-user",
+            value: b"alice",
+        }];
+        assert_eq!(
+            up.hash_key_text("/p", &raw, one),
+            up.hash_key_text("/", &alice, other)
+        );
+    }
+
     #[test]
     fn cookie_lookup() {
-        let mut h = http::HeaderMap::new();
-        h.append(header::COOKIE, "a=1; session=abc".parse().unwrap());
-        h.append(header::COOKIE, "b=2".parse().unwrap());
-        assert_eq!(cookie(&h, "session"), Some("abc"));
-        assert_eq!(cookie(&h, "b"), Some("2"));
-        assert_eq!(cookie(&h, "sess"), None);
+        let values = || [&b"a=1; session=abc"[..], b"b=2", b"caf\xc3\xa9=1; x=y"].into_iter();
+        assert_eq!(cookie(values(), "session"), Some(&b"abc"[..]));
+        assert_eq!(cookie(values(), "b"), Some(&b"2"[..]));
+        assert_eq!(cookie(values(), "sess"), None);
+        // A value that is not visible ASCII is passed over whole.
+        assert_eq!(cookie(values(), "x"), None);
     }
 }

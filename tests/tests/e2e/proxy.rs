@@ -194,6 +194,51 @@ async fn consistent_hash_is_sticky_and_remaps_only_the_lost_share() {
     }
 }
 
+/// A balancer keyed on a cookie places a request by the one rule whichever path forwards it: a
+/// `GET` goes out as the fast path's text (no header map), a `POST` with a body through the
+/// general path, and a user's both land on the same target.
+#[tokio::test]
+async fn a_cookie_keyed_balancer_places_a_user_alike_on_both_paths() {
+    let b = backends(&["a", "b", "c", "d"]).await;
+    let yaml = format!(
+        "admin: {{ bind: 127.0.0.1:0 }}\n{}",
+        yaml(
+            &format!(
+                "    targets: {}\n    balance: consistent_hash\n    hash_on: cookie:session",
+                targets(&addrs(&b))
+            ),
+            "",
+        )
+    );
+    let gw = TestGateway::start(&yaml).await;
+    // A connection's first request with a body hands it to hyper for good: one each.
+    let mut gets = http1(gw.addr("main")).await;
+    let mut posts = http1(gw.addr("main")).await;
+    let request = |method: &str, user: u32, body: &'static [u8]| {
+        Request::builder()
+            .method(method)
+            .uri("/")
+            .header("cookie", format!("theme=dark; session=user-{user}"))
+            .header("cookie", "lang=en")
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap()
+    };
+    let chain_before = gateway_tests::fast_path_chain_count(&gw, "main").await;
+    let text_before = gateway_tests::fast_path_count(&gw, "main").await;
+    let mut placed = HashMap::<String, usize>::new();
+    for user in 0..100 {
+        let by_text = who(&gets.send(request("GET", user, b"")).await.unwrap());
+        let by_map = who(&posts.send(request("POST", user, b"x")).await.unwrap());
+        assert_eq!(by_text, by_map, "user-{user}");
+        *placed.entry(by_text).or_default() += 1;
+    }
+    assert!(placed.len() >= 3, "the users spread: {placed:?}");
+    // The GETs were the fast path's text forward, not its way through the chain.
+    let text = gateway_tests::fast_path_count(&gw, "main").await - text_before;
+    let chain = gateway_tests::fast_path_chain_count(&gw, "main").await - chain_before;
+    assert_eq!((text, chain), (100, 0));
+}
+
 #[tokio::test]
 async fn killed_backend_is_ejected_and_no_request_fails_after() {
     let mut b = backends(&["a", "b"]).await;
