@@ -88,10 +88,10 @@ pub enum Judged {
     Trailers,
 }
 
-/// The hop-by-hop rule for a message's raw fields, as they were read (the header-map form of
-/// the same rule is the proxy's, for hyper's messages): [`NAMES`] stay on this hop, and so do
-/// the fields `Connection` names; of `TE`, the first one is judged alone, and goes on as
-/// `trailers` when it names it.
+/// The hop-by-hop rule for a message's raw fields, as they were read: [`NAMES`] stay on this
+/// hop, and so do the fields `Connection` names; of `TE`, the first one is judged alone, and goes
+/// on as `trailers` when it names it. The proxy removes the same fields from hyper's header maps
+/// by the same pieces ([`NAMES`], [`connection_tokens`], [`wants_trailers`]).
 pub struct EndToEnd<'f> {
     fields: &'f [httparse::Header<'f>],
     /// `Connection` names a field beyond [`NAMES`] (most messages' say only `keep-alive` or
@@ -103,7 +103,7 @@ pub struct EndToEnd<'f> {
 impl<'f> EndToEnd<'f> {
     /// The rule for the message of `fields`.
     pub fn of(fields: &'f [httparse::Header<'f>]) -> Self {
-        let names_others = connection_tokens(fields).any(|token| token_bit(token) == 0);
+        let names_others = connection_tokens_of(fields).any(|token| token_bit(token) == 0);
         Self {
             fields,
             names_others,
@@ -124,7 +124,7 @@ impl<'f> EndToEnd<'f> {
             return Judged::Drop;
         }
         if self.names_others
-            && connection_tokens(self.fields).any(|token| token.eq_ignore_ascii_case(name))
+            && connection_tokens_of(self.fields).any(|token| token.eq_ignore_ascii_case(name))
         {
             return Judged::Drop;
         }
@@ -132,14 +132,26 @@ impl<'f> EndToEnd<'f> {
     }
 }
 
-/// The non-empty tokens of every `Connection` field among `fields`, trimmed.
-fn connection_tokens<'f>(fields: &'f [httparse::Header<'f>]) -> impl Iterator<Item = &'f [u8]> {
-    fields
-        .iter()
-        .filter(|f| f.name.len() == 10 && f.name.eq_ignore_ascii_case("connection"))
-        .flat_map(|f| f.value.split(|&b| b == b','))
+/// The non-empty tokens of a message's `Connection` values, trimmed: the one reading of a
+/// `Connection` list, for raw fields and header maps alike.
+pub fn connection_tokens<'v>(
+    values: impl IntoIterator<Item = &'v [u8]>,
+) -> impl Iterator<Item = &'v [u8]> {
+    values
+        .into_iter()
+        .flat_map(|v| v.split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
         .filter(|token| !token.is_empty())
+}
+
+/// The tokens of every `Connection` field among `fields`.
+fn connection_tokens_of<'f>(fields: &'f [httparse::Header<'f>]) -> impl Iterator<Item = &'f [u8]> {
+    connection_tokens(
+        fields
+            .iter()
+            .filter(|f| f.name.len() == 10 && f.name.eq_ignore_ascii_case("connection"))
+            .map(|f| f.value),
+    )
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use gateway_http1::hop_by_hop::{
-    self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT, wants_trailers,
+    self, CONNECTION_BIT, PROXY_AUTH_BITS, TE_BIT, UPGRADE_BIT, connection_tokens, wants_trailers,
 };
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
@@ -91,15 +91,10 @@ fn remove_present(headers: &mut HeaderMap, present: u16, upgrading: bool) {
 /// upstreams send, is not one of http's standard names and would be allocated, and a lookup
 /// hashes whether or not the field is there.
 fn named_by_connection(headers: &HeaderMap) -> SmallVec<[HeaderName; 2]> {
-    let mut tokens: SmallVec<[&[u8]; 4]> = SmallVec::new();
-    for value in headers.get_all(header::CONNECTION) {
-        for token in value.as_bytes().split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            if !token.is_empty() && hop_by_hop::token_bit(token) == 0 {
-                tokens.push(token);
-            }
-        }
-    }
+    let values = headers.get_all(header::CONNECTION).into_iter();
+    let tokens: SmallVec<[&[u8]; 4]> = connection_tokens(values.map(HeaderValue::as_bytes))
+        .filter(|token| hop_by_hop::token_bit(token) == 0)
+        .collect();
     if tokens.is_empty() {
         return SmallVec::new();
     }
@@ -117,13 +112,12 @@ fn named_by_connection(headers: &HeaderMap) -> SmallVec<[HeaderName; 2]> {
 
 /// Whether a request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
 pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
+    // Only values that are visible ASCII count, as `HeaderValue::to_str` takes them.
+    let values = headers.get_all(header::CONNECTION).into_iter();
+    let visible = values.filter(|v| v.to_str().is_ok());
     headers.contains_key(header::UPGRADE)
-        && headers.get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str().is_ok_and(|s| {
-                s.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
-        })
+        && connection_tokens(visible.map(HeaderValue::as_bytes))
+            .any(|token| token.eq_ignore_ascii_case(b"upgrade"))
 }
 
 /// The authority the client addressed: the URI's (HTTP/2, absolute-form) or `Host`.
@@ -149,7 +143,7 @@ pub(crate) fn via(version: Version) -> HeaderValue {
 /// upstream's `Host`, a filter's own fields, `Via` on a response): the room a map read from a
 /// head is given, since `HeaderMap::insert` makes room before it looks for the name, so even
 /// replacing a field grows a full map.
-pub(crate) const FORWARDING_ROOM: usize = 8;
+pub(crate) const ADDED_FIELDS_ROOM: usize = 8;
 
 /// Moves the request's path and `Host` out of the client connection's read buffer into one
 /// allocation of their own. hyper hands them out as slices of that buffer, and while any slice

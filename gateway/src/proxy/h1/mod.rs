@@ -35,7 +35,7 @@ pub(crate) use self::body::ResponseBody;
 use self::encode::Framing;
 pub(crate) use self::encode::Shared;
 pub(crate) use self::io::{Idle, Io};
-use super::headers::FORWARDING_ROOM;
+use super::headers::ADDED_FIELDS_ROOM;
 use super::pool::{Discard, OpenConn, Pool};
 use crate::body::{Body, BoxError};
 
@@ -343,7 +343,7 @@ impl H1Conn {
                     // and hyper keeps the sent response's map (emptied) for the client's next
                     // request, to which the proxy adds the forwarding fields. Without it that
                     // map grows, a rehash, per request.
-                    decode::response_head(&mut self.rbuf, method, FORWARDING_ROOM)
+                    decode::response_head(&mut self.rbuf, method, ADDED_FIELDS_ROOM)
                             .map_err(UploadError::Io)?
             {
                 return Poll::Ready(Ok(head));

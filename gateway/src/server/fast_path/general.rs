@@ -57,7 +57,7 @@ impl General {
         };
         let uri = Uri::from_maybe_shared(share(parsed.path?.as_bytes())).ok()?;
         // Room for the fields a route's filters add, so that they do not grow the map.
-        let room = parsed.headers.len() + crate::proxy::headers::FORWARDING_ROOM;
+        let room = parsed.headers.len() + crate::proxy::headers::ADDED_FIELDS_ROOM;
         let mut headers = HeaderMap::with_capacity(room);
         for field in parsed.headers.iter() {
             let name = gateway_http1::fields::name(field.name.as_bytes()).ok()?;
